@@ -1,0 +1,43 @@
+# The two commands: `make test` and `make demo`. Both set up everything they need.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BERTH  := $(VENV)/bin/berth
+
+.PHONY: test demo setup binaries lint unit e2e crds clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+binaries: setup
+	$(BERTH) dev build
+
+lint: setup
+	$(VENV)/bin/ruff check berth tests
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest -q tests/unit
+
+e2e: binaries
+	$(PY) -m pytest -q tests/e2e
+
+test: binaries lint
+	$(PY) -m pytest -q tests
+
+demo: binaries
+	$(BERTH) dev down
+	$(BERTH) dev up
+	@bash scripts/demo-intro.sh
+
+crds: setup
+	$(BERTH) crds --out manifests/crds
+
+clean:
+	-$(BERTH) dev down
+	rm -rf $(VENV)

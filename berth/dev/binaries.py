@@ -1,0 +1,122 @@
+"""Build the control plane binaries once and cache them outside the work tree.
+
+The cache key is a hash of everything that decides the binary (the Go module files,
+the main package and the Go version), so a fresh clone on the same machine reuses
+the binaries and a change of Kubernetes release builds anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / "tools"
+
+
+class BuildError(RuntimeError):
+    """The Go toolchain is missing or a build failed."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of the built binaries; `bin_dir` also holds a `kubectl` link to kcp."""
+
+    bin_dir: Path
+
+    @property
+    def kcp(self) -> Path:
+        return self.bin_dir / "kcp"
+
+    @property
+    def kwok(self) -> Path:
+        return self.bin_dir / "kwok"
+
+    @property
+    def kubectl(self) -> Path:
+        return self.bin_dir / "kubectl"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "berth" / "kcp"
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("`go` is not on PATH: the local control plane is built from Go modules")
+    return go
+
+
+def _go_version(go: str) -> str:
+    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def source_hash(go_version: str) -> str:
+    """A short hash of the Go sources of tools/kcp and tools/kwok and the Go version."""
+    digest = hashlib.sha256(go_version.encode())
+    for module in ("kcp", "kwok"):
+        for path in sorted((TOOLS / module).glob("*")):
+            if path.suffix in {".go", ".mod", ".sum"}:
+                digest.update(path.name.encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def kubernetes_version() -> str:
+    """The Kubernetes release tools/kcp is built from, read from its go.mod."""
+    match = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (TOOLS / "kcp" / "go.mod").read_text(),
+                      flags=re.M)
+    if match is None:
+        raise BuildError("tools/kcp/go.mod does not require k8s.io/kubernetes")
+    return match.group(1)
+
+
+def _version_flags() -> str:
+    """Stamp the release into the binaries, as the Kubernetes release build does."""
+    version = kubernetes_version()
+    major, minor = version.lstrip("v").split(".")[:2]
+    values = {"gitVersion": version, "gitMajor": major, "gitMinor": minor,
+              "gitTreeState": "clean"}
+    return " ".join(f"-X {package}.{key}={value}"
+                    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+                    for key, value in values.items())
+
+
+def _build(go: str, *, module: Path, package: str, output: Path, ldflags: str = "") -> None:
+    env = {**os.environ, "GOTOOLCHAIN": "local"}
+    partial = output.with_suffix(".partial")
+    command = [go, "build", "-trimpath", f"-ldflags=-s -w {ldflags}", "-o", str(partial),
+               package]
+    started = time.monotonic()
+    print(f"building {output.name} in {module} (first time only)...", file=sys.stderr, flush=True)
+    result = subprocess.run(command, cwd=module, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"`{' '.join(command)}` failed in {module}:\n{result.stderr[-4000:]}")
+    partial.rename(output)  # atomic: a half-written binary is never picked up
+    print(f"built {output.name} in {time.monotonic() - started:.0f}s", file=sys.stderr)
+
+
+def ensure_binaries() -> Binaries:
+    """Return the cached binaries, building any that are missing."""
+    go = _go()
+    binaries = Binaries(cache_root() / source_hash(_go_version(go)))
+    binaries.bin_dir.mkdir(parents=True, exist_ok=True)
+    if not binaries.kcp.exists():
+        _build(go, module=TOOLS / "kcp", package=".", output=binaries.kcp,
+               ldflags=_version_flags())
+    if not binaries.kwok.exists():
+        _build(go, module=TOOLS / "kwok", package="sigs.k8s.io/kwok/cmd/kwok",
+               output=binaries.kwok)
+    if not binaries.kubectl.exists():
+        binaries.kubectl.symlink_to("kcp")
+    return binaries

@@ -1,0 +1,391 @@
+"""Start, stop and inspect the local control plane.
+
+Every component is a real process started from the cached binaries, on free loopback
+ports, with its log under the state directory. `state.json` records what was started
+(pid, port, command line) so `down` stops exactly those processes and a second `up`
+can tell that a cluster already runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from berth import tls
+from berth.dev import render
+from berth.dev.binaries import Binaries, ensure_binaries
+
+SERVICE_CIDR = "10.96.0.0/16"
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 10.0
+
+
+class ClusterError(RuntimeError):
+    """The local control plane could not be started, or is in a state that forbids the step."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What `berth dev up` is asked for."""
+
+    nodes: int = 3
+    node_cpu: str = "8"
+    node_memory: str = "16Gi"
+    node_pods: int = 110
+    extenders: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Component:
+    """One process of the local control plane, as recorded in state.json."""
+
+    name: str
+    pid: int
+    port: int
+    health_url: str
+    log: str
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "berth" / "dev"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is not running.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+class LocalCluster:
+    """A local control plane rooted at `state_dir`."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = (state_dir or default_state_dir()).resolve()
+        self.pki = self.state_dir / "pki"
+        self.logs = self.state_dir / "logs"
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self.state_file = self.state_dir / "state.json"
+        self.components: list[Component] = []
+        self.binaries: Binaries | None = None
+        self._ca: tls.KeyPair | None = None
+        self._admin: tls.KeyPair | None = None
+        self._etcd_url = ""
+        # Children started by this process, so they can be reaped rather than left as zombies.
+        self._processes: dict[int, subprocess.Popen[bytes]] = {}
+        self._load_state()
+
+    # ----- state ----------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        if not self.state_file.exists():
+            return
+        state = json.loads(self.state_file.read_text())
+        self.components = [Component(**item) for item in state["components"]]
+        self.binaries = Binaries(Path(state["bin_dir"]))
+
+    def _save_state(self) -> None:
+        assert self.binaries is not None
+        state = {"bin_dir": str(self.binaries.bin_dir),
+                 "components": [asdict(component) for component in self.components]}
+        self.state_file.write_text(json.dumps(state, indent=2))
+
+    def owns(self, component: Component) -> bool:
+        """True when the recorded pid is still the process we started (not a reused pid)."""
+        if not pid_alive(component.pid):
+            return False
+        try:
+            cmdline = Path(f"/proc/{component.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return str(self.state_dir).encode() in cmdline
+
+    def running(self) -> list[Component]:
+        return [component for component in self.components if self.owns(component)]
+
+    # ----- up -------------------------------------------------------------------------
+
+    def up(self, spec: ClusterSpec) -> None:
+        """Start every component in order, each after the previous one is healthy."""
+        if self.running():
+            raise ClusterError(
+                f"a local cluster already runs from {self.state_dir} "
+                f"(kubeconfig {self.kubeconfig}); run `berth dev down` first"
+            )
+        self.binaries = ensure_binaries()
+        self._reset_dirs()
+        try:
+            self._write_pki()
+            self._start_etcd()
+            self._start_apiserver()
+            self._start_controller_manager()
+            self.start_scheduler(name="kube-scheduler", extenders=spec.extenders)
+            self._start_kwok()
+            self._create_nodes(spec)
+        except BaseException:
+            self.down()
+            raise
+
+    def _reset_dirs(self) -> None:
+        for directory in (self.pki, self.logs, self.state_dir / "etcd"):
+            if directory.exists():
+                subprocess.run(["rm", "-rf", str(directory)], check=True)
+        for directory in (self.pki, self.logs):
+            directory.mkdir(parents=True)
+        self.components = []
+
+    def _write_pki(self) -> None:
+        ca = tls.make_ca("berth-dev-ca")
+        ca.write(cert_path=self.pki / "ca.crt", key_path=self.pki / "ca.key")
+        tls.issue(
+            ca, common_name="kube-apiserver",
+            dns_names=("localhost", "kubernetes", "kubernetes.default",
+                       "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
+            ip_addresses=("127.0.0.1", "10.96.0.1"),
+        ).write(cert_path=self.pki / "apiserver.crt", key_path=self.pki / "apiserver.key")
+        admin = tls.issue(ca, common_name="berth-dev-admin", organization="system:masters",
+                          client=True)
+        admin.write(cert_path=self.pki / "admin.crt", key_path=self.pki / "admin.key")
+        private, public = tls.make_signing_key()
+        (self.pki / "sa.key").write_bytes(private)
+        (self.pki / "sa.pub").write_bytes(public)
+        self._ca = ca
+        self._admin = admin
+
+    def _spawn(self, name: str, args: list[str], *, port: int, health_url: str,
+               binary: Path | None = None) -> Component:
+        assert self.binaries is not None
+        log = self.logs / f"{name}.log"
+        command = [str(binary or self.binaries.kcp), *args]
+        env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+        with log.open("ab") as out:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        self._processes[process.pid] = process
+        component = Component(name=name, pid=process.pid, port=port, health_url=health_url,
+                              log=str(log))
+        self.components.append(component)
+        self._save_state()
+        self._wait_healthy(component)
+        return component
+
+    def _wait_healthy(self, component: Component) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        last_error = "no answer yet"
+        while time.monotonic() < deadline:
+            if not pid_alive(component.pid):
+                raise ClusterError(f"{component.name} exited during start-up; "
+                                   f"last lines of {component.log}:\n{tail(component.log)}")
+            ok, last_error = self.probe(component)
+            if ok:
+                return
+            time.sleep(0.2)
+        raise ClusterError(f"{component.name} was not healthy after {START_TIMEOUT:.0f}s "
+                           f"({last_error}); last lines of {component.log}:\n"
+                           f"{tail(component.log)}")
+
+    def probe(self, component: Component) -> tuple[bool, str]:
+        """One health request: (healthy, what was seen)."""
+        context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        if component.name == "kube-apiserver":
+            context.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
+        else:
+            # Scheduler and controller-manager serve a self-signed certificate of their own.
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        try:
+            with urllib.request.urlopen(component.health_url, timeout=2, context=context) as r:
+                body = r.read().decode(errors="replace")
+                return r.status == 200, f"HTTP {r.status}: {body[:200]}"
+        except urllib.error.HTTPError as error:
+            return False, f"HTTP {error.code}"
+        except (OSError, ssl.SSLError) as error:
+            return False, str(error)
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self._etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn("etcd", [
+            "etcd", "--name=berth-dev", f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls={self._etcd_url}", f"--advertise-client-urls={self._etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=berth-dev=http://127.0.0.1:{peer}",
+            # A throwaway cluster: durability buys nothing and fsync costs seconds per test.
+            "--unsafe-no-fsync", "--quota-backend-bytes=4294967296", "--log-level=warn",
+        ], port=client, health_url=f"{self._etcd_url}/health")
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        pki = self.pki
+        self._spawn("kube-apiserver", [
+            "kube-apiserver", f"--etcd-servers={self._etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # No kubelets and a loopback address: the "kubernetes" Endpoints would be invalid.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true", "--profiling=false", f"--cert-dir={pki}",
+        ], port=port, health_url=f"https://127.0.0.1:{port}/readyz")
+        assert self._ca is not None and self._admin is not None
+        config = render.kubeconfig(server=f"https://127.0.0.1:{port}", ca_pem=self._ca.cert_pem,
+                                   cert_pem=self._admin.cert_pem, key_pem=self._admin.key_pem)
+        self.kubeconfig.touch(mode=0o600)
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def _start_controller_manager(self) -> None:
+        port = free_port()
+        self._spawn("kube-controller-manager", [
+            "kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.pki / 'controller-manager'}",
+            "--leader-elect=false", "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={self.pki / 'sa.key'}",
+            f"--root-ca-file={self.pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={self.pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={self.pki / 'ca.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+        ], port=port, health_url=f"https://127.0.0.1:{port}/healthz")
+
+    def start_scheduler(self, *, name: str, scheduler_name: str = "default-scheduler",
+                        extenders: list[dict[str, Any]] | None = None) -> Component:
+        """Start a kube-scheduler (more than one may run, each with its own profile name)."""
+        port = free_port()
+        config_path = self.state_dir / f"{name}.yaml"
+        config = render.scheduler_config(kubeconfig_path=self.kubeconfig,
+                                         scheduler_name=scheduler_name, extenders=extenders)
+        config_path.write_text(yaml.safe_dump(config))
+        return self._spawn(name, [
+            "kube-scheduler", f"--config={config_path}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.pki / name}",
+        ], port=port, health_url=f"https://127.0.0.1:{port}/healthz")
+
+    def _start_kwok(self) -> None:
+        assert self.binaries is not None
+        port = free_port()
+        self._spawn("kwok", [
+            f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={render.KWOK_NODE_ANNOTATION}=fake",
+            "--manage-nodes-with-label-selector=", "--manage-single-node=",
+            "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{port}",
+        ], port=port, health_url=f"http://127.0.0.1:{port}/healthz", binary=self.binaries.kwok)
+
+    def _create_nodes(self, spec: ClusterSpec) -> None:
+        nodes = [render.fake_node(name=f"node-{index}", cpu=spec.node_cpu,
+                                  memory=spec.node_memory, pods=spec.node_pods)
+                 for index in range(spec.nodes)]
+        manifest = yaml.safe_dump_all(nodes)
+        self.kubectl("apply", "-f", "-", input=manifest)
+        if nodes:
+            self.kubectl("wait", "--for=condition=Ready", "node", "--all",
+                         f"--timeout={START_TIMEOUT:.0f}s")
+        # Pods cannot be created in a namespace before its default ServiceAccount exists.
+        wait_until(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",
+                                        check=False).returncode == 0,
+                   what="the default ServiceAccount")
+
+    # ----- use ------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run our kubectl against this cluster."""
+        assert self.binaries is not None
+        command = [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(command, input=input, capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise ClusterError(f"`kubectl {' '.join(args)}` failed: {result.stderr.strip()}")
+        return result
+
+    def stop(self, component: Component) -> None:
+        """Stop one component: SIGTERM, then SIGKILL if it lingers."""
+        if self.owns(component):
+            os.killpg(component.pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while self.owns(component) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self.owns(component):
+                os.killpg(component.pid, signal.SIGKILL)
+        process = self._processes.pop(component.pid, None)
+        if process is not None:
+            process.wait(timeout=STOP_TIMEOUT)
+        self.components = [c for c in self.components if c.pid != component.pid]
+        if self.binaries is not None:
+            self._save_state()
+
+    # ----- down and status ------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        """Stop the processes this cluster started, newest first; return their names."""
+        stopped = []
+        for component in reversed(list(self.components)):
+            if self.owns(component):
+                stopped.append(component.name)
+            self.stop(component)
+        self.state_file.unlink(missing_ok=True)
+        return stopped
+
+    def status(self) -> list[tuple[Component, bool, str]]:
+        """Each recorded component with whether it runs and what its health check says."""
+        report = []
+        for component in self.components:
+            if not self.owns(component):
+                report.append((component, False, "not running"))
+                continue
+            healthy, seen = self.probe(component)
+            report.append((component, healthy, seen))
+        return report
+
+
+def wait_until(predicate: Callable[[], bool], *, what: str, timeout: float = START_TIMEOUT,
+               interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def tail(path: str, lines: int = 30) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

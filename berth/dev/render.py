@@ -1,0 +1,68 @@
+"""The files the local control plane reads: kubeconfig, scheduler config, fake nodes.
+
+Pure functions from settings to YAML-ready dicts, kept apart from process handling.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+# kwok manages exactly the nodes that carry this annotation.
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def kubeconfig(*, server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes,
+               name: str = "berth-dev") -> dict[str, Any]:
+    """A self-contained kubeconfig (certificates embedded) for one user on one cluster."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {
+            "server": server, "certificate-authority-data": _b64(ca_pem)}}],
+        "users": [{"name": f"{name}-admin", "user": {
+            "client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin"}}],
+        "current-context": name,
+    }
+
+
+def scheduler_config(*, kubeconfig_path: Path, scheduler_name: str = "default-scheduler",
+                     extenders: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration with one profile and, optionally, HTTP extenders."""
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig_path)},
+        # One scheduler per profile name here: no election, no waiting for a lease.
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": scheduler_name}],
+    }
+    if extenders:
+        config["extenders"] = extenders
+    return config
+
+
+def fake_node(*, name: str, cpu: str, memory: str, pods: int) -> dict[str, Any]:
+    """A Node object that kwok will keep Ready and whose pods it will run."""
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }

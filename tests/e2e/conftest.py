@@ -1,0 +1,74 @@
+"""One real local control plane per test session, a namespace per test.
+
+The cluster is started through the real `berth dev up` command and stopped with
+`berth dev down`, so every session also exercises the CLI; teardown checks that no
+process is left behind. When an e2e test fails, the tail of every component's log
+is attached to its report.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from berth.dev.cluster import LocalCluster, pid_alive, tail
+from tests.e2e.kube import Cluster
+
+BERTH = [sys.executable, "-m", "berth.cli"]
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    state_dir = tmp_path_factory.mktemp("cluster")
+    up = subprocess.run([*BERTH, "dev", "up", f"--state-dir={state_dir}", "--nodes=3"],
+                        capture_output=True, text=True)
+    if up.returncode != 0:
+        pytest.fail(f"berth dev up failed:\n{up.stdout}\n{up.stderr}", pytrace=False)
+    local = LocalCluster(state_dir)
+    pids = [component.pid for component in local.components]
+    handle = Cluster(local=local, up_output=up.stdout)
+    try:
+        yield handle
+    finally:
+        # Components started by tests (e.g. a second scheduler) are in state.json too.
+        pids += [component.pid for component in LocalCluster(state_dir).components]
+        down = subprocess.run([*BERTH, "dev", "down", f"--state-dir={state_dir}"],
+                              capture_output=True, text=True)
+        left = [pid for pid in pids if pid_alive(pid)]
+        assert down.returncode == 0, down.stderr
+        assert not left, f"berth dev down left processes behind: {left}"
+
+
+@pytest.fixture(scope="session")
+async def api(cluster: Cluster) -> AsyncIterator[client.ApiClient]:
+    api_client = await config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    async with api_client:
+        yield api_client
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"{slug}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.wait(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name,
+                                         check=False).returncode == 0,
+                 what=f"the default ServiceAccount of {name}")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    handle = getattr(item, "funcargs", {}).get("cluster")
+    if report.failed and isinstance(handle, Cluster):
+        for component in LocalCluster(handle.local.state_dir).components:
+            report.sections.append((f"log {component.name}", tail(component.log, 40)))

@@ -1,0 +1,162 @@
+"""The local control plane behaves like a real cluster where Berth depends on it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.e2e.kube import Cluster, is_ready, pods
+
+pytestmark = pytest.mark.e2e
+
+
+def deployment(name: str, *, replicas: int, cpu: str = "100m") -> str:
+    return json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                         "resources": {"requests": {"cpu": cpu}}}]},
+            },
+        },
+    })
+
+
+def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> list[dict]:
+    found = [pod for pod in pods(cluster, namespace, selector)
+             if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")]
+    return found if len(found) == count else []
+
+
+def test_up_prints_the_line_to_paste_and_refuses_a_second_up(cluster: Cluster) -> None:
+    assert f"export KUBECONFIG={cluster.kubeconfig} PATH=" in cluster.up_output
+    again = subprocess.run(
+        [sys.executable, "-m", "berth.cli", "dev", "up", f"--state-dir={cluster.local.state_dir}"],
+        capture_output=True, text=True)
+    assert again.returncode == 1
+    assert "already runs" in again.stderr
+
+
+def test_fake_nodes_are_ready(cluster: Cluster) -> None:
+    nodes = cluster.get("nodes")["items"]
+    assert sorted(node["metadata"]["name"] for node in nodes) == ["node-0", "node-1", "node-2"]
+    for node in nodes:
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True"
+        assert node["status"]["allocatable"]["cpu"] == "8"
+
+
+def test_deployment_pods_are_scheduled_and_ready(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web", replicas=3), namespace)
+    running = cluster.wait(lambda: ready_pods(cluster, namespace, "app=web", 3),
+                           what="3 ready pods of web")
+    node_names = {node["metadata"]["name"] for node in cluster.get("nodes")["items"]}
+    for pod in running:
+        assert pod["spec"]["nodeName"] in node_names
+        assert pod["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web", replicas=3), namespace)
+    before = cluster.wait(lambda: ready_pods(cluster, namespace, "app=web", 3),
+                          what="3 ready pods of web")
+    victim = before[0]["metadata"]["name"]
+    cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
+
+    def replaced() -> list[dict]:
+        current = ready_pods(cluster, namespace, "app=web", 3)
+        names = {pod["metadata"]["name"] for pod in current}
+        return current if current and victim not in names else []
+
+    after = cluster.wait(replaced, what="a replacement pod for the deleted one")
+    gone = cluster.kubectl("get", "pod", victim, "-n", namespace, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    kept = {pod["metadata"]["uid"] for pod in after} & {pod["metadata"]["uid"] for pod in before}
+    assert len(kept) == 2
+
+
+async def test_pdb_blocks_eviction_with_429(cluster: Cluster, namespace: str,
+                                            api: client.ApiClient) -> None:
+    await cluster.aapply(deployment("db", replicas=2), namespace)
+    await cluster.aapply(json.dumps({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}},
+    }), namespace)
+    running = await cluster.await_(lambda: ready_pods(cluster, namespace, "app=db", 2),
+                                   what="2 ready pods of db")
+
+    def budget_exhausted() -> bool:
+        status = cluster.get("pdb", "db", "-n", namespace).get("status", {})
+        return status.get("currentHealthy") == 2 and status.get("disruptionsAllowed") == 0
+
+    await cluster.await_(budget_exhausted, what="the PDB to report disruptionsAllowed 0")
+    name = running[0]["metadata"]["name"]
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    with pytest.raises(ApiException) as refused:
+        await client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, eviction)
+    assert refused.value.status == 429
+    assert "disruption budget" in refused.value.body
+    still = await cluster.aget("pod", name, "-n", namespace)
+    assert not still["metadata"].get("deletionTimestamp")
+
+
+def test_scheduling_gate_holds_pod_until_removed(cluster: Cluster, namespace: str) -> None:
+    def pod(name: str, gates: list[str]) -> str:
+        return json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"schedulingGates": [{"name": gate} for gate in gates],
+                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+        })
+
+    cluster.apply(pod("gated", ["berth.sh/test"]), namespace)
+    cluster.apply(pod("free", []), namespace)
+    # The scheduler has had its chance once the ungated twin, created after it, is bound.
+    cluster.wait(lambda: cluster.get("pod", "free", "-n", namespace)["spec"].get("nodeName"),
+                 what="the ungated pod to be scheduled")
+    gated = cluster.get("pod", "gated", "-n", namespace)
+    assert "nodeName" not in gated["spec"]
+    assert gated["status"]["phase"] == "Pending"
+    scheduled = [c for c in gated["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert scheduled[0]["reason"] == "SchedulingGated"
+
+    cluster.kubectl("patch", "pod", "gated", "-n", namespace, "--type=json",
+                    "-p", '[{"op": "remove", "path": "/spec/schedulingGates"}]')
+    cluster.wait(lambda: is_ready(cluster.get("pod", "gated", "-n", namespace)),
+                 what="the ungated pod to run")
+
+
+def test_crd_installs_and_serves_objects(cluster: Cluster, namespace: str) -> None:
+    group = f"t{uuid.uuid4().hex[:6]}.test.berth.sh"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                "openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                    "type": "object", "properties": {"size": {"type": "integer"}}}}}}}],
+        },
+    }
+    cluster.apply(json.dumps(crd))
+    try:
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}",
+                        "--timeout=60s")
+        cluster.apply(json.dumps({"apiVersion": f"{group}/v1", "kind": "Widget",
+                                  "metadata": {"name": "w"}, "spec": {"size": 3}}), namespace)
+        assert cluster.get(f"widgets.{group}", "w", "-n", namespace)["spec"] == {"size": 3}
+        wrong = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=json.dumps(
+            {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "bad"},
+             "spec": {"size": "three"}}))
+        assert wrong.returncode != 0 and "spec.size" in wrong.stderr
+    finally:
+        cluster.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", check=False)
