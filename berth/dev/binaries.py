@@ -115,8 +115,7 @@ def ensure_binaries() -> Binaries:
         _build(go, module=TOOLS / "kcp", package=".", output=binaries.kcp,
                ldflags=_version_flags())
     if not binaries.kwok.exists():
-        _build(go, module=TOOLS / "kwok", package="sigs.k8s.io/kwok/cmd/kwok",
-               output=binaries.kwok)
+        _build(go, module=TOOLS / "kwok", package=".", output=binaries.kwok)
     if not binaries.kubectl.exists():
         binaries.kubectl.symlink_to("kcp")
     return binaries

@@ -301,7 +301,12 @@ class LocalCluster:
     def _start_kwok(self) -> None:
         assert self.binaries is not None
         port = free_port()
+        stages = subprocess.run([str(self.binaries.kwok), "stages"], check=True,
+                                capture_output=True, text=True).stdout
+        stages_path = self.state_dir / "kwok-stages.yaml"
+        stages_path.write_text(stages)
         self._spawn("kwok", [
+            f"--config={stages_path}",
             f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={render.KWOK_NODE_ANNOTATION}=fake",
             "--manage-nodes-with-label-selector=", "--manage-single-node=",
