@@ -181,20 +181,34 @@ async def test_apiserver_calls_tls_webhook_on_pod_create(cluster: Cluster, names
 
             # The API server picks the configuration up asynchronously.
             await cluster.await_(mutated_on_dry_run, what="the webhook to be in effect")
-            await cluster.aapply(pod_manifest("created", scheduler="default-scheduler",
-                                              labels={"app": "created"}), namespace)
-            created = await cluster.aget("pod", "created", "-n", namespace)
-            annotations = created["metadata"]["annotations"]
-            assert annotations["berth.sh/webhook-test"] == "seen"
+            # A replacement-like pod: made by a ReplicaSet, with generateName and an owner.
+            await cluster.aapply(json.dumps({
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                         "template": {"metadata": {"labels": {"app": "web"}},
+                                      "spec": {"containers": [{"name": "app",
+                                               "image": "registry.k8s.io/pause:3.10"}]}}},
+            }), namespace)
+
+            async def created() -> list[dict[str, Any]]:
+                items = (await cluster.aget("pods", "-n", namespace, "-l", "app=web"))["items"]
+                return [pod for pod in items if pod["metadata"].get("annotations")]
+
+            pod = (await cluster.await_(created, what="the Deployment's pod"))[0]
+            assert pod["metadata"]["annotations"]["berth.sh/webhook-test"] == "seen"
         finally:
             await cluster.akubectl("delete", "mutatingwebhookconfiguration", name, check=False)
 
     review = next(r for r in reviews if not r["request"].get("dryRun"))
     request = review["request"]
+    owner = request["object"]["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "ReplicaSet" and owner["controller"] is True
+    assert request["object"]["metadata"]["generateName"].startswith("web-")
     assert review["apiVersion"] == "admission.k8s.io/v1"
     assert request["operation"] == "CREATE"
     assert request["kind"] == {"group": "", "version": "v1", "kind": "Pod"}
     assert request["namespace"] == namespace
-    # On CREATE the object may carry no name (generateName) and never a UID.
+    # On CREATE a generated pod has no name yet, and no pod has a UID.
     assert "uid" not in request["object"]["metadata"]
+    assert not request["object"]["metadata"].get("name") and not request.get("name")
     record("admission_review_pod_create.json", review)
