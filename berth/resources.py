@@ -1,0 +1,119 @@
+"""Resource quantities and a pod's effective requests: the one place Berth does this math.
+
+A placeholder must hold exactly what the scheduler will charge for the pod it stands in
+for, and the extender must charge pods the same way, so both use `pod_requests`, which
+follows kube-scheduler's rules: init containers run one at a time, restartable init
+containers (sidecars) keep running beside the app, pod overhead is added, and pod-level
+resources, where set, replace the container sum.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+Resources = dict[str, Decimal]
+
+_SUFFIXES: dict[str, Decimal] = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+    "P": Decimal("1e15"), "E": Decimal("1e18"),
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}
+_QUANTITY = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))"  # the number
+    r"(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"  # an exponent or a suffix
+)
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """Parse a Kubernetes quantity ("100m", "4Gi", "1e3", 2) into a Decimal."""
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise ValueError(f"invalid quantity {value!r}")
+    number, exponent, suffix = match.groups()
+    try:
+        base = Decimal(number)
+    except InvalidOperation as error:
+        raise ValueError(f"invalid quantity {value!r}") from error
+    if exponent:
+        return base * Decimal(10) ** int(exponent[1:])
+    return base * _SUFFIXES[suffix or ""]
+
+
+def parse_resources(values: Mapping[str, Any] | None) -> Resources:
+    return {name: parse_quantity(value) for name, value in (values or {}).items()}
+
+
+def add(total: Resources, more: Mapping[str, Decimal]) -> Resources:
+    result = dict(total)
+    for name, value in more.items():
+        result[name] = result.get(name, Decimal(0)) + value
+    return result
+
+
+def subtract(total: Resources, less: Mapping[str, Decimal]) -> Resources:
+    result = dict(total)
+    for name, value in less.items():
+        result[name] = result.get(name, Decimal(0)) - value
+    return result
+
+
+def maximum(first: Resources, second: Mapping[str, Decimal]) -> Resources:
+    result = dict(first)
+    for name, value in second.items():
+        result[name] = max(result.get(name, Decimal(0)), value)
+    return result
+
+
+def fits(requests: Mapping[str, Decimal], free: Mapping[str, Decimal]) -> list[str]:
+    """The resources of `requests` that `free` cannot cover (empty when it fits).
+
+    A resource the node does not list at all counts as zero free, as in the scheduler.
+    """
+    return [name for name, value in requests.items()
+            if value > 0 and value > free.get(name, Decimal(0))]
+
+
+def _requests(container: Mapping[str, Any]) -> Resources:
+    return parse_resources((container.get("resources") or {}).get("requests"))
+
+
+def _sum(containers: Iterable[Mapping[str, Any]]) -> Resources:
+    total: Resources = {}
+    for container in containers:
+        total = add(total, _requests(container))
+    return total
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """What the scheduler charges a node for a pod with this spec."""
+    requests = _sum(spec.get("containers") or [])
+    sidecars: Resources = {}
+    init_peak: Resources = {}
+    for container in spec.get("initContainers") or []:
+        if container.get("restartPolicy") == "Always":
+            requests = add(requests, _requests(container))
+            sidecars = add(sidecars, _requests(container))
+        else:
+            init_peak = maximum(init_peak, add(_requests(container), sidecars))
+    requests = maximum(requests, init_peak)
+    pod_level = parse_resources((spec.get("resources") or {}).get("requests"))
+    requests.update({name: value for name, value in pod_level.items()
+                     if name in {"cpu", "memory", "hugepages-1Gi", "hugepages-2Mi"}})
+    return add(requests, parse_resources(spec.get("overhead")))
+
+
+def format_quantity(name: str, value: Decimal) -> str:
+    """A compact, exact rendering: millicores for CPU, plain integers elsewhere."""
+    if name == "cpu" and value != value.to_integral_value():
+        return f"{(value * 1000).to_integral_value()}m"
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{(value * 1000).to_integral_value()}m"

@@ -1,0 +1,47 @@
+"""The files the local control plane is started with."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from berth.dev import binaries, render
+
+
+def test_kubeconfig_embeds_certificates_and_selects_its_context() -> None:
+    config = render.kubeconfig(server="https://127.0.0.1:6443", ca_pem=b"CA", cert_pem=b"CERT",
+                               key_pem=b"KEY")
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0]["user"]
+    assert cluster["server"] == "https://127.0.0.1:6443"
+    assert base64.b64decode(cluster["certificate-authority-data"]) == b"CA"
+    assert base64.b64decode(user["client-certificate-data"]) == b"CERT"
+    assert config["current-context"] == config["contexts"][0]["name"]
+
+
+def test_scheduler_config_lists_extenders_only_when_given() -> None:
+    plain = render.scheduler_config(kubeconfig_path=Path("/k"))
+    assert "extenders" not in plain
+    assert plain["profiles"] == [{"schedulerName": "default-scheduler"}]
+    extender = {"urlPrefix": "http://127.0.0.1:1", "filterVerb": "filter"}
+    with_extender = render.scheduler_config(kubeconfig_path=Path("/k"), scheduler_name="x",
+                                            extenders=[extender])
+    assert with_extender["extenders"] == [extender]
+    assert with_extender["profiles"] == [{"schedulerName": "x"}]
+    assert with_extender["leaderElection"] == {"leaderElect": False}
+
+
+def test_fake_node_is_managed_by_kwok_with_the_requested_size() -> None:
+    node = render.fake_node(name="node-7", cpu="4", memory="8Gi", pods=20)
+    assert node["metadata"]["annotations"][render.KWOK_NODE_ANNOTATION] == "fake"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-7"
+    assert node["status"]["allocatable"] == {"cpu": "4", "memory": "8Gi", "pods": "20"}
+
+
+def test_kubernetes_version_comes_from_the_kcp_module() -> None:
+    assert binaries.kubernetes_version().startswith("v1.")
+
+
+def test_source_hash_depends_on_the_go_version() -> None:
+    assert binaries.source_hash("go1.26.0") != binaries.source_hash("go1.26.1")
+    assert binaries.source_hash("go1.26.0") == binaries.source_hash("go1.26.0")

@@ -1,0 +1,48 @@
+"""Certificates made by berth.tls chain to their CA and carry the names asked for."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from berth import tls
+
+
+def load(pem: bytes) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem)
+
+
+def test_ca_is_a_ca() -> None:
+    ca = load(tls.make_ca("test-ca").cert_pem)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert ca.subject == ca.issuer
+
+
+@pytest.mark.parametrize(("client", "usage"), [
+    (False, ExtendedKeyUsageOID.SERVER_AUTH),
+    (True, ExtendedKeyUsageOID.CLIENT_AUTH),
+])
+def test_leaf_is_signed_by_ca_with_its_usage(client: bool, usage: x509.ObjectIdentifier) -> None:
+    ca = tls.make_ca()
+    leaf = load(tls.issue(ca, common_name="leaf", client=client, organization="system:masters",
+                          dns_names=("a.example",), ip_addresses=("127.0.0.1",)).cert_pem)
+    leaf.verify_directly_issued_by(load(ca.cert_pem))
+    assert leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value == \
+        x509.ExtendedKeyUsage([usage])
+    assert leaf.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == \
+        "system:masters"
+
+
+def test_serving_set_has_ip_and_dns_sans(tmp_path: Path) -> None:
+    paths = tls.write_serving_set(tmp_path, dns_names=("berth-webhook.berth-system.svc",),
+                                  ip_addresses=("127.0.0.1",))
+    assert [p.name for p in paths] == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    cert = load((tmp_path / "tls.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["berth-webhook.berth-system.svc"]
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert (tmp_path / "tls.key").stat().st_mode & 0o077 == 0
