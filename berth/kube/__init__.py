@@ -1,0 +1,1 @@
+"""Kubernetes access: the API client, informers, leader election and events."""

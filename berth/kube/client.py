@@ -1,0 +1,199 @@
+"""The one way Berth talks to the Kubernetes API: raw JSON dicts over kubernetes_asyncio.
+
+kubernetes_asyncio loads the kubeconfig or the in-cluster service account and owns the
+TLS session; Berth uses only its transport and keeps objects as plain dicts (parsed with
+orjson), so caches hold exactly what the API server sent and no model conversion sits on
+the hot path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kubernetes_asyncio import client, config
+
+Object = dict[str, Any]
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """An API resource: where its objects live."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    def path(self, *, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+PODS = Resource("", "v1", "pods", namespaced=True)
+NODES = Resource("", "v1", "nodes", namespaced=False)
+EVENTS = Resource("", "v1", "events", namespaced=True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", namespaced=True)
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", namespaced=True)
+REPLICASETS = Resource("apps", "v1", "replicasets", namespaced=True)
+DEPLOYMENTS = Resource("apps", "v1", "deployments", namespaced=True)
+STATEFULSETS = Resource("apps", "v1", "statefulsets", namespaced=True)
+PODMIGRATIONJOBS = Resource("scheduling.koordinator.sh", "v1alpha1", "podmigrationjobs",
+                            namespaced=False)
+RESERVATIONS = Resource("scheduling.koordinator.sh", "v1alpha1", "reservations",
+                        namespaced=False)
+
+
+class KubeError(Exception):
+    """A non-2xx answer from the API server, with its Status reason and message."""
+
+    def __init__(self, status: int, body: Mapping[str, Any]) -> None:
+        self.status = status
+        self.reason = str(body.get("reason", ""))
+        self.message = str(body.get("message", body))
+        super().__init__(f"HTTP {status} {self.reason}: {self.message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+class Kube:
+    """An API client. Create with `await Kube.connect(...)`; close with `await kube.close()`."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: Path | None = None) -> Kube:
+        """From a kubeconfig file, else from the in-cluster service account."""
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return cls(client.ApiClient())
+        api = await config.new_client_from_config(
+            config_file=str(kubeconfig) if kubeconfig else None)
+        return cls(api)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                    body: Any = None, content_type: str = "application/json",
+                    timeout: float | None = 30.0) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        return await self.api.call_api(
+            path, method, query_params=[(k, v) for k, v in (query or {}).items()
+                                        if v is not None],
+            header_params=headers, body=body, auth_settings=["BearerToken"],
+            _preload_content=False, _return_http_data_only=True,
+            _request_timeout=timeout)
+
+    async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                      body: Any = None, content_type: str = "application/json") -> Object:
+        try:
+            response = await self._call(method, path, query=query, body=body,
+                                        content_type=content_type)
+        except client.ApiException as error:
+            raise KubeError(error.status or 0, _body(error.body)) from None
+        raw = await response.read()
+        data: Object = orjson.loads(raw) if raw else {}
+        return data
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object:
+        return await self.request("GET", resource.path(namespace=namespace, name=name))
+
+    async def list(self, resource: Resource, *, namespace: str | None = None,
+                   label_selector: str | None = None, field_selector: str | None = None,
+                   limit: int | None = None, continue_: str | None = None) -> Object:
+        return await self.request("GET", resource.path(namespace=namespace), query={
+            "labelSelector": label_selector, "fieldSelector": field_selector,
+            "limit": limit, "continue": continue_})
+
+    async def create(self, resource: Resource, body: Object, *, namespace: str | None = None,
+                     dry_run: bool = False) -> Object:
+        query = {"dryRun": "All"} if dry_run else None
+        return await self.request("POST", resource.path(namespace=namespace), query=query,
+                                  body=body)
+
+    async def patch(self, resource: Resource, name: str, patch: Any, *,
+                    namespace: str | None = None, subresource: str | None = None,
+                    content_type: str = MERGE_PATCH) -> Object:
+        return await self.request(
+            "PATCH", resource.path(namespace=namespace, name=name, subresource=subresource),
+            body=patch, content_type=content_type)
+
+    async def replace_status(self, resource: Resource, obj: Object) -> Object:
+        """PUT the status subresource; the object's resourceVersion makes it conditional."""
+        metadata = obj["metadata"]
+        return await self.request(
+            "PUT", resource.path(namespace=metadata.get("namespace"), name=metadata["name"],
+                                 subresource="status"), body=obj)
+
+    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None,
+                     uid: str | None = None, grace_period_seconds: int | None = None,
+                     options: Mapping[str, Any] | None = None) -> Object:
+        body: Object = {"apiVersion": "v1", "kind": "DeleteOptions", **(options or {})}
+        if uid:
+            body["preconditions"] = {**body.get("preconditions", {}), "uid": uid}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        return await self.request("DELETE", resource.path(namespace=namespace, name=name),
+                                  body=body)
+
+    async def evict(self, namespace: str, name: str, *,
+                    delete_options: Mapping[str, Any] | None = None) -> Object:
+        """The Eviction API: the API server refuses with 429 while a PDB forbids it."""
+        body: Object = {"apiVersion": "policy/v1", "kind": "Eviction",
+                        "metadata": {"name": name, "namespace": namespace}}
+        if delete_options:
+            body["deleteOptions"] = dict(delete_options)
+        return await self.request(
+            "POST", PODS.path(namespace=namespace, name=name, subresource="eviction"), body=body)
+
+    async def watch(self, resource: Resource, *, resource_version: str,
+                    namespace: str | None = None, label_selector: str | None = None,
+                    timeout_seconds: int = 300) -> AsyncIterator[Object]:
+        """Watch events from `resource_version`, bookmarks included, until the server ends."""
+        query = {"watch": "true", "resourceVersion": resource_version,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds,
+                 "labelSelector": label_selector}
+        try:
+            response = await self._call("GET", resource.path(namespace=namespace), query=query,
+                                        timeout=timeout_seconds + 30)
+        except client.ApiException as error:
+            raise KubeError(error.status or 0, _body(error.body)) from None
+        async with response:
+            async for line in response.content:
+                if line.strip():
+                    yield orjson.loads(line)
+
+
+def _body(raw: Any) -> Mapping[str, Any]:
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        return {"message": str(raw)}
+    return data if isinstance(data, dict) else {"message": str(data)}

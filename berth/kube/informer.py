@@ -1,0 +1,169 @@
+"""A list-then-watch cache of one resource, with indexes kept up to date by the watch.
+
+It lists once, then watches from the list's resourceVersion with bookmarks; when the
+watch ends it resumes from the last version it saw, and when the server says that
+version is gone (410) it lists again and tells its handler about every difference, so
+nothing changed while it was away is lost. Objects are the API server's dicts; indexes
+map a key (a node name, an owner UID) to object keys, so a lookup is O(1) whatever the
+size of the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from berth.kube.client import Kube, KubeError, Object, Resource
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, Object], Awaitable[None] | None]
+IndexFunc = Callable[[Object], Iterable[str]]
+
+RETRY_DELAY = 1.0
+
+
+def object_key(obj: Object) -> str:
+    """`namespace/name`, or `name` for a cluster-scoped object."""
+    metadata = obj["metadata"]
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
+
+
+class Informer:
+    """Cache of one resource. Call `run()` as a task; wait on `synced` before reading."""
+
+    def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
+                 label_selector: str | None = None,
+                 indexes: dict[str, IndexFunc] | None = None,
+                 handler: Handler | None = None) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.store: dict[str, Object] = {}
+        self.index_funcs = indexes or {}
+        self.indexes: dict[str, dict[str, set[str]]] = {name: {} for name in self.index_funcs}
+        self.handler = handler
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self.relists = 0
+
+    # ----- reading --------------------------------------------------------------------
+
+    def get(self, key: str) -> Object | None:
+        return self.store.get(key)
+
+    def by_index(self, index: str, value: str) -> list[Object]:
+        return [self.store[key] for key in self.indexes[index].get(value, ())]
+
+    def values(self) -> list[Object]:
+        return list(self.store.values())
+
+    # ----- keeping up to date ---------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if not self.resource_version:
+                    await self._relist()
+                await self._watch()
+            except asyncio.CancelledError:
+                raise
+            except KubeError as error:
+                if error.gone:
+                    log.info("watch of %s expired (%s); relisting", self.resource.plural, error)
+                    self.resource_version = ""
+                    continue
+                log.warning("watch of %s failed: %s", self.resource.plural, error)
+                await asyncio.sleep(RETRY_DELAY)
+            except Exception as error:  # the connection dropped, a proxy timed out, ...
+                log.warning("watch of %s interrupted: %r", self.resource.plural, error)
+                await asyncio.sleep(RETRY_DELAY)
+
+    async def _relist(self) -> None:
+        items: dict[str, Object] = {}
+        continue_token: str | None = None
+        while True:
+            page = await self.kube.list(self.resource, namespace=self.namespace,
+                                        label_selector=self.label_selector, limit=500,
+                                        continue_=continue_token)
+            kind = page.get("kind", "").removesuffix("List")
+            for item in page.get("items", []):
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", page.get("apiVersion"))
+                items[object_key(item)] = item
+            continue_token = page.get("metadata", {}).get("continue")
+            if not continue_token:
+                break
+        self.relists += 1
+        for key in list(self.store):
+            if key not in items:
+                await self._apply("DELETED", self.store[key])
+        for item in items.values():
+            old = self.store.get(object_key(item))
+            if old is None or old["metadata"].get("resourceVersion") != \
+                    item["metadata"].get("resourceVersion"):
+                await self._apply("MODIFIED" if old else "ADDED", item)
+        self.resource_version = page.get("metadata", {}).get("resourceVersion", "")
+        self.synced.set()
+
+    async def _watch(self) -> None:
+        async for event in self.kube.watch(self.resource, resource_version=self.resource_version,
+                                           namespace=self.namespace,
+                                           label_selector=self.label_selector):
+            kind, obj = event.get("type"), event.get("object", {})
+            if kind == "ERROR":
+                raise KubeError(int(obj.get("code", 500)), obj)
+            if kind == "BOOKMARK":
+                self.resource_version = obj["metadata"]["resourceVersion"]
+                continue
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                await self._apply(kind, obj)
+                self.resource_version = obj["metadata"]["resourceVersion"]
+
+    async def _apply(self, kind: str, obj: Object) -> None:
+        key = object_key(obj)
+        old = self.store.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        if kind == "DELETED":
+            self.store.pop(key, None)
+        else:
+            self.store[key] = obj
+            self._index(key, obj)
+        if self.handler is not None:
+            result = self.handler(kind, obj)
+            if result is not None:
+                await result
+
+    def _index(self, key: str, obj: Object) -> None:
+        for name, func in self.index_funcs.items():
+            for value in func(obj):
+                self.indexes[name].setdefault(value, set()).add(key)
+
+    def _unindex(self, key: str, obj: Object) -> None:
+        for name, func in self.index_funcs.items():
+            for value in func(obj):
+                keys = self.indexes[name].get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self.indexes[name][value]
+
+
+def pod_node(pod: Object) -> list[str]:
+    """Index function: the node a pod is bound to."""
+    node = pod.get("spec", {}).get("nodeName")
+    return [node] if node else []
+
+
+def owner_uids(obj: Object) -> list[str]:
+    """Index function: the UIDs of an object's owners."""
+    return [ref["uid"] for ref in obj.get("metadata", {}).get("ownerReferences") or []]
+
+
+def labels_of(obj: Object) -> dict[str, Any]:
+    return obj.get("metadata", {}).get("labels") or {}
