@@ -26,7 +26,7 @@ import yaml
 
 from berth import tls
 from berth.dev import render
-from berth.dev.binaries import Binaries, ensure_binaries
+from berth.dev.binaries import REPO, Binaries, ensure_binaries
 
 SERVICE_CIDR = "10.96.0.0/16"
 START_TIMEOUT = 90.0
@@ -148,6 +148,7 @@ class LocalCluster:
             self.start_scheduler(name="kube-scheduler", extenders=spec.extenders)
             self._start_kwok()
             self._create_nodes(spec)
+            self._install_crds()
         except BaseException:
             self.down()
             raise
@@ -327,6 +328,13 @@ class LocalCluster:
         wait_until(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",
                                         check=False).returncode == 0,
                    what="the default ServiceAccount")
+
+    def _install_crds(self) -> None:
+        """Berth's own API: the PodMigrationJob and Reservation CRDs from manifests/crds."""
+        crds = REPO / "manifests" / "crds"
+        self.kubectl("apply", "--server-side", "-k", str(crds))
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all",
+                     f"--timeout={START_TIMEOUT:.0f}s")
 
     # ----- use ------------------------------------------------------------------------
 
