@@ -1,0 +1,32 @@
+"""Annotation, label and scheduling-gate names that Berth reads or writes on pods.
+
+Keys under `scheduling.koordinator.sh/` and `descheduler.alpha.kubernetes.io/` keep the
+meaning they have in the PodMigrationJob design, so pods annotated for it behave the same
+under Berth. Keys that only Berth needs live under `berth.sh/`.
+"""
+
+from typing import Final
+
+EVICTION_COST: Final = "scheduling.koordinator.sh/eviction-cost"
+"""Pod annotation, an int32: pods with a lower cost migrate first; unset means 0."""
+
+EVICTION_COST_NEVER: Final = 2**31 - 1
+"""The eviction cost (MaxInt32) that exempts a pod from migration."""
+
+SOFT_EVICTION: Final = "scheduling.koordinator.sh/soft-eviction"
+"""Pod annotation the SoftEviction policy sets instead of deleting the pod."""
+
+RESERVATION_ALLOCATED: Final = "scheduling.koordinator.sh/reservation-allocated"
+"""Pod annotation naming the Reservation a pod is bound to, as `{"name": ..., "uid": ...}`."""
+
+DESCHEDULER_EVICT: Final = "descheduler.alpha.kubernetes.io/evict"
+"""Pod annotation that lets a pod bypass the retryable arbitration limits."""
+
+RESERVATION_GATE: Final = "berth.sh/reservation"
+"""Scheduling gate that holds a replacement pod until its Reservation's capacity is free."""
+
+RESERVATION_LABEL: Final = "berth.sh/reservation"
+"""Label on a placeholder pod; the value is the name of the Reservation it holds capacity for."""
+
+CLAIM: Final = "berth.sh/claim"
+"""Annotation the webhook writes on a Reservation and on the replacement pod that claimed it."""

@@ -1,0 +1,201 @@
+"""PodMigrationJob: a request to move one pod, carried out by the controller.
+
+The API is the PodMigrationJob design field for field, so the YAML of its documentation
+works unchanged. Berth adds the condition type BoundPodReady and the last four reasons of
+`PodMigrationJobReason`. A job is Pending until arbitration admits it, Running while it
+reserves, evicts and waits for the replacement, and then Succeeded, Failed or Aborted for
+good. Success is spelled `Succeeded`; the design text's older `Succeed` is not accepted.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from berth.api.duration import Duration
+from berth.api.meta import (
+    LIST_MAP_BY_TYPE,
+    ApiModel,
+    Condition,
+    KubeObject,
+    ObjectReference,
+    Rule,
+    cel,
+    duration_rules,
+)
+from berth.api.reservation import ReservationTemplateSpec
+
+
+class PodMigrationJobMode(StrEnum):
+    RESERVATION_FIRST = "ReservationFirst"
+    """Reserve capacity elsewhere, then evict: the replacement is sure of a place."""
+    EVICT_DIRECTLY = "EvictDirectly"
+    """Evict at once; the replacement takes its chances with the scheduler."""
+
+
+class PodMigrationJobPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    ABORTED = "Aborted"
+
+
+TERMINAL_PHASES = frozenset(
+    {PodMigrationJobPhase.SUCCEEDED, PodMigrationJobPhase.FAILED, PodMigrationJobPhase.ABORTED}
+)
+"""Phases a job never leaves."""
+
+
+class PodMigrationJobConditionType(StrEnum):
+    RESERVATION_CREATED = "ReservationCreated"
+    RESERVATION_SCHEDULED = "ReservationScheduled"
+    PREEMPTION = "Preemption"
+    EVICTION = "Eviction"
+    POD_SCHEDULED = "PodScheduled"
+    POD_BOUND_RESERVATION = "PodBoundReservation"
+    RESERVATION_BOUND = "ReservationBound"
+    BOUND_POD_READY = "BoundPodReady"
+
+
+class PodMigrationJobReason(StrEnum):
+    TIMEOUT = "Timeout"
+    FAILED_CREATE_RESERVATION = "FailedCreateReservation"
+    UNSCHEDULABLE = "Unschedulable"
+    MISSING_POD = "MissingPod"
+    MISSING_RESERVATION = "MissingReservation"
+    PREEMPTING = "Preempting"
+    PREEMPT_COMPLETE = "PreemptComplete"
+    EVICTING = "Evicting"
+    FAILED_EVICT = "FailedEvict"
+    EVICT_COMPLETE = "EvictComplete"
+    WAIT_FOR_POD_BIND_RESERVATION = "WaitForPodBindReservation"
+    WAIT_FOR_BOUND_POD_READY = "WaitForBoundPodReady"
+    RESERVATION_EXPIRED = "ReservationExpired"
+    FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
+    BLOCKED_BY_PDB = "BlockedByPDB"
+
+
+class PodMigrationJobPreemptionOptions(ApiModel):
+    """Reserved for preemption settings; it has no fields yet."""
+
+
+def _required(reference: str, field: str) -> Rule:
+    """A rule on the object reference `reference` that its `field` is set and not empty."""
+    # CEL reaches a property named like a CEL keyword (namespace) as __namespace__.
+    name = "__namespace__" if field == "namespace" else field
+    return Rule(
+        f"has(self.{name}) && self.{name} != ''",
+        f"{reference}.{field} is required",
+        field_path=f".{field}",
+        reason="FieldValueRequired",
+    )
+
+
+class PodMigrateReservationOptions(ApiModel):
+    """How the capacity for the migrated pod is reserved."""
+
+    reservation_ref: ObjectReference | None = Field(
+        default=None, json_schema_extra=cel(_required("reservationRef", "name"))
+    )
+    """An existing Reservation to use; when unset, the controller creates one and records
+    it here."""
+    template: ReservationTemplateSpec | None = None
+    """Additions to the Reservation the controller creates from the pod."""
+    preemption_options: PodMigrationJobPreemptionOptions | None = None
+    """Reserved for preemption settings."""
+
+
+class PodMigrationJobSpec(ApiModel):
+    """Which pod to move and how."""
+
+    paused: bool = False
+    """While true the controller leaves the job alone; the ttl still runs."""
+    ttl: Duration | None = Field(default=None, json_schema_extra=cel(*duration_rules("ttl")))
+    """How long the job may take, as a Go duration such as 5m."""
+    mode: PodMigrationJobMode = Field(
+        default=PodMigrationJobMode.RESERVATION_FIRST,
+        json_schema_extra=cel(Rule("self == oldSelf", "mode is immutable")),
+    )
+    """ReservationFirst or EvictDirectly."""
+    pod_ref: ObjectReference = Field(
+        json_schema_extra=cel(
+            _required("podRef", "name"),
+            _required("podRef", "namespace"),
+            Rule("self == oldSelf", "podRef is immutable"),
+        )
+    )
+    """The pod to migrate, by namespace and name."""
+    reservation_options: PodMigrateReservationOptions | None = None
+    """How the capacity for the pod is reserved."""
+    delete_options: KubeObject | None = None
+    """Delete options for evicting the pod, such as gracePeriodSeconds."""
+
+
+class PodMigrationJobPreemptedReservation(ApiModel):
+    """A Reservation made for a pod that the migration preempted."""
+
+    namespace: str | None = None
+    """Namespace of the Reservation."""
+    name: str | None = None
+    """Name of the Reservation."""
+    node_name: str | None = None
+    """Node the Reservation was scheduled to."""
+    phase: str | None = None
+    """Phase of the Reservation."""
+    preempted_pod_ref: ObjectReference | None = None
+    """The preempted pod."""
+    pods_ref: list[ObjectReference] | None = None
+    """Pods created after the preemption."""
+
+
+_TERMINAL = ", ".join(f"'{phase}'" for phase in sorted(TERMINAL_PHASES))
+
+
+class PodMigrationJobStatus(ApiModel):
+    """Where the job stands, written by the controller (or by a user aborting it)."""
+
+    phase: PodMigrationJobPhase = Field(
+        default=PodMigrationJobPhase.PENDING,
+        json_schema_extra=cel(
+            Rule(
+                f"!(oldSelf in [{_TERMINAL}]) || self == oldSelf",
+                "phase cannot change once it is Succeeded, Failed or Aborted",
+            )
+        ),
+    )
+    """Pending, Running, Succeeded, Failed or Aborted; set Failed or Aborted to abort."""
+    status: str | None = None
+    """The step the job is at, e.g. ReservationCreated or Complete."""
+    reason: str | None = None
+    """Why the job is in this state, one CamelCase word."""
+    message: str | None = None
+    """Why the job is in this state, for humans."""
+    conditions: list[Condition[PodMigrationJobConditionType]] | None = Field(
+        default=None, json_schema_extra=LIST_MAP_BY_TYPE
+    )
+    """What happened so far, one entry per condition type."""
+    node_name: str | None = None
+    """Node the replacement pod was placed on."""
+    pod_ref: ObjectReference | None = None
+    """The replacement pod."""
+    preempted_pods_ref: list[ObjectReference] | None = None
+    """Pods preempted to make room."""
+    preempted_pods_reservation: list[PodMigrationJobPreemptedReservation] | None = None
+    """Reservations made for the preempted pods."""
+
+
+class PodMigrationJob(ApiModel):
+    """A request to move one pod to another node safely."""
+
+    api_version: Literal["scheduling.koordinator.sh/v1alpha1"] = (
+        "scheduling.koordinator.sh/v1alpha1"
+    )
+    kind: Literal["PodMigrationJob"] = "PodMigrationJob"
+    metadata: KubeObject = Field(default_factory=dict)
+    spec: PodMigrationJobSpec
+    """Which pod to move and how."""
+    status: PodMigrationJobStatus = Field(default_factory=PodMigrationJobStatus)
+    """Written by the controller."""

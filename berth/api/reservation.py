@@ -1,0 +1,163 @@
+"""Reservation: capacity held on one node for a pod that does not exist yet.
+
+Berth makes a Reservation real capacity that kube-scheduler already accounts for: the
+controller runs a placeholder pod built from `spec.template`, and hands its place to the
+first replacement pod matching `spec.owners`. The API is the one of the PodMigrationJob
+design, reduced to the fields Berth acts on.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import AwareDatetime, ConfigDict, Field
+
+from berth.api.duration import Duration
+from berth.api.meta import (
+    LIST_MAP_BY_TYPE,
+    ApiModel,
+    Condition,
+    KubeObject,
+    LabelSelector,
+    ObjectReference,
+    Rule,
+    cel,
+    duration_rules,
+)
+
+
+class ReservationPhase(StrEnum):
+    PENDING = "Pending"
+    """Waiting for its placeholder to be scheduled."""
+    AVAILABLE = "Available"
+    """Holding capacity on `status.nodeName`."""
+    SUCCEEDED = "Succeeded"
+    """Its capacity went to an owner."""
+    FAILED = "Failed"
+    """Expired or released before an owner used it."""
+
+
+class ReservationConditionType(StrEnum):
+    SCHEDULED = "Scheduled"
+    READY = "Ready"
+
+
+class ControllerReference(ApiModel):
+    """An owner reference to a workload controller, with the namespace it lives in."""
+
+    api_version: str
+    """API version of the controller."""
+    kind: str
+    """Kind of the controller, e.g. ReplicaSet."""
+    name: str
+    """Name of the controller."""
+    uid: str
+    """UID of the controller."""
+    controller: bool | None = None
+    """Whether the reference is the managing controller."""
+    block_owner_deletion: bool | None = None
+    """As in an owner reference."""
+    namespace: str | None = None
+    """Namespace of the controller."""
+
+
+class ReservationOwner(ApiModel):
+    """Which pods may use a Reservation; every selector that is set must match."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            Rule(
+                "has(self.object) || has(self.controller) || has(self.labelSelector)",
+                "each of owners needs object, controller or labelSelector",
+            ),
+        )
+    )
+
+    object: ObjectReference | None = None
+    """One specific pod."""
+    controller: ControllerReference | None = None
+    """Pods of this controller."""
+    label_selector: LabelSelector | None = None
+    """Pods with these labels."""
+
+
+class ReservationSpec(ApiModel):
+    """What to reserve, for whom, and for how long."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            Rule(
+                "!(has(self.ttl) && has(self.expires))",
+                "set ttl or expires, not both",
+                field_path=".expires",
+                reason="FieldValueForbidden",
+            ),
+        )
+    )
+
+    template: KubeObject | None = None
+    """Pod template whose scheduling constraints and requests the placeholder copies."""
+    owners: list[ReservationOwner] | None = None
+    """Pods allowed to use the reserved capacity; any one of the entries may match."""
+    ttl: Duration | None = Field(default=None, json_schema_extra=cel(*duration_rules("ttl")))
+    """How long the Reservation lives after creation, as a Go duration."""
+    expires: AwareDatetime | None = None
+    """When the Reservation expires; the alternative to ttl."""
+    allocate_once: bool = True
+    """Whether the capacity goes to one pod only."""
+
+
+class ReservationStatus(ApiModel):
+    """Where the Reservation stands, as the controller last observed it."""
+
+    phase: ReservationPhase = ReservationPhase.PENDING
+    """Pending, Available, Succeeded or Failed."""
+    node_name: str | None = None
+    """Node the capacity is held on."""
+    conditions: list[Condition[ReservationConditionType]] | None = Field(
+        default=None, json_schema_extra=LIST_MAP_BY_TYPE
+    )
+    """Scheduled and Ready."""
+    current_owners: list[ObjectReference] | None = None
+    """Pods that hold the capacity now."""
+    allocatable: dict[str, str] | None = None
+    """Resources held, as quantities."""
+
+
+class ReservationTemplateSpec(ApiModel):
+    """Metadata and spec for a Reservation that a PodMigrationJob creates."""
+
+    metadata: KubeObject | None = None
+    """Labels and annotations for the Reservation."""
+    spec: ReservationSpec | None = None
+    """Merged with what the controller derives from the pod being migrated."""
+
+
+class Reservation(ApiModel):
+    """Capacity on one node, held for the pods named by its owners."""
+
+    api_version: Literal["scheduling.koordinator.sh/v1alpha1"] = (
+        "scheduling.koordinator.sh/v1alpha1"
+    )
+    kind: Literal["Reservation"] = "Reservation"
+    metadata: KubeObject = Field(default_factory=dict)
+    spec: ReservationSpec = Field(
+        json_schema_extra=cel(
+            Rule(
+                "has(self.template)",
+                "template is required",
+                field_path=".template",
+                reason="FieldValueRequired",
+            ),
+            Rule(
+                "has(self.owners) && size(self.owners) > 0",
+                "owners must list at least one owner",
+                field_path=".owners",
+                reason="FieldValueRequired",
+            ),
+        )
+    )
+    """What to reserve and for whom."""
+    status: ReservationStatus = Field(default_factory=ReservationStatus)
+    """Written by the controller."""

@@ -1,0 +1,281 @@
+"""MigrationControllerArgs: the controller's configuration, and loading it from a file.
+
+The keys, their camelCase names and their defaults are those of the MigrationController
+(the table of its documentation and the Go struct of the PodMigrationJob design), so an
+existing `args:` block works as it is. One default differs: `schedulerNames` is
+`["default-scheduler"]`, because Berth reserves capacity through the stock kube-scheduler.
+A bad file stops the controller at start with one line per problem, each naming the file
+and the key, instead of surfacing later as a surprising migration.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
+
+from berth.api import Duration, LabelSelector, PodMigrationJobMode, format_duration
+
+KIND = "MigrationControllerArgs"
+API_VERSION = "descheduler/v1alpha2"
+
+
+class ConfigError(Exception):
+    """The controller's configuration file cannot be used; the message says why."""
+
+
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"must be longer than 0s, got {format_duration(value)}")
+    return value
+
+
+PositiveDuration = Annotated[Duration, AfterValidator(_positive)]
+
+
+def _int_or_percent(value: object) -> int | str:
+    """An IntOrString as the Kubernetes API uses it: a count (5) or a percentage ("10%")."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
+        return value
+    raise ValueError(f"{value!r} is neither a non-negative integer nor a percentage like 10%")
+
+
+IntOrPercent = Annotated[int | str, PlainValidator(_int_or_percent)]
+
+
+def _rate(value: object) -> float:
+    """A rate per second, written as a number or, as in the Go args, a numeric string."""
+    if not isinstance(value, bool) and isinstance(value, int | float | str):
+        try:
+            rate = float(value)
+        except ValueError:
+            pass
+        else:
+            if rate >= 0:
+                return rate
+    raise ValueError(f"{value!r} is not a non-negative number of operations per second")
+
+
+Rate = Annotated[float, PlainValidator(_rate)]
+
+
+class EvictionPolicy(StrEnum):
+    EVICTION = "Eviction"
+    """The Eviction API, which honours PodDisruptionBudgets."""
+    DELETE = "Delete"
+    """A plain delete."""
+    SOFT_EVICTION = "SoftEviction"
+    """Only annotate the pod (`scheduling.koordinator.sh/soft-eviction`); someone else evicts."""
+
+
+class ObjectLimiterKind(StrEnum):
+    WORKLOAD = "workload"
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class ArbitrationArgs(_Args):
+    enabled: StrictBool = True
+    """Whether pending jobs go through arbitration before they start."""
+    interval: PositiveDuration = timedelta(milliseconds=500)
+    """How often arbitration runs."""
+
+
+class ObjectLimiter(_Args):
+    duration: PositiveDuration
+    """The sliding window."""
+    max_migrating: IntOrPercent
+    """How many of a workload's pods may start migrating within one window."""
+
+
+class Namespaces(_Args):
+    include: list[str] | None = None
+    """Only these namespaces; checked before exclude."""
+    exclude: list[str] | None = None
+    """Never these namespaces."""
+
+
+class PriorityThreshold(_Args):
+    value: StrictInt | None = None
+    """Only pods with a priority below this value migrate."""
+    name: str | None = None
+    """Only pods with a priority below this PriorityClass's migrate."""
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Self:
+        if self.value is not None and self.name is not None:
+            raise ValueError("set value or name, not both")
+        return self
+
+
+class MigrationControllerArgs(_Args):
+    """How the controller arbitrates and runs PodMigrationJobs."""
+
+    dry_run: StrictBool = False
+    """Run the whole migration logic but create no Reservation and evict no pod."""
+    max_concurrent_reconciles: StrictInt = Field(default=1, ge=1)
+    """How many jobs are reconciled at once."""
+    evict_failed_bare_pods: StrictBool = False
+    """Allow migrating failed pods that have no owner."""
+    evict_local_storage_pods: StrictBool = False
+    """Allow migrating pods that use local storage."""
+    evict_system_critical_pods: StrictBool = False
+    """Allow migrating pods of any priority, system-critical ones included."""
+    ignore_pvc_pods: StrictBool = False
+    """Never migrate pods that use PersistentVolumeClaims."""
+    label_selector: LabelSelector | None = None
+    """Only pods matching this selector migrate."""
+    priority_threshold: PriorityThreshold | None = None
+    """Only pods below this priority migrate."""
+    namespaces: Namespaces | None = None
+    """Namespaces whose pods may migrate."""
+    node_fit: StrictBool = False
+    """Only migrate a pod if another node fits it (affinity, taints, resources)."""
+    node_selector: str | None = None
+    """Only consider nodes matching this label selector, e.g. `pool=general`."""
+    max_migrating_per_node: StrictInt = Field(default=2, ge=0)
+    """Jobs running at once per source node; 0 means no limit."""
+    max_migrating_per_namespace: StrictInt = Field(default=0, ge=0)
+    """Jobs running at once per namespace; 0 means no limit."""
+    max_migrating_per_workload: IntOrPercent = 0
+    """Jobs running at once per workload, a count or a percentage of its replicas. 0 means
+    by workload size: 10% above 10 replicas, 2 from 4 to 10 replicas, 1 below 4."""
+    max_unavailable_per_workload: IntOrPercent = 0
+    """Pods of a workload that may be unavailable (not ready or migrating) at once; 0 means by
+    workload size, as for maxMigratingPerWorkload."""
+    skip_check_expected_replicas: StrictBool = False
+    """When false, a job is kept back if the workload limits are not below the workload's
+    expected replicas; in particular a 1-replica workload cannot be migrated. Berth applies
+    that rule to EvictDirectly jobs only: a ReservationFirst job guarantees the replacement a
+    place before the pod goes, so a 1-replica workload (as in the quick start) migrates by
+    default; maxUnavailablePerWorkload still applies."""
+    object_limiters: dict[ObjectLimiterKind, ObjectLimiter] | None = None
+    """Rate limits per object, e.g. at most maxMigrating pods of one workload per duration."""
+    default_job_mode: PodMigrationJobMode = PodMigrationJobMode.RESERVATION_FIRST
+    """Mode of the jobs the controller itself creates."""
+    default_job_ttl: PositiveDuration = Field(default=timedelta(minutes=5), alias="defaultJobTTL")
+    """TTL of the jobs the controller itself creates."""
+    scheduler_names: list[str] = Field(default_factory=lambda: ["default-scheduler"])
+    """Schedulers that place Reservations; a ReservationFirst job may only migrate pods
+    scheduled by one of them."""
+    evict_qps: Rate = Field(default=10.0, alias="evictQPS")
+    """Evictions per second, across the cluster; 0 means no limit."""
+    evict_burst: StrictInt = Field(default=1, ge=1)
+    """The most evictions let through at once (the token bucket's size)."""
+    eviction_policy: EvictionPolicy = EvictionPolicy.EVICTION
+    """How a pod is removed: Eviction, Delete or SoftEviction."""
+    default_delete_options: dict[str, Any] | None = None
+    """Delete options for evictions when a job sets none (meta v1 DeleteOptions)."""
+    arbitration_args: ArbitrationArgs = Field(default_factory=ArbitrationArgs)
+    """Arbitration of pending jobs."""
+    flow_control_qps: Rate | None = Field(default=None, alias="flowControlQPS")
+    """Jobs admitted per second by arbitration; unset means no limit."""
+    flow_control_burst: StrictInt | None = Field(default=None, ge=1)
+    """The most jobs admitted at once (the token bucket's size)."""
+
+
+def load_args(path: Path) -> MigrationControllerArgs:
+    """Read MigrationControllerArgs from a YAML file; an empty file gives the defaults.
+
+    The file holds the args mapping, optionally with `apiVersion: descheduler/v1alpha2` and
+    `kind: MigrationControllerArgs` as in a descheduler profile's `pluginConfig`.
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of {KIND} keys, got {type(data).__name__}")
+    problems = []
+    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if key in data and data.pop(key) != expected:
+            problems.append(f"{key}: must be {expected} when set")
+    try:
+        args = MigrationControllerArgs.model_validate(data, by_alias=True, by_name=False)
+    except ValidationError as error:
+        problems += [_describe(detail) for detail in error.errors()]
+    if problems:
+        raise ConfigError("\n".join(f"{path}: {problem}" for problem in problems))
+    return args
+
+
+def _describe(error: ErrorDetails) -> str:
+    """`key.path: problem` for one validation error."""
+    loc = error["loc"]
+    if loc and loc[-1] == "[key]":  # a dict key was rejected, e.g. objectLimiters.<key>
+        return f"{_key_path(loc[:-1])}: not a valid key here; {_lower(error['msg'])}"
+    path = _key_path(loc)
+    if error["type"] == "extra_forbidden":
+        known = _keys_at(loc[:-1])
+        hint = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        return f"{path}: unknown key" + (f" (did you mean {hint[0]}?)" if hint else "")
+    if error["type"] == "missing":
+        return f"{path}: required key is missing"
+    if error["type"] == "value_error":
+        return f"{path}: {error['ctx']['error']}"
+    return f"{path}: {_lower(error['msg'])}, got {error['input']!r}"
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path.lstrip(".") or "(top level)"
+
+
+def _lower(message: str) -> str:
+    return message[:1].lower() + message[1:]
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the mapping at `loc` accepts, for did-you-mean hints."""
+    model: type[BaseModel] | None = MigrationControllerArgs
+    for part in loc:
+        if model is None:
+            return []
+        field = next((f for f in model.model_fields.values() if f.alias == part), None)
+        if field is not None:
+            model = _model_in(field.annotation)
+        # otherwise `part` is a list index or a dict key: the model stays the element's
+    return [f.alias or name for name, f in model.model_fields.items()] if model else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, looking through Optional, list and dict."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, map(_model_in, typing.get_args(annotation))), None)
