@@ -30,3 +30,14 @@ RESERVATION_LABEL: Final = "berth.sh/reservation"
 
 CLAIM: Final = "berth.sh/claim"
 """Annotation the webhook writes on a Reservation and on the replacement pod that claimed it."""
+
+CONSUMABLE: Final = "berth.sh/consumable"
+"""Reservation annotation, "true" once the pod it was made for is being evicted: from then
+on (and not before) a replacement pod may claim it."""
+
+WORKLOAD: Final = "berth.sh/workload"
+"""Reservation annotation: UID of the top-level workload (e.g. the Deployment) of the pod it
+was made for, so a replacement from a new ReplicaSet of a rollout also matches."""
+
+JOB: Final = "berth.sh/job"
+"""Reservation annotation: the name of the PodMigrationJob that created it."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 from berth.kube.client import Kube, KubeError, Object, Resource
 
@@ -164,6 +163,3 @@ def owner_uids(obj: Object) -> list[str]:
     """Index function: the UIDs of an object's owners."""
     return [ref["uid"] for ref in obj.get("metadata", {}).get("ownerReferences") or []]
 
-
-def labels_of(obj: Object) -> dict[str, Any]:
-    return obj.get("metadata", {}).get("labels") or {}

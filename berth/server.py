@@ -1,0 +1,51 @@
+"""Serving an aiohttp app: HTTPS when given a certificate, with the health endpoints.
+
+The webhook and the extender are both thin aiohttp apps; this is the one place that
+decides how they listen, so TLS and readiness behave the same for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+Readiness = Callable[[], bool]
+
+
+def tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+def add_health(app: web.Application, ready: Readiness) -> None:
+    """`/healthz` answers while the process serves; `/readyz` once `ready()` says so."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="caches not synced")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+
+async def serve(app: web.Application, *, host: str, port: int,
+                cert_file: Path | None = None, key_file: Path | None = None) -> None:
+    """Serve until cancelled."""
+    context = tls_context(cert_file, key_file) if cert_file and key_file else None
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=context).start()
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
