@@ -198,6 +198,8 @@ class MigrationControllerArgs(_Args):
     """Delete options for evictions when a job sets none (meta v1 DeleteOptions)."""
     arbitration_args: ArbitrationArgs = Field(default_factory=ArbitrationArgs)
     """Arbitration of pending jobs."""
+    placeholder_image: str = "registry.k8s.io/pause:3.10"
+    """Berth's own key: the image of the placeholder pods that hold reserved capacity."""
     flow_control_qps: Rate | None = Field(default=None, alias="flowControlQPS")
     """Jobs admitted per second by arbitration; unset means no limit."""
     flow_control_burst: StrictInt | None = Field(default=None, ge=1)
