@@ -7,6 +7,8 @@ printed as one line naming the problem, with exit code 1, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +16,10 @@ from pathlib import Path
 from berth import tls
 from berth.dev.binaries import BuildError, ensure_binaries
 from berth.dev.cluster import ClusterError, ClusterSpec, LocalCluster
+from berth.settings import ConfigError
 
 Handler = Callable[[argparse.Namespace], int]
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _dev_up(args: argparse.Namespace) -> int:
@@ -85,6 +89,15 @@ def _crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _controller(args: argparse.Namespace) -> int:
+    from controller.app import run
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    asyncio.run(run(kubeconfig=args.kubeconfig, config=args.config,
+                    lease_namespace=args.lease_namespace, health_port=args.health_port))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="berth", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -118,6 +131,17 @@ def parser() -> argparse.ArgumentParser:
     certs.add_argument("--ip", action="append", default=[], help="an IP address (repeatable)")
     certs.set_defaults(handler=_certs)
 
+    controller = commands.add_parser("controller", help="run the PodMigrationJob controller")
+    controller.add_argument("--kubeconfig", type=Path, default=None,
+                            help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    controller.add_argument("--config", type=Path, default=None,
+                            help="MigrationControllerArgs YAML (default: all defaults)")
+    controller.add_argument("--lease-namespace", default="berth-system",
+                            help="namespace of the leader-election Lease (default berth-system)")
+    controller.add_argument("--health-port", type=int, default=8080,
+                            help="port of /healthz and /readyz (default 8080)")
+    controller.set_defaults(handler=_controller)
+
     crds = commands.add_parser("crds", help="write the CRDs generated from the API models")
     crds.add_argument("--out", type=Path, default=Path("manifests/crds"),
                       help="directory (default manifests/crds)")
@@ -130,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (ClusterError, BuildError, ValueError) as error:
+    except (ClusterError, BuildError, ConfigError, ValueError) as error:
         print(f"berth: {error}", file=sys.stderr)
         return 1
 

@@ -41,3 +41,10 @@ was made for, so a replacement from a new ReplicaSet of a rollout also matches."
 
 JOB: Final = "berth.sh/job"
 """Reservation annotation: the name of the PodMigrationJob that created it."""
+
+POD_UID: Final = "berth.sh/pod-uid"
+"""PodMigrationJob annotation: UID of the pod when the job started, so that a new pod of
+the same name (a StatefulSet's) is recognised as a replacement, not the original."""
+
+SOURCE_NODE: Final = "berth.sh/source-node"
+"""PodMigrationJob annotation: the node the pod ran on when the job started."""

@@ -14,6 +14,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +30,7 @@ from berth.dev import render
 from berth.dev.binaries import REPO, Binaries, ensure_binaries
 
 SERVICE_CIDR = "10.96.0.0/16"
+BERTH_NAMESPACE = "berth-system"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 10.0
 
@@ -46,6 +48,8 @@ class ClusterSpec:
     node_memory: str = "16Gi"
     node_pods: int = 110
     extenders: list[dict[str, Any]] = field(default_factory=list)
+    berth: bool = True
+    """Also run Berth's own components against the cluster."""
 
 
 @dataclass
@@ -149,6 +153,8 @@ class LocalCluster:
             self._start_kwok()
             self._create_nodes(spec)
             self._install_crds()
+            if spec.berth:
+                self.start_controller(name="berth-controller")
         except BaseException:
             self.down()
             raise
@@ -180,10 +186,11 @@ class LocalCluster:
         self._admin = admin
 
     def _spawn(self, name: str, args: list[str], *, port: int, health_url: str,
-               binary: Path | None = None) -> Component:
+               command: list[str] | None = None) -> Component:
+        """Start `kcp <args>` (or `command + args`) and wait until it is healthy."""
         assert self.binaries is not None
         log = self.logs / f"{name}.log"
-        command = [str(binary or self.binaries.kcp), *args]
+        command = [*(command or [str(self.binaries.kcp)]), *args]
         env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
         with log.open("ab") as out:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
@@ -313,7 +320,8 @@ class LocalCluster:
             "--manage-nodes-with-label-selector=", "--manage-single-node=",
             "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{port}",
-        ], port=port, health_url=f"http://127.0.0.1:{port}/healthz", binary=self.binaries.kwok)
+        ], port=port, health_url=f"http://127.0.0.1:{port}/healthz",
+           command=[str(self.binaries.kwok)])
 
     def _create_nodes(self, spec: ClusterSpec) -> None:
         nodes = [render.fake_node(name=f"node-{index}", cpu=spec.node_cpu,
@@ -335,6 +343,16 @@ class LocalCluster:
         self.kubectl("apply", "--server-side", "-k", str(crds))
         self.kubectl("wait", "--for=condition=Established", "crd", "--all",
                      f"--timeout={START_TIMEOUT:.0f}s")
+
+    def start_controller(self, *, name: str) -> Component:
+        """Run `berth controller` against this cluster (more than one may run: they elect)."""
+        self.kubectl("create", "namespace", BERTH_NAMESPACE, check=False)
+        port = free_port()
+        return self._spawn(name, [
+            "controller", f"--kubeconfig={self.kubeconfig}",
+            f"--lease-namespace={BERTH_NAMESPACE}", f"--health-port={port}",
+        ], port=port, health_url=f"http://127.0.0.1:{port}/healthz",
+            command=[sys.executable, "-m", "berth.cli"])
 
     # ----- use ------------------------------------------------------------------------
 

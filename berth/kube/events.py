@@ -1,0 +1,56 @@
+"""Kubernetes Events, so `kubectl describe` tells the story of a job."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from berth.kube.client import EVENTS, Kube, KubeError
+
+log = logging.getLogger(__name__)
+
+# Events about cluster-scoped objects live in "default", as the kubelet's do for nodes.
+CLUSTER_EVENTS_NAMESPACE = "default"
+
+
+def event_body(*, involved: Mapping[str, Any], reason: str, message: str, event_type: str,
+               component: str, instance: str, now: datetime) -> dict[str, Any]:
+    metadata = involved["metadata"]
+    namespace = metadata.get("namespace") or CLUSTER_EVENTS_NAMESPACE
+    moment = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    micro = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    reference = {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                 "name": metadata["name"], "uid": metadata.get("uid")}
+    if metadata.get("namespace"):
+        reference["namespace"] = metadata["namespace"]
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
+        "involvedObject": reference, "reason": reason, "message": message, "type": event_type,
+        "source": {"component": component}, "reportingComponent": component,
+        "reportingInstance": instance, "firstTimestamp": moment, "lastTimestamp": moment,
+        "eventTime": micro, "action": reason, "count": 1,
+    }
+
+
+class Recorder:
+    """Writes Events; a failure to write one is logged, never raised."""
+
+    def __init__(self, kube: Kube, *, component: str, instance: str) -> None:
+        self.kube = kube
+        self.component = component
+        self.instance = instance
+
+    async def record(self, involved: Mapping[str, Any], reason: str, message: str,
+                     event_type: str = "Normal") -> None:
+        body = event_body(involved=involved, reason=reason, message=message,
+                          event_type=event_type, component=self.component,
+                          instance=self.instance, now=datetime.now(UTC))
+        log.info("%s %s/%s: %s", reason, involved.get("kind"),
+                 involved["metadata"]["name"], message)
+        try:
+            await self.kube.create(EVENTS, body, namespace=body["metadata"]["namespace"])
+        except KubeError as error:
+            log.warning("could not record event %s: %s", reason, error)

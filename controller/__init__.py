@@ -1,0 +1,1 @@
+"""The PodMigrationJob controller: admission, the job state machine, Reservations."""

@@ -1,0 +1,94 @@
+"""What the controller's decisions ask for: plain data, carried out in order by the executor.
+
+Decisions never touch the API; they return these. The executor stops at the first
+action that fails, so an action only runs when everything before it succeeded (a job's
+status is written before the eviction it announces, never after).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth.kube.client import Resource
+
+Object = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Create:
+    resource: Resource
+    body: Object
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A merge patch (or a JSON patch when `json_patch`) of an object or its status."""
+
+    resource: Resource
+    name: str
+    patch: Any
+    namespace: str | None = None
+    subresource: str | None = None
+    json_patch: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateStatus:
+    """Replace the status subresource; `obj` carries the resourceVersion it was read at."""
+
+    resource: Resource
+    obj: Object
+
+
+@dataclass(frozen=True)
+class Delete:
+    resource: Resource
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+    grace_period_seconds: int | None = None
+    options: Object | None = None
+
+
+@dataclass(frozen=True)
+class Evict:
+    """Remove the pod by the configured policy: Eviction, Delete or SoftEviction."""
+
+    namespace: str
+    name: str
+    uid: str
+    policy: str
+    delete_options: Object | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event about `involved` (a job or a Reservation)."""
+
+    involved: Object
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+Action = Create | Patch | UpdateStatus | Delete | Evict | Event
+
+
+@dataclass
+class Plan:
+    """The actions of one reconcile pass, and when to look again if nothing else happens."""
+
+    actions: list[Action] = field(default_factory=list)
+    requeue_after: float | None = None
+    note: str = ""
+
+    def then(self, *actions: Action) -> Plan:
+        self.actions.extend(actions)
+        return self
+
+    def again_in(self, seconds: float) -> Plan:
+        self.requeue_after = seconds if self.requeue_after is None else min(
+            self.requeue_after, seconds)
+        return self

@@ -1,0 +1,307 @@
+"""The controller process: caches, a work queue, leader election, and the reconcile loops.
+
+Thin wiring around the pure decisions in `controller.jobs`, `controller.reservations` and
+`controller.admission`: read the caches into a view, decide, run the plan, requeue.
+Nothing is kept only in memory; a new leader rebuilds everything from the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from berth import protocol
+from berth.api import PodMigrationJobPhase, keys
+from berth.kube.client import (
+    PODMIGRATIONJOBS,
+    PODS,
+    REPLICASETS,
+    RESERVATIONS,
+    Kube,
+)
+from berth.kube.events import Recorder
+from berth.kube.informer import Informer, object_key
+from berth.kube.lease import LeaderElector
+from berth.server import add_health, serve
+from berth.settings import MigrationControllerArgs
+from controller import admission, jobs, reservations
+from controller.actions import Event, Patch, Plan, UpdateStatus
+from controller.executor import Executor
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "berth-controller"
+RETRY_AFTER_ERROR = 2.0
+
+
+def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
+    ref = job.get("spec", {}).get("podRef") or {}
+    return [f"{ref.get('namespace')}/{ref.get('name')}"]
+
+
+def _single(value: str | None) -> list[str]:
+    return [value] if value else []
+
+
+class WorkQueue:
+    """Keys to reconcile; a key is never processed twice at once, and re-adding a key
+    that waits changes nothing (level-triggered: the reconcile reads the latest state)."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._waiting: set[str] = set()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    def add(self, key: str) -> None:
+        if key not in self._waiting:
+            self._waiting.add(key)
+            self._queue.put_nowait(key)
+
+    def add_after(self, key: str, seconds: float) -> None:
+        timer = self._timers.get(key)
+        due = asyncio.get_running_loop().time() + seconds
+        if timer is not None and timer.when() <= due:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = asyncio.get_running_loop().call_at(due, self._fire, key)
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    async def get(self) -> str:
+        key = await self._queue.get()
+        self._waiting.discard(key)
+        return key
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
+
+class Controller:
+    def __init__(self, kube: Kube, args: MigrationControllerArgs, *, identity: str) -> None:
+        self.kube = kube
+        self.args = args
+        self.queue = WorkQueue()
+        self.jobs = Informer(kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key},
+                             handler=self._on_job)
+        self.reservations = Informer(
+            kube, RESERVATIONS,
+            indexes={"claim": lambda r: _single(protocol.claim_of(r)),
+                     "job": lambda r: _single(protocol.annotations_of(r).get(keys.JOB))},
+            handler=self._on_reservation)
+        self.pods = Informer(
+            kube, PODS,
+            indexes={"reservation": lambda p: _single(protocol.placeholder_reservation(p)),
+                     "claim": lambda p: _single(protocol.pod_claim(p)),
+                     "uid": lambda p: _single(p["metadata"].get("uid"))},
+            handler=self._on_pod)
+        self.replicasets = Informer(kube, REPLICASETS)
+        self.informers = [self.jobs, self.reservations, self.pods, self.replicasets]
+        self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity))
+
+    # ----- events -> keys -------------------------------------------------------------
+
+    def _on_job(self, kind: str, job: dict[str, Any]) -> None:
+        self.queue.add(f"job/{job['metadata']['name']}")
+
+    def _on_reservation(self, kind: str, reservation: dict[str, Any]) -> None:
+        self.queue.add(f"rsv/{reservation['metadata']['name']}")
+        job = protocol.annotations_of(reservation).get(keys.JOB)
+        if job:
+            self.queue.add(f"job/{job}")
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        reservation = protocol.placeholder_reservation(pod)
+        if reservation:
+            self.queue.add(f"rsv/{reservation}")
+        claim = protocol.pod_claim(pod)
+        if claim:
+            for rsv in self.reservations.by_index("claim", claim):
+                self.queue.add(f"rsv/{rsv['metadata']['name']}")
+                self._on_reservation(kind, rsv)
+        for job in self.jobs.by_index("pod", object_key(pod)):
+            self.queue.add(f"job/{job['metadata']['name']}")
+
+    # ----- views ----------------------------------------------------------------------
+
+    def _pod_by_uid(self, uid: str) -> dict[str, Any] | None:
+        found = self.pods.by_index("uid", uid)
+        return found[0] if found else None
+
+    def _owner(self, reservation: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        for uid in protocol.owner_uids(reservation or {}):
+            pod = self._pod_by_uid(uid)
+            if pod is not None:
+                return pod
+        return None
+
+    def _workload_uid(self, pod: Mapping[str, Any] | None) -> str | None:
+        controller = protocol.controller_of(pod or {})
+        if controller is None or pod is None:
+            return None
+        if controller.get("kind") == "ReplicaSet":
+            rs = self.replicasets.get(f"{pod['metadata']['namespace']}/{controller['name']}")
+            parent = protocol.controller_of(rs or {})
+            if parent is not None:
+                return str(parent["uid"])
+        return str(controller["uid"])
+
+    def _reservation_view(self, reservation: dict[str, Any]) -> reservations.ReservationView:
+        name = reservation["metadata"]["name"]
+        placeholders = self.pods.by_index("reservation", name)
+        claim = protocol.claim_of(reservation)
+        claimers = self.pods.by_index("claim", claim) if claim else []
+        return reservations.ReservationView(
+            reservation=reservation, placeholder=placeholders[0] if placeholders else None,
+            claimer=claimers[0] if claimers else None, owner=self._owner(reservation),
+            now=datetime.now(UTC), image=self.args.placeholder_image)
+
+    def _job_view(self, job: dict[str, Any]) -> jobs.JobView:
+        ref = job["spec"]["podRef"]
+        pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
+        reservation = self.reservations.get(jobs.reservation_name(job))
+        return jobs.JobView(job=job, pod=pod, reservation=reservation,
+                            owner=self._owner(reservation), workload_uid=self._workload_uid(pod),
+                            now=datetime.now(UTC), args=self.args)
+
+    # ----- reconcile ------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> None:
+        kind, name = key.split("/", 1)
+        if kind == "rsv":
+            reservation = self.reservations.get(name)
+            if reservation is None:
+                return
+            plan = reservations.decide(self._reservation_view(reservation))
+            outcome = await self.executor.run(plan)
+        else:
+            job = self.jobs.get(name)
+            if job is None:
+                return
+            view = self._job_view(job)
+            plan = jobs.decide(view)
+            outcome = await self.executor.run(plan)
+            if outcome.eviction_refused is not None:
+                refused = outcome.eviction_refused
+                plan = jobs.eviction_refused(view, status_code=refused.status,
+                                             message=refused.message)
+                await self.executor.run(plan)
+        if not outcome.done:
+            self.queue.add_after(key, RETRY_AFTER_ERROR if not outcome.conflict else 0.2)
+        elif plan.requeue_after is not None:
+            self.queue.add_after(key, plan.requeue_after)
+
+    async def work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self.reconcile(key)
+            except Exception:
+                log.exception("reconcile %s failed", key)
+                self.queue.add_after(key, RETRY_AFTER_ERROR)
+
+    async def admit_loop(self) -> None:
+        """Start pending jobs, every arbitration interval."""
+        interval = self.args.arbitration_args.interval.total_seconds()
+        while True:
+            try:
+                await self.admit_once()
+            except Exception:
+                log.exception("admission round failed")
+            await asyncio.sleep(interval)
+
+    async def admit_once(self) -> None:
+        all_jobs = self.jobs.values()
+        pending = [job for job in all_jobs if admission.is_pending(job)]
+        if not pending:
+            return
+        running = [job for job in all_jobs
+                   if (job.get("status") or {}).get("phase") == PodMigrationJobPhase.RUNNING]
+
+        def pod_of(job: Mapping[str, Any]) -> dict[str, Any] | None:
+            ref = job["spec"]["podRef"]
+            return self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
+
+        for decision in admission.admit(pending=pending, running=running, pod_of=pod_of,
+                                        args=self.args):
+            plan = _admission_plan(decision)
+            if plan.actions:
+                outcome = await self.executor.run(plan)
+                if outcome.done and decision.verdict == "admit":
+                    self.queue.add(f"job/{decision.job['metadata']['name']}")
+
+    async def run(self, elector: LeaderElector) -> None:
+        tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
+        try:
+            await asyncio.gather(*(informer.synced.wait() for informer in self.informers))
+            log.info("caches synced; waiting for leadership")
+            await elector.leading.wait()
+            for job in self.jobs.values():  # adopt every job in flight
+                self.queue.add(f"job/{job['metadata']['name']}")
+            for reservation in self.reservations.values():
+                self.queue.add(f"rsv/{reservation['metadata']['name']}")
+            workers = [asyncio.create_task(self.work())
+                       for _ in range(self.args.max_concurrent_reconciles)]
+            workers.append(asyncio.create_task(self.admit_loop()))
+            tasks += workers
+            await elector.lost.wait()
+            raise SystemExit("lost leadership; exiting so that only the new leader acts")
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+def _admission_plan(decision: admission.Decision) -> Plan:
+    job = decision.job
+    status: dict[str, Any] = dict(job.get("status") or {})
+    name = job["metadata"]["name"]
+    if decision.verdict == "admit":
+        assert decision.pod is not None
+        pod = decision.pod
+        status.update(phase=PodMigrationJobPhase.RUNNING, reason="", message="", status="")
+        return Plan().then(
+            Patch(PODMIGRATIONJOBS, name, {"metadata": {"annotations": {
+                keys.POD_UID: pod["metadata"]["uid"],
+                keys.SOURCE_NODE: pod["spec"].get("nodeName") or ""}}}),
+            UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
+    if decision.verdict == "fail":
+        status.update(phase=PodMigrationJobPhase.FAILED, reason=decision.reason,
+                      message=decision.message, status=decision.reason)
+        return Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}),
+                           Event(job, decision.reason, decision.message, type="Warning"))
+    if (status.get("reason"), status.get("message")) == (decision.reason, decision.message):
+        return Plan()
+    status.update(reason=decision.reason, message=decision.message)
+    return Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
+
+
+async def run(*, kubeconfig: Path | None, config: Path | None, lease_namespace: str,
+              health_port: int, identity: str | None = None) -> None:
+    from berth.settings import load_args
+
+    args = load_args(config) if config else MigrationControllerArgs()
+    identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    kube = await Kube.connect(kubeconfig)
+    controller = Controller(kube, args, identity=identity)
+    elector = LeaderElector(kube, namespace=lease_namespace, name=COMPONENT, identity=identity)
+    app = web.Application()
+    add_health(app, lambda: all(i.synced.is_set() for i in controller.informers))
+    server = asyncio.create_task(serve(app, host="0.0.0.0", port=health_port))
+    election = asyncio.create_task(elector.run())
+    try:
+        await controller.run(elector)
+    finally:
+        server.cancel()
+        election.cancel()
+        await kube.close()

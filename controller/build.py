@@ -1,0 +1,168 @@
+"""The objects the controller creates: a Reservation for a pod, a placeholder for a Reservation.
+
+A Reservation carries the pod's scheduling constraints and requests, minus its current
+node. Its placeholder is the smallest pod kube-scheduler will charge exactly like the
+original: a pause container with the pod's effective requests and every constraint that
+decides placement, and nothing that could make a Service, a PodDisruptionBudget or the
+workload's selector mistake it for the workload's own pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from berth.api import API_VERSION, keys
+from berth.protocol import controller_of
+from berth.resources import format_quantity, pod_requests
+
+Object = dict[str, Any]
+
+# Pod spec fields that decide where a pod may go; the placeholder copies exactly these.
+PLACEMENT_FIELDS = (
+    "priorityClassName", "priority", "schedulerName", "tolerations", "nodeSelector",
+    "affinity", "topologySpreadConstraints", "runtimeClassName", "preemptionPolicy",
+)
+PLACEHOLDER_PREFIX = "berth-placeholder-"
+
+
+def placeholder_name(reservation_name: str) -> str:
+    return f"{PLACEHOLDER_PREFIX}{reservation_name}"
+
+
+def exclude_node(affinity: Mapping[str, Any] | None, node: str) -> Object:
+    """`affinity` with a required "not on `node`" ANDed into every node selector term."""
+    result: Object = copy.deepcopy(dict(affinity or {}))
+    node_affinity = result.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    not_here = {"key": "metadata.name", "operator": "NotIn", "values": [node]}
+    required["nodeSelectorTerms"] = [
+        {**term, "matchFields": [*(term.get("matchFields") or []), not_here]} for term in terms
+    ]
+    return result
+
+
+def _containers_for_requests(spec: Mapping[str, Any]) -> Object:
+    """The container parts of a pod spec that decide its requests and host ports."""
+    def strip(container: Mapping[str, Any]) -> Object:
+        kept: Object = {"name": container["name"]}
+        requests = (container.get("resources") or {}).get("requests")
+        if requests:
+            kept["resources"] = {"requests": dict(requests)}
+        ports = [p for p in container.get("ports") or [] if p.get("hostPort")]
+        if ports:
+            kept["ports"] = ports
+        if container.get("restartPolicy"):
+            kept["restartPolicy"] = container["restartPolicy"]
+        return kept
+
+    result: Object = {"containers": [strip(c) for c in spec.get("containers") or []]}
+    if spec.get("initContainers"):
+        result["initContainers"] = [strip(c) for c in spec["initContainers"]]
+    if (spec.get("resources") or {}).get("requests"):
+        result["resources"] = {"requests": dict(spec["resources"]["requests"])}
+    return result
+
+
+def reservation_for(*, job: Mapping[str, Any], pod: Mapping[str, Any], workload_uid: str | None,
+                    ttl: str, template: Mapping[str, Any] | None = None) -> Object:
+    """The Reservation that holds a place for `pod` elsewhere, named after the job's UID.
+
+    `template` is the job's `reservationOptions.template` (a ReservationTemplateSpec): its
+    metadata is merged in, its `spec.template` pod fields override the pod's own, and its
+    owners, when given, replace the pod's controller.
+    """
+    spec = pod.get("spec", {})
+    pod_template_spec: Object = {field: copy.deepcopy(spec[field])
+                                 for field in PLACEMENT_FIELDS if spec.get(field) is not None}
+    pod_template_spec.update(_containers_for_requests(spec))
+    user = template or {}
+    user_spec = user.get("spec") or {}
+    user_pod = (user_spec.get("template") or {}).get("spec") or {}
+    pod_template_spec.update(copy.deepcopy(user_pod))
+    if spec.get("nodeName"):
+        pod_template_spec["affinity"] = exclude_node(pod_template_spec.get("affinity"),
+                                                     spec["nodeName"])
+    namespace = pod["metadata"]["namespace"]
+    controller = controller_of(pod)
+    owners: list[Object] = copy.deepcopy(user_spec.get("owners") or [])
+    if not owners and controller:
+        owners = [{"controller": {**controller, "namespace": namespace}}]
+    if not owners:  # a bare pod: only a pod of the same name (e.g. re-created by hand)
+        owners = [{"object": {"namespace": namespace, "name": pod["metadata"]["name"]}}]
+    user_meta = user.get("metadata") or {}
+    annotations = {**(user_meta.get("annotations") or {}), keys.JOB: job["metadata"]["name"]}
+    if workload_uid:
+        annotations[keys.WORKLOAD] = workload_uid
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Reservation",
+        "metadata": {
+            "name": job["metadata"]["uid"],
+            "labels": dict(user_meta.get("labels") or {}),
+            "annotations": annotations,
+        },
+        "spec": {
+            "template": {"metadata": {"namespace": namespace}, "spec": pod_template_spec},
+            "owners": owners,
+            "ttl": user_spec.get("ttl") or ttl,
+            "allocateOnce": True,
+        },
+    }
+
+
+def allocatable_of(reservation: Mapping[str, Any]) -> dict[str, str]:
+    """What the Reservation holds, as quantities (its `status.allocatable`)."""
+    spec = ((reservation.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {name: format_quantity(name, value) for name, value in pod_requests(spec).items()}
+
+
+def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
+    """The pause pod that makes the Reservation's capacity real to kube-scheduler."""
+    template = reservation["spec"]["template"]
+    spec = template.get("spec") or {}
+    name = reservation["metadata"]["name"]
+    requests = allocatable_of(reservation)
+    ports = [port for container in [*(spec.get("initContainers") or []), *spec["containers"]]
+             for port in container.get("ports") or []]
+    container: Object = {
+        "name": "reserve",
+        "image": image,
+        "resources": {"requests": requests} if requests else {},
+        "securityContext": {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+        },
+    }
+    if ports:
+        container["ports"] = ports
+    pod_spec: Object = {field: copy.deepcopy(spec[field])
+                        for field in PLACEMENT_FIELDS if spec.get(field) is not None}
+    pod_spec.update({
+        "containers": [container],
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "restartPolicy": "Always",
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+    })
+    pod_spec.pop("priority", None)  # set by admission from priorityClassName
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": placeholder_name(name),
+            "namespace": template["metadata"]["namespace"],
+            # Only Berth's label: no workload label, so no selector, Service or PDB matches.
+            "labels": {keys.RESERVATION_LABEL: name},
+            "ownerReferences": [{
+                "apiVersion": API_VERSION, "kind": "Reservation", "name": name,
+                "uid": reservation["metadata"]["uid"], "controller": True,
+                "blockOwnerDeletion": True,
+            }],
+        },
+        "spec": pod_spec,
+    }
