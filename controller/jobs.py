@@ -191,10 +191,12 @@ def _start_eviction(view: JobView, status: Object, plan: Plan) -> Plan:
     status = with_condition(status, kind=Type.EVICTION, state="False", reason=Reason.EVICTING,
                             message=f"evicting {pod['namespace']}/{pod['name']}", now=view.now)
     status.update(status=Reason.EVICTING, reason="", message="")
+    earlier_events = plan.actions
+    plan = Plan()
     if protocol.annotations_of(view.reservation).get(keys.CONSUMABLE) != "true":
-        plan.actions.insert(0, Patch(RESERVATIONS, rsv,
-                                     {"metadata": {"annotations": {keys.CONSUMABLE: "true"}}}))
-    plan.then(_status(view, status),
+        plan.then(Patch(RESERVATIONS, rsv,
+                        {"metadata": {"annotations": {keys.CONSUMABLE: "true"}}}))
+    plan.then(_status(view, status), *earlier_events,
               Event(view.job, "Evicting", f"Try to evict Pod \"{pod['namespace']}/{pod['name']}\""),
               _evict(view))
     return plan.again_in(WAIT_POLL)

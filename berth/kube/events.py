@@ -19,7 +19,6 @@ def event_body(*, involved: Mapping[str, Any], reason: str, message: str, event_
                component: str, instance: str, now: datetime) -> dict[str, Any]:
     metadata = involved["metadata"]
     namespace = metadata.get("namespace") or CLUSTER_EVENTS_NAMESPACE
-    moment = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     micro = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     reference = {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
                  "name": metadata["name"], "uid": metadata.get("uid")}
@@ -29,9 +28,10 @@ def event_body(*, involved: Mapping[str, Any], reason: str, message: str, event_
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
         "involvedObject": reference, "reason": reason, "message": message, "type": event_type,
+        # Only eventTime (microseconds): kubectl sorts events by it, so events written
+        # within one second still show in the order they happened.
         "source": {"component": component}, "reportingComponent": component,
-        "reportingInstance": instance, "firstTimestamp": moment, "lastTimestamp": moment,
-        "eventTime": micro, "action": reason, "count": 1,
+        "reportingInstance": instance, "eventTime": micro, "action": reason,
     }
 
 

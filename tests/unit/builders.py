@@ -1,0 +1,106 @@
+"""Small builders for API objects used by the pure-decision tests."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from berth.api import keys
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+Object = dict[str, Any]
+
+
+def ts(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(name: str = "web-1", *, namespace: str = "default", node: str | None = "node-0",
+        uid: str | None = None, cpu: str = "200m", rs: str | None = "web-rs",
+        ready: bool = True, gates: list[str] | None = None,
+        annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None) -> Object:
+    obj: Object = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}",
+                     "creationTimestamp": ts(T0), "labels": labels or {"app": "web"},
+                     "annotations": annotations or {}},
+        "spec": {"containers": [{"name": "app", "image": "app",
+                                 "resources": {"requests": {"cpu": cpu}}}],
+                 "schedulerName": "default-scheduler"},
+        "status": {"phase": "Running" if node else "Pending",
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+    if node:
+        obj["spec"]["nodeName"] = node
+    if rs:
+        obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                               "name": rs, "uid": f"uid-{rs}",
+                                               "controller": True}]
+    if gates:
+        obj["spec"]["schedulingGates"] = [{"name": gate} for gate in gates]
+    return obj
+
+
+def job(name: str = "job-1", *, pod_name: str = "web-1", mode: str = "ReservationFirst",
+        ttl: str = "5m", phase: str | None = "Running", paused: bool = False,
+        conditions: list[Object] | None = None, pod_uid: str | None = "uid-web-1",
+        reservation_ref: str | None = None) -> Object:
+    obj: Object = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "PodMigrationJob",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "10",
+                     "creationTimestamp": ts(T0),
+                     "annotations": {keys.POD_UID: pod_uid} if pod_uid else {}},
+        "spec": {"podRef": {"namespace": "default", "name": pod_name}, "mode": mode,
+                 "ttl": ttl, "paused": paused},
+        "status": {},
+    }
+    if phase:
+        obj["status"]["phase"] = phase
+    if conditions:
+        obj["status"]["conditions"] = conditions
+    if reservation_ref:
+        obj["spec"]["reservationOptions"] = {"reservationRef": {"name": reservation_ref}}
+    return obj
+
+
+def reservation(name: str = "uid-job-1", *, phase: str = "Pending", node: str | None = None,
+                annotations: dict[str, str] | None = None, owners: list[str] | None = None,
+                ttl: str = "5m", job_name: str = "job-1") -> Object:
+    obj: Object = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": name, "uid": f"uid-rsv-{name}", "resourceVersion": "5",
+                     "creationTimestamp": ts(T0),
+                     "annotations": {keys.JOB: job_name, **(annotations or {})}},
+        "spec": {"template": {"metadata": {"namespace": "default"},
+                              "spec": {"containers": [{"name": "app", "resources": {
+                                  "requests": {"cpu": "200m"}}}]}},
+                 "owners": [{"controller": {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                            "name": "web-rs", "uid": "uid-web-rs",
+                                            "namespace": "default"}}],
+                 "ttl": ttl},
+        "status": {"phase": phase},
+    }
+    if node:
+        obj["status"]["nodeName"] = node
+    if owners:
+        obj["status"]["currentOwners"] = [{"namespace": "default", "name": o, "uid": f"uid-{o}"}
+                                          for o in owners]
+    return obj
+
+
+def placeholder(rsv: str = "uid-job-1", *, node: str | None = "node-1") -> Object:
+    obj = pod(f"berth-placeholder-{rsv}", node=node, rs=None,
+              labels={keys.RESERVATION_LABEL: rsv})
+    return obj
+
+
+def later(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def with_status(obj: Object, **status: Any) -> Object:
+    result = copy.deepcopy(obj)
+    result["status"].update(status)
+    return result

@@ -1,0 +1,378 @@
+"""The controller's pure decisions: what each observed state leads to, step by step."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from berth.api import keys
+from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
+from berth.resources import parse_quantity, pod_requests
+from berth.settings import MigrationControllerArgs
+from controller import admission, build, jobs, reservations
+from controller.actions import Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
+from tests.unit.builders import (
+    T0,
+    job,
+    later,
+    placeholder,
+    pod,
+    reservation,
+)
+
+ARGS = MigrationControllerArgs()
+
+
+def kinds(plan: Plan) -> list[str]:
+    names = []
+    for action in plan.actions:
+        if isinstance(action, Event):
+            names.append(f"Event:{action.reason}")
+        elif isinstance(action, (Create, Patch, Delete, UpdateStatus)):
+            names.append(f"{type(action).__name__}:{action.resource.plural}")
+        else:
+            names.append(type(action).__name__)
+    return names
+
+
+def status_of(plan: Plan) -> dict[str, Any]:
+    updates = [a for a in plan.actions if isinstance(a, UpdateStatus)]
+    assert updates, f"no status update in {kinds(plan)}"
+    status: dict[str, Any] = updates[-1].obj["status"]
+    return status
+
+
+def cond(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == kind)
+
+
+def view(*, job_obj: dict[str, Any] | None = None, pod_obj: dict[str, Any] | None = None,
+         rsv: dict[str, Any] | None = None, owner: dict[str, Any] | None = None,
+         now: datetime = T0) -> jobs.JobView:
+    return jobs.JobView(job=job_obj or job(), pod=pod_obj, reservation=rsv, owner=owner,
+                        workload_uid="uid-deploy", now=now, args=ARGS)
+
+
+EVICTING = [{"type": "Eviction", "status": "False", "reason": "Evicting", "message": "m"}]
+
+
+# ----- the job state machine --------------------------------------------------------------
+
+def test_pending_job_is_left_to_admission() -> None:
+    assert view_plan(job_obj=job(phase=None), pod_obj=pod()).actions == []
+
+
+def view_plan(**kwargs: Any) -> Plan:
+    return jobs.decide(view(**kwargs))
+
+
+def test_running_job_creates_its_reservation_and_records_it() -> None:
+    plan = view_plan(pod_obj=pod())
+    assert kinds(plan) == ["Create:reservations", "Patch:podmigrationjobs",
+                           "UpdateStatus:podmigrationjobs", "Event:ReservationCreated"]
+    created = plan.actions[0]
+    assert isinstance(created, Create)
+    assert created.body["metadata"]["name"] == "uid-job-1"
+    patch = plan.actions[1]
+    assert isinstance(patch, Patch)
+    assert patch.patch["spec"]["reservationOptions"]["reservationRef"]["name"] == "uid-job-1"
+    assert cond(status_of(plan), "ReservationCreated")["status"] == "True"
+
+
+def test_unscheduled_reservation_reports_the_schedulers_message() -> None:
+    rsv = reservation()
+    rsv["status"]["conditions"] = [{"type": "Scheduled", "status": "False",
+                                    "message": "0/3 nodes are available: Insufficient cpu."}]
+    plan = view_plan(pod_obj=pod(), rsv=rsv)
+    scheduled = cond(status_of(plan), "ReservationScheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient cpu" in scheduled["message"]
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_available_reservation_opens_it_then_records_evicting_before_evicting() -> None:
+    plan = view_plan(pod_obj=pod(), rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["Patch:reservations", "UpdateStatus:podmigrationjobs",
+                           "Event:ReservationScheduled", "Event:Evicting", "Evict"]
+    opened = plan.actions[0]
+    assert isinstance(opened, Patch)
+    assert opened.patch["metadata"]["annotations"][keys.CONSUMABLE] == "true"
+    status = status_of(plan)
+    assert status["nodeName"] == "node-1"
+    assert cond(status, "Eviction")["reason"] == "Evicting"
+    evict = plan.actions[-1]
+    assert isinstance(evict, Evict) and evict.uid == "uid-web-1" and evict.policy == "Eviction"
+
+
+def test_paused_job_waits_with_its_reservation() -> None:
+    plan = view_plan(job_obj=job(paused=True), pod_obj=pod(),
+                     rsv=reservation(phase="Available", node="node-1"))
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_job_delete_options_reach_the_eviction() -> None:
+    job_obj = job()
+    job_obj["spec"]["deleteOptions"] = {"gracePeriodSeconds": 60}
+    plan = view_plan(job_obj=job_obj, pod_obj=pod(),
+                     rsv=reservation(phase="Available", node="node-1",
+                                     annotations={keys.CONSUMABLE: "true"}))
+    evict = plan.actions[-1]
+    assert isinstance(evict, Evict) and evict.delete_options == {"gracePeriodSeconds": 60}
+
+
+@pytest.mark.parametrize("rsv", [None, reservation(), reservation(phase="Available",
+                                                                  node="node-1")])
+def test_ttl_before_eviction_fails_without_evicting(rsv: dict[str, Any] | None) -> None:
+    plan = view_plan(pod_obj=pod(), rsv=rsv, now=later(301))
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_finished_job_deletes_its_unused_reservation() -> None:
+    failed = job(phase="Failed")
+    plan = view_plan(job_obj=failed, rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["Delete:reservations"]
+
+
+def test_finished_job_after_eviction_releases_its_reservation() -> None:
+    aborted = job(phase="Aborted", conditions=EVICTING)
+    plan = view_plan(job_obj=aborted, rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["UpdateStatus:reservations"]
+    update = plan.actions[0]
+    assert isinstance(update, UpdateStatus) and update.obj["status"]["phase"] == "Failed"
+
+
+def test_missing_pod_before_eviction_fails_the_job() -> None:
+    plan = view_plan(pod_obj=None, rsv=reservation())
+    assert (status_of(plan)["phase"], status_of(plan)["reason"]) == ("Failed", "MissingPod")
+
+
+def test_missing_pod_after_evicting_is_evict_complete_not_missing() -> None:
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
+                     rsv=reservation(phase="Available", node="node-1"))
+    status = status_of(plan)
+    assert status["phase"] == "Running"
+    assert cond(status, "Eviction")["reason"] == "EvictComplete"
+    assert cond(status, "PodBoundReservation")["reason"] == "WaitForPodBindReservation"
+    assert "Event:EvictComplete" in kinds(plan)
+
+
+def test_same_name_pod_with_a_new_uid_counts_as_evicted() -> None:
+    statefulset_pod = pod(uid="uid-new", rs=None)
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=statefulset_pod,
+                     rsv=reservation(phase="Available", node="node-1"))
+    assert cond(status_of(plan), "Eviction")["reason"] == "EvictComplete"
+
+
+def test_pod_still_there_is_evicted_again() -> None:
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=pod(),
+                     rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["Evict"]
+
+
+def test_terminating_pod_is_waited_for() -> None:
+    terminating = pod()
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:01Z"
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=terminating,
+                     rsv=reservation(phase="Available", node="node-1"))
+    assert plan.actions == [] and plan.requeue_after
+
+
+def test_bound_and_ready_owner_completes_the_job() -> None:
+    new = pod("web-2", node="node-1")
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
+                     rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+                     owner=new)
+    status = status_of(plan)
+    assert (status["phase"], status["status"]) == ("Succeeded", "Complete")
+    assert status["podRef"]["name"] == "web-2"
+    assert cond(status, "PodBoundReservation")["status"] == "True"
+    assert cond(status, "BoundPodReady")["status"] == "True"
+    assert kinds(plan)[-1] == "Event:Complete"
+
+
+def test_bound_owner_not_ready_waits() -> None:
+    new = pod("web-2", node="node-1", ready=False)
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
+                     rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+                     owner=new)
+    status = status_of(plan)
+    assert status["phase"] == "Running"
+    assert cond(status, "BoundPodReady")["reason"] == "WaitForBoundPodReady"
+
+
+def test_ttl_after_eviction_fails_and_says_what_happened() -> None:
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
+                     rsv=reservation(phase="Available", node="node-1"), now=later(301))
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert "after the pod was evicted" in status["message"]
+
+
+def test_missing_referenced_reservation_fails() -> None:
+    plan = view_plan(job_obj=job(reservation_ref="reservation-0"), pod_obj=pod())
+    assert status_of(plan)["reason"] == "MissingReservation"
+
+
+def test_evict_directly_evicts_then_succeeds_when_the_pod_is_gone() -> None:
+    direct = job(mode="EvictDirectly")
+    plan = view_plan(job_obj=direct, pod_obj=pod())
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:Evicting", "Evict"]
+    direct["status"]["conditions"] = EVICTING
+    done = view_plan(job_obj=direct, pod_obj=None)
+    assert (status_of(done)["phase"], status_of(done)["status"]) == ("Succeeded", "Complete")
+
+
+def test_blocked_eviction_is_reported_as_blocked_by_pdb() -> None:
+    plan = jobs.eviction_refused(view(job_obj=job(conditions=EVICTING), pod_obj=pod()),
+                                 status_code=429, message="Cannot evict pod as it would "
+                                 "violate the pod's disruption budget.")
+    status = status_of(plan)
+    assert cond(status, "Eviction")["reason"] == "BlockedByPDB"
+    assert status["reason"] == "BlockedByPDB"
+    assert "Event:BlockedByPDB" in kinds(plan)
+
+
+# ----- the Reservation lifecycle ----------------------------------------------------------
+
+def rsv_plan(rsv: dict[str, Any], *, ph: dict[str, Any] | None = None,
+             claimer: dict[str, Any] | None = None, owner: dict[str, Any] | None = None,
+             now: datetime = T0) -> Plan:
+    return reservations.decide(reservations.ReservationView(
+        reservation=rsv, placeholder=ph, claimer=claimer, owner=owner, now=now,
+        image="pause"))
+
+
+def test_new_reservation_gets_a_placeholder() -> None:
+    plan = rsv_plan(reservation())
+    assert kinds(plan) == ["Create:pods"]
+
+
+def test_bound_placeholder_makes_the_reservation_available() -> None:
+    plan = rsv_plan(reservation(), ph=placeholder(node="node-1"))
+    status = status_of(plan)
+    assert (status["phase"], status["nodeName"]) == ("Available", "node-1")
+    assert status["allocatable"] == {"cpu": "200m"}
+
+
+def test_claimer_is_recorded_as_owner() -> None:
+    rsv = reservation(phase="Available", node="node-1",
+                      annotations={keys.CONSUMABLE: "true", keys.CLAIM: "tok"})
+    claimer = pod("web-2", node=None, gates=[keys.RESERVATION_GATE],
+                  annotations={keys.CLAIM: "tok"})
+    plan = rsv_plan(rsv, ph=placeholder(), claimer=claimer)
+    assert status_of(plan)["currentOwners"][0]["uid"] == "uid-web-2"
+
+
+def test_handover_deletes_the_placeholder_first_then_ungates() -> None:
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    owner = pod("web-2", node=None, gates=[keys.RESERVATION_GATE, "other/gate"])
+    first = rsv_plan(rsv, ph=placeholder(), owner=owner)
+    assert kinds(first) == ["Delete:pods"]
+    delete = first.actions[0]
+    assert isinstance(delete, Delete) and delete.uid and delete.grace_period_seconds == 0
+    second = rsv_plan(rsv, ph=None, owner=owner)
+    assert kinds(second) == ["Patch:pods", "Event:ReservationHandover"]
+    ungate = second.actions[0]
+    assert isinstance(ungate, Patch) and ungate.json_patch
+    assert ungate.patch[-1] == {"op": "remove", "path": "/spec/schedulingGates/0"}
+
+
+def test_bound_owner_makes_the_reservation_succeeded() -> None:
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    plan = rsv_plan(rsv, owner=pod("web-2", node="node-1"))
+    assert status_of(plan)["phase"] == "Succeeded"
+
+
+def test_expired_reservation_fails_then_cleans_up_and_lets_the_pod_go() -> None:
+    rsv = reservation(phase="Available", node="node-1", ttl="1m")
+    assert status_of(rsv_plan(rsv, ph=placeholder(), now=later(61)))["phase"] == "Failed"
+    failed = reservation(phase="Failed", node="node-1", owners=["web-2"])
+    gated = pod("web-2", node=None, gates=[keys.RESERVATION_GATE])
+    plan = rsv_plan(failed, ph=placeholder(), owner=gated)
+    assert kinds(plan) == ["Delete:pods", "Patch:pods", "Event:ReservationReleased"]
+
+
+def test_lost_placeholder_is_recreated_and_the_reservation_pending_again() -> None:
+    plan = rsv_plan(reservation(phase="Available", node="node-1"), ph=None)
+    assert kinds(plan) == ["Create:pods", "UpdateStatus:reservations"]
+    assert status_of(plan)["phase"] == "Pending"
+
+
+# ----- building the Reservation and its placeholder ---------------------------------------
+
+def test_reservation_excludes_the_source_node_and_keeps_constraints() -> None:
+    source = pod(node="node-0")
+    source["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    source["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuring"
+                                                   "Execution": {"nodeSelectorTerms": [
+                                                       {"matchExpressions": [{
+                                                           "key": "zone", "operator": "In",
+                                                           "values": ["a"]}]},
+                                                       {"matchExpressions": [{
+                                                           "key": "zone", "operator": "In",
+                                                           "values": ["b"]}]}]}}}
+    body = build.reservation_for(job=job(), pod=source, workload_uid="uid-deploy", ttl="5m")
+    spec = body["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert len(terms) == 2
+    for term in terms:
+        assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in \
+            term["matchFields"]
+    assert spec["tolerations"] == source["spec"]["tolerations"]
+    assert body["spec"]["owners"][0]["controller"]["uid"] == "uid-web-rs"
+    assert body["metadata"]["annotations"][keys.WORKLOAD] == "uid-deploy"
+
+
+def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> None:
+    source = pod()
+    source["spec"]["initContainers"] = [
+        {"name": "sidecar", "restartPolicy": "Always",
+         "resources": {"requests": {"cpu": "100m"}}},
+        {"name": "init", "resources": {"requests": {"cpu": "1"}}}]
+    source["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    rsv = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m")
+    rsv["metadata"]["uid"] = "uid-rsv"
+    ph = build.placeholder_for(rsv, image="pause")
+    assert pod_requests(ph["spec"]) == {"cpu": parse_quantity("1.1")}
+    assert pod_requests(ph["spec"]) == pod_requests(source["spec"])
+    assert ph["metadata"]["labels"] == {keys.RESERVATION_LABEL: rsv["metadata"]["name"]}
+    assert ph["metadata"]["ownerReferences"][0]["kind"] == "Reservation"
+    assert ph["spec"]["terminationGracePeriodSeconds"] == 0
+    assert ph["spec"]["containers"][0]["ports"] == [{"containerPort": 80, "hostPort": 8080}]
+    assert ph["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+# ----- admission --------------------------------------------------------------------------
+
+def test_admission_is_first_come_first_served_within_the_node_limit() -> None:
+    pending = [job(f"job-{i}", pod_name=f"web-{i}", phase=None) for i in range(4)]
+    for index, item in enumerate(pending):
+        item["metadata"]["creationTimestamp"] = f"2026-01-01T12:00:0{index}Z"
+    pods = {f"web-{i}": pod(f"web-{i}", node="node-0") for i in range(3)}
+    decisions = admission.admit(
+        pending=pending, running=[],
+        pod_of=lambda j: pods.get(j["spec"]["podRef"]["name"]),
+        args=MigrationControllerArgs(maxMigratingPerNode=2))
+    verdicts = [(d.job["metadata"]["name"], d.verdict) for d in decisions]
+    assert verdicts == [("job-0", "admit"), ("job-1", "admit"), ("job-2", "wait"),
+                        ("job-3", "fail")]
+    assert "maxMigratingPerNode 2" in decisions[2].message
+
+
+def test_pending_job_never_counts_against_its_own_limit() -> None:
+    pending = [job("job-0", phase=None)]
+    decisions = admission.admit(pending=pending, running=[], pod_of=lambda j: pod(),
+                                args=MigrationControllerArgs(maxMigratingPerNode=1))
+    assert decisions[0].verdict == "admit"
+
+
+def test_actions_target_the_right_resources() -> None:
+    plan = view_plan(pod_obj=pod())
+    assert plan.actions[0].resource is RESERVATIONS  # type: ignore[union-attr]
+    assert plan.actions[1].resource is PODMIGRATIONJOBS  # type: ignore[union-attr]
+    assert rsv_plan(reservation()).actions[0].resource is PODS  # type: ignore[union-attr]
