@@ -7,8 +7,6 @@ printed as one line naming the problem, with exit code 1, never as a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +15,11 @@ from berth import tls
 from berth.dev.binaries import BuildError, ensure_binaries
 from berth.dev.cluster import ClusterError, ClusterSpec, LocalCluster
 from berth.settings import ConfigError
+from controller import cli as controller_cli
+from extender import cli as extender_cli
+from webhook import cli as webhook_cli
 
 Handler = Callable[[argparse.Namespace], int]
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _dev_up(args: argparse.Namespace) -> int:
@@ -89,15 +89,6 @@ def _crds(args: argparse.Namespace) -> int:
     return 0
 
 
-def _controller(args: argparse.Namespace) -> int:
-    from controller.app import run
-
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    asyncio.run(run(kubeconfig=args.kubeconfig, config=args.config,
-                    lease_namespace=args.lease_namespace, health_port=args.health_port))
-    return 0
-
-
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="berth", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -131,16 +122,9 @@ def parser() -> argparse.ArgumentParser:
     certs.add_argument("--ip", action="append", default=[], help="an IP address (repeatable)")
     certs.set_defaults(handler=_certs)
 
-    controller = commands.add_parser("controller", help="run the PodMigrationJob controller")
-    controller.add_argument("--kubeconfig", type=Path, default=None,
-                            help="kubeconfig (default: in-cluster, else ~/.kube/config)")
-    controller.add_argument("--config", type=Path, default=None,
-                            help="MigrationControllerArgs YAML (default: all defaults)")
-    controller.add_argument("--lease-namespace", default="berth-system",
-                            help="namespace of the leader-election Lease (default berth-system)")
-    controller.add_argument("--health-port", type=int, default=8080,
-                            help="port of /healthz and /readyz (default 8080)")
-    controller.set_defaults(handler=_controller)
+    controller_cli.add_parser(commands)
+    webhook_cli.add_parser(commands)
+    extender_cli.add_parser(commands)
 
     crds = commands.add_parser("crds", help="write the CRDs generated from the API models")
     crds.add_argument("--out", type=Path, default=Path("manifests/crds"),

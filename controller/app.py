@@ -286,11 +286,9 @@ def _admission_plan(decision: admission.Decision) -> Plan:
     return Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
 
 
-async def run(*, kubeconfig: Path | None, config: Path | None, lease_namespace: str,
-              health_port: int, identity: str | None = None) -> None:
-    from berth.settings import load_args
-
-    args = load_args(config) if config else MigrationControllerArgs()
+async def run(*, kubeconfig: Path | None, settings: MigrationControllerArgs | None,
+              lease_namespace: str, health_port: int, identity: str | None = None) -> None:
+    args = settings or MigrationControllerArgs()
     identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     kube = await Kube.connect(kubeconfig)
     controller = Controller(kube, args, identity=identity)

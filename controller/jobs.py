@@ -317,13 +317,13 @@ def _release(view: JobView, status: Object) -> Plan:
     if reservation is None or not _created_by(reservation, view.job):
         return plan
     phase = protocol.phase(reservation)
-    if phase in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
-        return plan
     evicting = condition(status, Type.EVICTION) is not None
     if not evicting and not protocol.owner_uids(reservation):
         # Rolled back before anything was evicted: the Reservation simply goes away.
         meta = reservation["metadata"]
         return plan.then(Delete(RESERVATIONS, meta["name"], uid=meta["uid"]))
+    if phase in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
+        return plan
     released = copy.deepcopy(reservation)
     released["status"] = {**(reservation.get("status") or {}), "phase": ReservationPhase.FAILED}
     released["status"] = with_condition(released["status"], kind="Ready", state="False",

@@ -104,20 +104,23 @@ class Kube:
                     body: Any = None, content_type: str = "application/json",
                     timeout: float | None = 30.0) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        return await self.api.call_api(
+        response = await self.api.call_api(
             path, method, query_params=[(k, v) for k, v in (query or {}).items()
                                         if v is not None],
             header_params=headers, body=body, auth_settings=["BearerToken"],
             _preload_content=False, _return_http_data_only=True,
             _request_timeout=timeout)
+        # Unread responses are not checked by the transport: an error is ours to raise.
+        if response.status >= 400:
+            raw = await response.read()
+            response.release()
+            raise KubeError(response.status, _body(raw))
+        return response
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json") -> Object:
-        try:
-            response = await self._call(method, path, query=query, body=body,
-                                        content_type=content_type)
-        except client.ApiException as error:
-            raise KubeError(error.status or 0, _body(error.body)) from None
+        response = await self._call(method, path, query=query, body=body,
+                                    content_type=content_type)
         raw = await response.read()
         data: Object = orjson.loads(raw) if raw else {}
         return data
@@ -180,11 +183,8 @@ class Kube:
         query = {"watch": "true", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds,
                  "labelSelector": label_selector}
-        try:
-            response = await self._call("GET", resource.path(namespace=namespace), query=query,
-                                        timeout=timeout_seconds + 30)
-        except client.ApiException as error:
-            raise KubeError(error.status or 0, _body(error.body)) from None
+        response = await self._call("GET", resource.path(namespace=namespace), query=query,
+                                    timeout=timeout_seconds + 30)
         async with response:
             async for line in response.content:
                 if line.strip():

@@ -376,3 +376,8 @@ def test_actions_target_the_right_resources() -> None:
     assert plan.actions[0].resource is RESERVATIONS  # type: ignore[union-attr]
     assert plan.actions[1].resource is PODMIGRATIONJOBS  # type: ignore[union-attr]
     assert rsv_plan(reservation()).actions[0].resource is PODS  # type: ignore[union-attr]
+
+
+def test_rolled_back_job_deletes_even_an_expired_reservation() -> None:
+    plan = view_plan(job_obj=job(phase="Failed"), rsv=reservation(phase="Failed"))
+    assert kinds(plan) == ["Delete:reservations"]

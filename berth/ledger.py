@@ -1,0 +1,219 @@
+"""The capacity ledger: what each node has left once Reservations in handover are counted.
+
+kube-scheduler charges a node for every pod bound to it, placeholders included, so a
+Reservation's capacity is safe while its placeholder lives. In the handover (DESIGN §2,
+step 6) the controller deletes the placeholder before the owner is ungated and bound;
+for that while the scheduler sees the capacity as free. The ledger keeps it charged to
+the Reservation until an owner is bound, so that the extender can hold it for the owner.
+
+It is fed by informer events (`on_node`, `on_pod`, `on_reservation`) and keeps per-node
+sums up to date as they arrive, so every question is a few dict lookups whatever the size
+of the cluster. A live placeholder is an ordinary bound pod here: a Reservation only
+holds capacity itself once its placeholder is gone, so nothing is counted twice.
+
+Pure data structure: no I/O. Objects are the API server's dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from berth import protocol
+from berth.api import ReservationPhase
+from berth.protocol import Object
+from berth.resources import Resources, add, parse_resources, pod_requests, subtract
+
+DELETED = "DELETED"
+
+
+@dataclass(frozen=True)
+class PodEntry:
+    """What the ledger remembers of a pod."""
+
+    name: str
+    """`namespace/name`, for messages."""
+    node: str | None
+    """The node it is bound to."""
+    requests: Resources
+    """Its effective requests, as the scheduler charges them."""
+    placeholder_for: str | None
+    """The Reservation it holds capacity for, if it is a placeholder."""
+    terminal: bool
+    """Succeeded or Failed: it holds nothing any more."""
+
+    @property
+    def charged_node(self) -> str | None:
+        """The node whose capacity it uses."""
+        return None if self.terminal else self.node
+
+
+@dataclass(frozen=True)
+class _Reservation:
+    """An Available Reservation: the only phase that holds capacity or gives privileges."""
+
+    node: str
+    owners: frozenset[str]
+    held: Resources
+
+
+def held_by(reservation: Object) -> Resources:
+    """What a Reservation holds: `status.allocatable` as recorded by the controller, else
+    the effective requests of its template, which is what its placeholder was built from."""
+    allocatable = reservation.get("status", {}).get("allocatable")
+    if allocatable:
+        return parse_resources(allocatable)
+    template = reservation.get("spec", {}).get("template") or {}
+    return pod_requests(template.get("spec") or {})
+
+
+class Ledger:
+    """Per-node capacity, kept up to date from watch events."""
+
+    def __init__(self) -> None:
+        self._allocatable: dict[str, Resources] = {}
+        self._bound: dict[str, Resources] = {}
+        self._bound_placeholders: dict[str, Resources] = {}
+        self._pods: dict[str, PodEntry] = {}  # by UID
+        self._uids: dict[str, str] = {}  # namespace/name -> UID, for replaced pods
+        self._live_placeholders: dict[str, set[str]] = {}  # Reservation -> pod UIDs
+        self._reservations: dict[str, _Reservation] = {}  # Available ones, by name
+        self._owners: dict[str, str] = {}  # owner pod UID -> Reservation name
+        self._handover: dict[str, dict[str, Resources]] = {}  # node -> Reservation -> held
+        self._handover_node: dict[str, str] = {}  # Reservation -> node
+
+    # ----- events ---------------------------------------------------------------------
+
+    def on_node(self, kind: str, node: Object) -> None:
+        name = node["metadata"]["name"]
+        if kind == DELETED:
+            self._allocatable.pop(name, None)
+        else:
+            self._allocatable[name] = parse_resources(node.get("status", {}).get("allocatable"))
+
+    def on_pod(self, kind: str, pod: Object) -> None:
+        metadata = pod["metadata"]
+        key = f"{metadata.get('namespace')}/{metadata['name']}"
+        touched: set[str | None] = set()
+        # A pod counts once, by UID; a pod recreated under the same name replaces it.
+        old_uid = self._uids.pop(key, None)
+        if old_uid is not None:
+            old = self._pods.pop(old_uid)
+            self._uncharge(old_uid, old)
+            touched |= {old.placeholder_for, self._owners.get(old_uid)}
+        if kind != DELETED:
+            uid = str(metadata["uid"])
+            entry = PodEntry(name=key, node=pod.get("spec", {}).get("nodeName") or None,
+                             requests=pod_requests(pod.get("spec", {})),
+                             placeholder_for=protocol.placeholder_reservation(pod),
+                             terminal=protocol.is_terminal_pod(pod))
+            self._pods[uid] = entry
+            self._uids[key] = uid
+            self._charge(uid, entry)
+            touched |= {entry.placeholder_for, self._owners.get(uid)}
+        for name in touched:
+            if name is not None:
+                self._refresh(name)
+
+    def on_reservation(self, kind: str, reservation: Object) -> None:
+        name = reservation["metadata"]["name"]
+        old = self._reservations.pop(name, None)
+        for uid in old.owners if old else ():
+            if self._owners.get(uid) == name:
+                del self._owners[uid]
+        node = protocol.node_of(reservation)
+        if kind != DELETED and node and \
+                protocol.phase(reservation) == ReservationPhase.AVAILABLE:
+            owners = frozenset(protocol.owner_uids(reservation))
+            self._reservations[name] = _Reservation(node=node, owners=owners,
+                                                    held=held_by(reservation))
+            for uid in owners:
+                self._owners[uid] = name
+        self._refresh(name)
+
+    # ----- questions ------------------------------------------------------------------
+
+    def allocatable(self, node: str) -> Resources | None:
+        """The node's allocatable resources; None for a node the ledger has not seen."""
+        return self._allocatable.get(node)
+
+    def free(self, node: str) -> Resources | None:
+        """Allocatable minus the pods bound there and the Reservations in handover there."""
+        allocatable = self._allocatable.get(node)
+        if allocatable is None:
+            return None
+        free = subtract(allocatable, self._bound.get(node, {}))
+        for held in self._handover.get(node, {}).values():
+            free = subtract(free, held)
+        return free
+
+    def handover(self, node: str) -> Mapping[str, Resources]:
+        """The Reservations in handover on the node, with what each holds."""
+        return self._handover.get(node, {})
+
+    def promised(self, node: str) -> Resources:
+        """Capacity on the node held for Reservations: by their bound placeholders, and by
+        the Reservations themselves while in handover."""
+        promised = self._bound_placeholders.get(node, {})
+        for held in self._handover.get(node, {}).values():
+            promised = add(promised, held)
+        return promised
+
+    def reserved_for(self, pod_uid: str) -> tuple[str, str] | None:
+        """`(reservation, node)` if the pod is a recorded owner of an Available Reservation."""
+        name = self._owners.get(pod_uid)
+        if name is None:
+            return None
+        return name, self._reservations[name].node
+
+    def pod(self, uid: str) -> PodEntry | None:
+        return self._pods.get(uid)
+
+    # ----- bookkeeping ----------------------------------------------------------------
+
+    def _charge(self, uid: str, entry: PodEntry) -> None:
+        node = entry.charged_node
+        if node is not None:
+            self._bound[node] = add(self._bound.get(node, {}), entry.requests)
+            if entry.placeholder_for is not None:
+                self._bound_placeholders[node] = add(self._bound_placeholders.get(node, {}),
+                                                     entry.requests)
+        if entry.placeholder_for is not None and not entry.terminal:
+            self._live_placeholders.setdefault(entry.placeholder_for, set()).add(uid)
+
+    def _uncharge(self, uid: str, entry: PodEntry) -> None:
+        node = entry.charged_node
+        if node is not None:
+            self._bound[node] = subtract(self._bound[node], entry.requests)
+            if entry.placeholder_for is not None:
+                self._bound_placeholders[node] = subtract(self._bound_placeholders[node],
+                                                          entry.requests)
+        if entry.placeholder_for is not None:
+            live = self._live_placeholders.get(entry.placeholder_for, set())
+            live.discard(uid)
+            if not live:
+                self._live_placeholders.pop(entry.placeholder_for, None)
+
+    def _refresh(self, name: str) -> None:
+        """Put the Reservation in or out of handover after anything it depends on changed."""
+        node = self._handover_node.pop(name, None)
+        if node is not None:
+            held = self._handover[node]
+            del held[name]
+            if not held:
+                del self._handover[node]
+        reservation = self._reservations.get(name)
+        if reservation is not None and self._in_handover(name, reservation):
+            self._handover.setdefault(reservation.node, {})[name] = reservation.held
+            self._handover_node[name] = reservation.node
+
+    def _in_handover(self, name: str, reservation: _Reservation) -> bool:
+        """An owner is recorded, the placeholder is gone, and no owner is bound yet.
+
+        An owner the ledger has not seen (or that was deleted) is not bound: the capacity
+        stays held until the controller ends the Reservation.
+        """
+        if not reservation.owners or name in self._live_placeholders:
+            return False
+        return not any((owner := self._pods.get(uid)) is not None and owner.node is not None
+                       for uid in reservation.owners)

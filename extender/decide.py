@@ -1,0 +1,376 @@
+"""The extender's answers to kube-scheduler: filter, prioritize, preempt over the ledger.
+
+Requests and results are the Go types of `k8s.io/kube-scheduler/extender/v1`, which have
+no json tags: keys are the Go field names (`Pod`, `NodeNames`, `FailedNodes`, ...) and nil
+is `null`. The scheduler only calls an extender after its own plugins have judged the
+nodes, so the extender adds exactly what the scheduler cannot know:
+
+- a pod recorded in a Reservation's `status.currentOwners` goes to that Reservation's
+  node and nowhere else (keyed by pod UID, which no annotation can forge);
+- capacity held by a Reservation in handover (placeholder gone, owner not bound yet) is
+  not free for any other pod. Only nodes with such a hold are checked: for the others
+  the scheduler's own resource check, on a cache fresher than ours, already decided;
+- placeholders never become preemption victims, and a node stays a preemption candidate
+  only if the pod would pass the filter there once its victims are gone. Dropping the
+  whole node, not just the placeholder, because the scheduler's victim sets are minimal:
+  what is left would no longer make room, and those pods would be evicted for nothing.
+
+`answer` turns a request body into a status and a result. A body it cannot read is a
+result with `Error` set for filter (HTTP 200: the scheduler then fails this scheduling
+attempt, or skips the extender if it is `ignorable`, and logs the message), and an HTTP
+400 for prioritize and preempt, whose result types have no error field (the scheduler
+scores without a failed prioritize, and a failed preempt ends that preemption attempt
+unless the extender is `ignorable`). The `Pod` is trusted to be what the API server
+validated; only the envelope around it is checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+import orjson
+
+from berth import protocol
+from berth.ledger import Ledger
+from berth.protocol import Object
+from berth.resources import Resources, add, fits, pod_requests, subtract
+
+log = logging.getLogger(__name__)
+
+MAX_SCORE = 10
+"""kube-scheduler's MaxExtenderPriority; scores run from 0 to this."""
+
+SCORED_RESOURCES = ("cpu", "memory")
+"""What placement and promise scores weigh, as the scheduler's own resource scoring does."""
+
+
+class Placement(StrEnum):
+    """Where placeholders go among the nodes that fit them."""
+
+    SPREAD = "spread"
+    """Most free capacity left after placing: migrations land on quiet nodes."""
+    BINPACK = "binpack"
+    """Least free capacity left after placing: fills nodes up and empties others, the
+    defragmentation use of migration."""
+
+
+class WireError(ValueError):
+    """The request is not the extender/v1 type the verb takes."""
+
+
+# ----- requests ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    """`ExtenderArgs`: the pod and its candidate nodes."""
+
+    pod: Object
+    node_names: list[str]
+    node_list: Object | None
+    """The `Nodes` NodeList when the scheduler sent whole nodes (nodeCacheCapable: false)."""
+
+
+@dataclass(frozen=True)
+class Victim:
+    uid: str
+    pod: Object | None
+    """The whole pod when the scheduler sent it (nodeCacheCapable: false)."""
+
+
+@dataclass(frozen=True)
+class Victims:
+    pods: list[Victim]
+    pdb_violations: int
+
+
+@dataclass(frozen=True)
+class PreemptionArgs:
+    """`ExtenderPreemptionArgs`, in either form, as victims per candidate node."""
+
+    pod: Object
+    victims: dict[str, Victims]
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise WireError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:  # a nil Go slice
+        return []
+    if not isinstance(value, list):
+        raise WireError(f"{what} must be a list, not {type(value).__name__}")
+    return value
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise WireError(f"{what} must be a non-empty string")
+    return value
+
+
+def _pod(body: Any) -> Object:
+    args = _object(body, "the request")
+    if args.get("Pod") is None:
+        raise WireError("the request has no Pod")
+    pod = _object(args["Pod"], "Pod")
+    _object(pod.get("metadata"), "Pod.metadata")
+    return pod
+
+
+def parse_args(body: Any) -> ExtenderArgs:
+    """The arguments of filter and prioritize, with node names in either form."""
+    pod = _pod(body)
+    if body.get("NodeNames") is not None:
+        names = [_string(name, "each of NodeNames")
+                 for name in _list(body["NodeNames"], "NodeNames")]
+        return ExtenderArgs(pod=pod, node_names=names, node_list=None)
+    if body.get("Nodes") is not None:
+        node_list = _object(body["Nodes"], "Nodes")
+        names = [_string(_object(_object(node, "each of Nodes.items").get("metadata"),
+                                 "a node's metadata").get("name"), "a node's name")
+                 for node in _list(node_list.get("items"), "Nodes.items")]
+        return ExtenderArgs(pod=pod, node_names=names, node_list=node_list)
+    raise WireError("the request has neither NodeNames nor Nodes")
+
+
+def parse_preemption_args(body: Any) -> PreemptionArgs:
+    """The arguments of preempt: `NodeNameToMetaVictims` (UIDs) or `NodeNameToVictims`."""
+    pod = _pod(body)
+    victims: dict[str, Victims] = {}
+    if body.get("NodeNameToMetaVictims") is not None:
+        for node, value in _object(body["NodeNameToMetaVictims"],
+                                   "NodeNameToMetaVictims").items():
+            meta = _object(value, f"the victims on {node}")
+            victims[node] = Victims(
+                pods=[Victim(uid=_string(_object(item, "a victim").get("UID"), "a victim's UID"),
+                             pod=None)
+                      for item in _list(meta.get("Pods"), f"the victims on {node}")],
+                pdb_violations=_count(meta.get("NumPDBViolations")))
+    elif body.get("NodeNameToVictims") is not None:
+        for node, value in _object(body["NodeNameToVictims"], "NodeNameToVictims").items():
+            full = _object(value, f"the victims on {node}")
+            pods = [_object(item, "a victim") for item in
+                    _list(full.get("Pods"), f"the victims on {node}")]
+            victims[node] = Victims(
+                pods=[Victim(uid=_string(_object(item.get("metadata"), "a victim's metadata")
+                                         .get("uid"), "a victim's uid"), pod=item)
+                      for item in pods],
+                pdb_violations=_count(full.get("NumPDBViolations")))
+    return PreemptionArgs(pod=pod, victims=victims)
+
+
+def _count(value: Any) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WireError("NumPDBViolations must be an integer")
+    return value
+
+
+# ----- the pod being scheduled ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pending:
+    """The pod the scheduler asks about, as the decisions see it."""
+
+    requests: Resources
+    reserved: tuple[str, str] | None
+    """`(reservation, node)` when the pod is a Reservation's recorded owner."""
+    placeholder: bool
+
+
+def pod_name(pod: Object) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def pending(ledger: Ledger, pod: Object) -> Pending:
+    return Pending(requests=pod_requests(pod.get("spec") or {}),
+                   reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
+                   placeholder=protocol.placeholder_reservation(pod) is not None)
+
+
+class Refusal(NamedTuple):
+    reason: str
+    unresolvable: bool
+    """Preemption cannot help."""
+
+
+def refusal(ledger: Ledger, pod: Pending, node: str, *,
+            released: Resources | None = None) -> Refusal | None:
+    """Why `pod` may not go to `node` (None: it may), with `released` freed by preemption."""
+    if pod.reserved is not None:
+        reservation, reserved_node = pod.reserved
+        if node == reserved_node:
+            return None
+        return Refusal(f"reserved for this pod on {reserved_node} by Reservation "
+                       f"{reservation}", unresolvable=True)
+    held = ledger.handover(node)
+    free = ledger.free(node)
+    if not held or free is None:
+        return None
+    missing = fits(pod.requests, add(free, released or {}))
+    if not missing:
+        return None
+    return Refusal(f"Insufficient {', '.join(sorted(missing))}: held for Reservation "
+                   f"{', '.join(sorted(held))} in handover", unresolvable=False)
+
+
+# ----- the verbs --------------------------------------------------------------------------
+
+def filter_nodes(ledger: Ledger, args: ExtenderArgs) -> Object:
+    """`ExtenderFilterResult`, in the form the request came in."""
+    pod = pending(ledger, args.pod)
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for node in args.node_names:
+        refused = refusal(ledger, pod, node)
+        if refused is None:
+            passed.append(node)
+        else:
+            (unresolvable if refused.unresolvable else failed)[node] = refused.reason
+    if args.node_list is None:
+        nodes, names = None, passed
+    else:
+        kept = set(passed)
+        nodes = {**args.node_list, "items": [item for item in args.node_list.get("items") or []
+                                             if item["metadata"]["name"] in kept]}
+        names = None
+    return {"Nodes": nodes, "NodeNames": names, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+
+def prioritize(ledger: Ledger, args: ExtenderArgs, *, placement: Placement) -> list[Object]:
+    """`HostPriorityList`: a 0 to 10 score for every candidate node."""
+    pod = pending(ledger, args.pod)
+    return [{"Host": node, "Score": score(ledger, pod, node, placement=placement)}
+            for node in args.node_names]
+
+
+def score(ledger: Ledger, pod: Pending, node: str, *, placement: Placement) -> int:
+    """An owner wants its Reservation's node; a placeholder follows the placement strategy;
+    any other pod prefers nodes whose capacity is not promised to Reservations, so that it
+    stays out of the way of migrations in flight."""
+    if pod.reserved is not None:
+        return MAX_SCORE if node == pod.reserved[1] else 0
+    allocatable = ledger.allocatable(node)
+    if pod.placeholder:
+        free = ledger.free(node)
+        if allocatable is None or free is None:
+            return 0
+        left = _tenths(_mean_share(subtract(free, pod.requests), allocatable))
+        return left if placement == Placement.SPREAD else MAX_SCORE - left
+    if allocatable is None:
+        return MAX_SCORE
+    return MAX_SCORE - _tenths(_max_share(ledger.promised(node), allocatable))
+
+
+def _shares(part: Resources, whole: Resources) -> list[Decimal]:
+    return [min(max(part.get(name, Decimal(0)) / whole[name], Decimal(0)), Decimal(1))
+            for name in SCORED_RESOURCES if whole.get(name, Decimal(0)) > 0]
+
+
+def _mean_share(part: Resources, whole: Resources) -> Decimal:
+    shares = _shares(part, whole)
+    return sum(shares, Decimal(0)) / len(shares) if shares else Decimal(0)
+
+
+def _max_share(part: Resources, whole: Resources) -> Decimal:
+    return max(_shares(part, whole), default=Decimal(0))
+
+
+def _tenths(share: Decimal) -> int:
+    return int((share * MAX_SCORE).to_integral_value(ROUND_HALF_UP))
+
+
+def preempt(ledger: Ledger, args: PreemptionArgs) -> tuple[Object, dict[str, str]]:
+    """`ExtenderPreemptionResult` with the candidate nodes kept, and why the others went."""
+    pod = pending(ledger, args.pod)
+    kept: dict[str, Object] = {}
+    dropped: dict[str, str] = {}
+    for node, victims in args.victims.items():
+        reason = _preemption_refusal(ledger, pod, node, victims)
+        if reason is None:
+            kept[node] = {"Pods": [{"UID": victim.uid} for victim in victims.pods],
+                          "NumPDBViolations": victims.pdb_violations}
+        else:
+            dropped[node] = reason
+    return {"NodeNameToMetaVictims": kept}, dropped
+
+
+def _preemption_refusal(ledger: Ledger, pod: Pending, node: str,
+                        victims: Victims) -> str | None:
+    released: Resources = {}
+    for victim in victims.pods:
+        if victim.pod is not None:
+            name = pod_name(victim.pod)
+            reservation = protocol.placeholder_reservation(victim.pod)
+            requests = pod_requests(victim.pod.get("spec") or {})
+        else:
+            entry = ledger.pod(victim.uid)
+            # A victim the ledger has not seen yet frees nothing that it counts.
+            name = entry.name if entry else victim.uid
+            reservation = entry.placeholder_for if entry else None
+            requests = entry.requests if entry else {}
+        if reservation is not None:
+            return f"victim {name} is the placeholder of Reservation {reservation}"
+        released = add(released, requests)
+    refused = refusal(ledger, pod, node, released=released)
+    return refused.reason if refused else None
+
+
+# ----- bodies in, bodies out --------------------------------------------------------------
+
+VERBS = ("filter", "prioritize", "preempt")
+
+
+def answer(ledger: Ledger, verb: str, body: bytes, *, placement: Placement,
+           ready: bool) -> tuple[int, Any]:
+    """The HTTP status and JSON result for a request body to `verb` (one of VERBS); never
+    raises on bad input."""
+    if not ready:
+        return _error(verb, "the extender's caches are not synced yet", status=503)
+    try:
+        request = orjson.loads(body)
+        if verb == "filter":
+            args = parse_args(request)
+            result = filter_nodes(ledger, args)
+            _log_filter(args, result)
+            return 200, result
+        if verb == "prioritize":
+            return 200, prioritize(ledger, parse_args(request), placement=placement)
+        preemption = parse_preemption_args(request)
+        result, dropped = preempt(ledger, preemption)
+        for node, reason in dropped.items():
+            log.info("preempt %s: node %s is no candidate: %s", pod_name(preemption.pod),
+                     node, reason)
+        return 200, result
+    except ValueError as error:  # not JSON, not the wire type, an unreadable quantity
+        log.warning("%s: bad request: %s", verb, error)
+        return _error(verb, f"bad {verb} request: {error}", status=400)
+
+
+def _error(verb: str, message: str, *, status: int) -> tuple[int, Any]:
+    if verb == "filter":
+        return 200, {"Nodes": None, "NodeNames": None, "FailedNodes": None,
+                     "FailedAndUnresolvableNodes": None, "Error": message}
+    return status, {"Error": message}
+
+
+def _log_filter(args: ExtenderArgs, result: Object) -> None:
+    refused = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
+    if refused:
+        log.info("filter %s: %d of %d nodes pass; refused %s", pod_name(args.pod),
+                 len(args.node_names) - len(refused), len(args.node_names),
+                 "; ".join(f"{node}: {reason}" for node, reason in sorted(refused.items())))
+    else:
+        log.debug("filter %s: all %d nodes pass", pod_name(args.pod), len(args.node_names))

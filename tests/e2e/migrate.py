@@ -1,0 +1,82 @@
+"""Helpers for migration tests: workloads, jobs, and what they left behind."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from tests.e2e.kube import Cluster, is_ready, pods
+
+PAUSE = "registry.k8s.io/pause:3.10"
+
+
+def deployment(name: str, *, replicas: int = 1, cpu: str = "200m",
+               spec_extra: dict[str, Any] | None = None) -> str:
+    return json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": PAUSE,
+                                         "resources": {"requests": {"cpu": cpu}}}],
+                         **(spec_extra or {})},
+            },
+        },
+    })
+
+
+def ready_pods(cluster: Cluster, namespace: str, app: str, count: int) -> list[dict[str, Any]]:
+    found = [pod for pod in pods(cluster, namespace, f"app={app}")
+             if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")]
+    return found if len(found) == count else []
+
+
+def job_manifest(pod: dict[str, Any], *, name: str | None = None, ttl: str = "2m",
+                 mode: str = "ReservationFirst", **spec: Any) -> tuple[str, str]:
+    name = name or f"mig-{uuid.uuid4().hex[:8]}"
+    body = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "PodMigrationJob",
+            "metadata": {"name": name},
+            "spec": {"ttl": ttl, "mode": mode,
+                     "podRef": {"namespace": pod["metadata"]["namespace"],
+                                "name": pod["metadata"]["name"]}, **spec}}
+    return name, json.dumps(body)
+
+
+def job_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    return cluster.get("pmj", name)
+
+
+def phase_is(cluster: Cluster, name: str, *phases: str) -> dict[str, Any] | None:
+    job = job_of(cluster, name)
+    return job if job.get("status", {}).get("phase") in phases else None
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in job.get("status", {}).get("conditions") or []
+                 if c["type"] == kind), {})
+
+
+def events(cluster: Cluster, name: str) -> list[str]:
+    """The reasons of the job's events, in the order they happened."""
+    items = cluster.get("events", "-n", "default",
+                        f"--field-selector=involvedObject.name={name},"
+                        "involvedObject.kind=PodMigrationJob")["items"]
+    items.sort(key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
+    return [e["reason"] for e in items]
+
+
+def leftovers(cluster: Cluster, namespace: str) -> dict[str, list[str]]:
+    """Placeholders and gated pods still in the namespace: both must be empty at the end."""
+    result: dict[str, list[str]] = {"placeholders": [], "gated": []}
+    for pod in pods(cluster, namespace):
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        if "berth.sh/reservation" in (pod["metadata"].get("labels") or {}):
+            result["placeholders"].append(pod["metadata"]["name"])
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+        if "berth.sh/reservation" in gates:
+            result["gated"].append(pod["metadata"]["name"])
+    return result

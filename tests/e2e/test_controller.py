@@ -1,0 +1,128 @@
+"""The controller on the real control plane: reservations, evictions, TTLs, aborts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.kube import Cluster
+from tests.e2e.migrate import (
+    condition,
+    deployment,
+    events,
+    job_manifest,
+    job_of,
+    leftovers,
+    phase_is,
+    ready_pods,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_no_room_anywhere_waits_then_times_out_without_evicting(
+        cluster: Cluster, namespace: str) -> None:
+    # The pod may only run on its own node; the Reservation excludes that node.
+    cluster.apply(deployment("pinned", spec_extra={"nodeSelector": {
+        "kubernetes.io/hostname": "node-0"}}), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "pinned", 1),
+                       what="the pinned pod")[0]
+    name, manifest = job_manifest(pod, ttl="15s")
+    cluster.apply(manifest)
+
+    def unschedulable() -> dict | None:
+        job = job_of(cluster, name)
+        scheduled = condition(job, "ReservationScheduled")
+        return job if scheduled.get("reason") == "Unschedulable" else None
+
+    job = cluster.wait(unschedulable, what="ReservationScheduled=False")
+    assert job["status"]["phase"] == "Running"
+    assert "node affinity" in condition(job, "ReservationScheduled")["message"]
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    assert job["status"]["reason"] == "Timeout"
+    assert "nothing was evicted" in job["status"]["message"]
+    survivor = cluster.get("pod", pod["metadata"]["name"], "-n", namespace)
+    assert survivor["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert not survivor["metadata"].get("deletionTimestamp")
+    cluster.wait(lambda: not leftovers(cluster, namespace)["placeholders"],
+                 what="the placeholder to go")
+    cluster.wait(lambda: not cluster.get("reservations")["items"] or all(
+        r["metadata"]["name"] != job["metadata"]["uid"]
+        for r in cluster.get("reservations")["items"]), what="the Reservation to go")
+
+
+def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("direct"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "direct", 1), what="the pod")[0]
+    name, manifest = job_manifest(pod, mode="EvictDirectly")
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end")
+    assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
+    assert condition(job, "Eviction")["reason"] == "EvictComplete"
+    assert not cluster.get("reservations")["items"] or all(
+        r["metadata"]["name"] != job["metadata"]["uid"]
+        for r in cluster.get("reservations")["items"])
+    assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
+
+
+def test_pdb_blocks_the_eviction_until_the_ttl(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("guarded", replicas=2), namespace)
+    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
+    cluster.apply(json.dumps({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "g"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}}}),
+        namespace)
+    cluster.wait(lambda: cluster.get("pdb", "g", "-n", namespace).get("status", {})
+                 .get("currentHealthy") == 2, what="the PDB to count its pods")
+    name, manifest = job_manifest(pods[0], ttl="20s")
+    cluster.apply(manifest)
+
+    def blocked() -> dict | None:
+        job = job_of(cluster, name)
+        return job if condition(job, "Eviction").get("reason") == "BlockedByPDB" else None
+
+    job = cluster.wait(blocked, what="BlockedByPDB")
+    assert "disruption budget" in condition(job, "Eviction")["message"]
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    assert job["status"]["reason"] == "Timeout"
+    assert "BlockedByPDB" in events(cluster, name)
+    still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
+    assert still["metadata"]["uid"] == pods[0]["metadata"]["uid"]
+    cluster.wait(lambda: not leftovers(cluster, namespace)["placeholders"],
+                 what="the placeholder to go")
+
+
+def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(
+        cluster: Cluster, namespace: str) -> None:
+    # Pinned to its node, so its Reservation stays Pending: the abort comes before eviction.
+    cluster.apply(deployment("held", spec_extra={"nodeSelector": {
+        "kubernetes.io/hostname": "node-2"}}), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "held", 1), what="the pod")[0]
+    name, manifest = job_manifest(pod, paused=True)
+    cluster.apply(manifest)
+    # A later unpaused job on another pod shows the controller has looked at this one.
+    cluster.apply(deployment("other"), namespace)
+    other = cluster.wait(lambda: ready_pods(cluster, namespace, "other", 1), what="other")[0]
+    other_name, other_manifest = job_manifest(other, mode="EvictDirectly")
+    cluster.apply(other_manifest)
+    cluster.wait(lambda: phase_is(cluster, other_name, "Succeeded"), what="the other job")
+    assert job_of(cluster, name).get("status", {}).get("phase", "Pending") == "Pending"
+
+    cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job to start")
+    cluster.wait(lambda: condition(job_of(cluster, name), "ReservationScheduled"),
+                 what="its reservation to be tried")
+    assert leftovers(cluster, namespace)["placeholders"]
+    cluster.kubectl("patch", "pmj", name, "--subresource=status", "--type=merge",
+                    "-p", '{"status":{"phase":"Aborted"}}')
+    job = job_of(cluster, name)
+    cluster.wait(lambda: all(r["metadata"]["name"] != job["metadata"]["uid"]
+                             for r in cluster.get("reservations")["items"]),
+                 what="the aborted job's Reservation to go")
+    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
+                 what="no placeholder or gated pod")
+    assert job_of(cluster, name)["status"]["phase"] == "Aborted"
+    assert cluster.get("pod", pod["metadata"]["name"], "-n", namespace)["metadata"]["uid"] == \
+        pod["metadata"]["uid"]

@@ -1,0 +1,189 @@
+"""The webhook process: a Reservation cache, the claim, and the HTTPS endpoint.
+
+`webhook.decide` says what to do with a pod; this module does the I/O around it. Replicas
+share nothing but the API server, so the claim is the one step that must be atomic: a
+merge patch of the Reservation carrying the resourceVersion of the copy the decision was
+made on. If another replica (or another pod) got there first, the API server answers 409
+and this replica moves on. Every failure lets the pod through unpatched: the pod is then
+scheduled as if there were no Reservation, which is what `failurePolicy: Ignore` promises,
+instead of a pod creation that fails because a migration is in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from berth.api import keys
+from berth.kube.client import REPLICASETS, RESERVATIONS, Kube, KubeError
+from berth.kube.informer import Informer
+from berth.protocol import Object, controller_of, is_consumable, node_of
+from berth.server import add_health, serve
+from webhook import review
+from webhook.decide import (
+    Claim,
+    Patch,
+    Reassert,
+    Skip,
+    bind_patch,
+    decide,
+    pod_of,
+    top_level_workload,
+)
+
+log = logging.getLogger(__name__)
+
+API_ERRORS = (KubeError, aiohttp.ClientError, TimeoutError)
+"""What a call to the API server may raise: an answer other than 2xx, or no answer."""
+
+
+class Webhook:
+    """Binds replacement pods to Reservations. Run `reservations.run()` as a task."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.reservations = Informer(kube, RESERVATIONS)
+
+    def ready(self) -> bool:
+        return self.reservations.synced.is_set()
+
+    async def mutate(self, request: web.Request) -> web.Response:
+        try:
+            admission = review.parse(await request.read())
+        except review.MalformedReview as error:
+            log.warning("refused an admission review: %s", error)
+            return web.Response(status=400, text=str(error))
+        try:
+            patch = await self.patch_for(admission)
+        except API_ERRORS as error:
+            log.warning("pod %s: left unbound, the API server failed: %s",
+                        describe(pod_of(admission)), error)
+            patch = []
+        return web.Response(body=orjson.dumps(review.response(admission["uid"], patch)),
+                            content_type="application/json")
+
+    async def patch_for(self, request: Mapping[str, Any]) -> Patch:
+        pod = pod_of(request)
+        reservations = self.reservations.store
+        # Resolving a ReplicaSet's workload costs a GET: only worth it while some
+        # Reservation can be claimed at all, which is rare.
+        in_flight = any(is_consumable(r) for r in reservations.values())
+        workload_uid = await self.workload_uid(pod) if in_flight else None
+        decision = decide(request, reservations=reservations, workload_uid=workload_uid)
+        if isinstance(decision, Skip):
+            log.log(logging.INFO if in_flight else logging.DEBUG, "pod %s: %s",
+                    describe(pod), decision.reason)
+            return []
+        if isinstance(decision, Reassert):
+            patch = bind_patch(pod, reservation=decision.reservation, token=decision.token)
+            log.info("pod %s: already claimed reservation %s; %s", describe(pod),
+                     decision.reservation["metadata"]["name"],
+                     "re-adding what a later webhook removed" if patch else "nothing to add")
+            return patch
+        return await self.claim(pod, decision)
+
+    async def workload_uid(self, pod: Object) -> str | None:
+        controller = controller_of(pod)
+        if controller is None:
+            return None
+        if controller.get("kind") != "ReplicaSet" or controller.get("apiVersion") != "apps/v1":
+            return str(controller["uid"])
+        try:
+            replicaset: Object | None = await self.kube.get(
+                REPLICASETS, controller["name"], pod["metadata"]["namespace"])
+        except KubeError as error:
+            if not error.not_found:
+                raise
+            replicaset = None
+        return top_level_workload(controller, replicaset)
+
+    async def claim(self, pod: Object, decision: Claim) -> Patch:
+        """Claim the first candidate no one else wins; the patch that binds the pod to it."""
+        token = secrets.token_hex(16)
+        for candidate in decision.candidates:
+            reservation = await self.claim_one(candidate, token=token)
+            if reservation is not None:
+                log.info("pod %s → claimed reservation %s on node %s", describe(pod),
+                         reservation["metadata"]["name"], node_of(reservation))
+                return bind_patch(pod, reservation=reservation, token=token)
+        log.info("pod %s: lost every matching reservation to other pods (%s)", describe(pod),
+                 ", ".join(c["metadata"]["name"] for c in decision.candidates))
+        return []
+
+    async def claim_one(self, reservation: Object, *, token: str) -> Object | None:
+        """`reservation` as claimed with `token`, or None when it is no longer to be had.
+
+        A conflict means the Reservation changed since the cached copy: re-read it, and if
+        it is still consumable (a status update, say, not another claim) try once more.
+        """
+        name = reservation["metadata"]["name"]
+        for retry in (False, True):
+            try:
+                if retry:
+                    reservation = await self.kube.get(RESERVATIONS, name)
+                    if not is_consumable(reservation):
+                        return None
+                return await self.kube.patch(RESERVATIONS, name, {"metadata": {
+                    "resourceVersion": reservation["metadata"]["resourceVersion"],
+                    "annotations": {keys.CLAIM: token}}})
+            except KubeError as error:
+                if error.not_found:
+                    return None
+                if not error.conflict:
+                    raise
+                log.info("reservation %s changed while claiming it; %s", name,
+                         "giving up on it" if retry else "re-reading it")
+        return None
+
+
+def describe(pod: Object) -> str:
+    """`namespace/name`, or `namespace/generateName…` for a pod not yet named."""
+    metadata = pod["metadata"]
+    name = metadata.get("name") or f"{metadata.get('generateName', '')}…"
+    return f"{metadata.get('namespace')}/{name}"
+
+
+def make_app(webhook: Webhook) -> web.Application:
+    # A pod may be as large as etcd allows (1.5 MiB); aiohttp would refuse a review of
+    # more than 1 MiB by default.
+    app = web.Application(client_max_size=4 * 1024 * 1024)
+    app.router.add_post("/mutate-pod", webhook.mutate)
+    add_health(app, webhook.ready)
+    return app
+
+
+def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path,
+        key_file: Path) -> None:
+    """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting."""
+    asyncio.run(_serve(kubeconfig=kubeconfig, host=host, port=port, cert_file=cert_file,
+                       key_file=key_file))
+
+
+async def _serve(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path,
+                 key_file: Path) -> None:
+    main = asyncio.current_task()
+    assert main is not None
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, main.cancel)
+    kube = await Kube.connect(kubeconfig)
+    webhook = Webhook(kube)
+    informer = asyncio.create_task(webhook.reservations.run())
+    log.info("starting: POST https://%s:%d/mutate-pod", host, port)
+    try:
+        await serve(make_app(webhook), host=host, port=port, cert_file=cert_file,
+                    key_file=key_file)
+    except asyncio.CancelledError:
+        log.info("stopped")
+    finally:
+        informer.cancel()
+        await kube.close()

@@ -1,0 +1,222 @@
+"""What the webhook does with a pod CREATE: which Reservations to try, and the pod patch.
+
+Both are pure so that every case is a line in a test table; `webhook.app` does the I/O
+(the claim on the API server) between them. A mutating webhook sees a pod before it has a
+UID, and often before it has a name, so nothing here is keyed on either: the pod is
+matched to a Reservation through its controller and top-level workload only.
+
+The patch only adds what the pod lacks. The API server calls the webhook again when a
+later webhook changed the pod (`reinvocationPolicy: IfNeeded`); the pod then carries its
+claim, the same Reservation is re-asserted without a second claim, and a pod that still
+has everything gets no patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from berth.api import ReservationPhase, keys
+from berth.protocol import (
+    Object,
+    annotations_of,
+    claim_of,
+    controller_of,
+    is_consumable,
+    matches_owner,
+    node_of,
+    owner_uids,
+    phase,
+    placeholder_reservation,
+    pod_claim,
+)
+
+Patch = list[dict[str, Any]]
+
+NODE_NAME_FIELD = "metadata.name"
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Leave the pod as it is; `reason` is for the log."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Try to claim these Reservations, in this order, until one is won."""
+
+    candidates: tuple[Object, ...]
+
+
+@dataclass(frozen=True)
+class Reassert:
+    """The pod already carries its claim on `reservation`: this webhook was called again
+    for the same creation. Add back what is missing, claim nothing."""
+
+    reservation: Object
+    token: str
+
+
+Decision = Skip | Claim | Reassert
+
+
+def decide(request: Mapping[str, Any], *, reservations: Mapping[str, Object],
+           workload_uid: str | None) -> Decision:
+    """The decision for one AdmissionReview `request`, given the cached `reservations` by
+    name. `workload_uid` is the pod's top-level workload (see `top_level_workload`),
+    resolved by the caller because that may need the API server."""
+    if request.get("operation") != "CREATE":
+        return Skip("not a pod CREATE")
+    if request.get("dryRun"):
+        return Skip("dry run: nothing is claimed")
+    pod = pod_of(request)
+    token = pod_claim(pod)
+    if token is not None:
+        return _reassert(pod, token=token, reservations=reservations)
+    bound = annotations_of(pod).get(keys.RESERVATION_ALLOCATED)
+    if bound:
+        return Skip(f"already bound to reservation {bound}")
+    if placeholder_reservation(pod):
+        return Skip("a placeholder pod")
+    if pod["spec"].get("nodeName"):
+        return Skip(f"already assigned to node {pod['spec']['nodeName']}")
+    controller = controller_of(pod)
+    if controller is None:
+        return Skip("no controller")
+    candidates = sorted(
+        (r for r in reservations.values()
+         if is_consumable(r) and matches_owner(r, pod, workload_uid=workload_uid)),
+        key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]))
+    if not candidates:
+        return Skip(f"no consumable reservation for {controller.get('kind')} "
+                    f"{controller.get('name')} of workload {workload_uid}")
+    return Claim(tuple(candidates))
+
+
+def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) -> Decision:
+    """For a pod that carries a claim: the Reservation it names, if that still waits for
+    it. A pod made from the manifest of one bound earlier carries a stale claim, and must
+    not be gated again on a Reservation that is used up."""
+    try:
+        allocated = orjson.loads(annotations_of(pod).get(keys.RESERVATION_ALLOCATED) or "")
+        name, uid = allocated["name"], allocated["uid"]
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return Skip(f"carries claim {token} without a readable {keys.RESERVATION_ALLOCATED}")
+    reservation = reservations.get(name)
+    if reservation is None or reservation["metadata"].get("uid") != uid:
+        return Skip(f"carries claim {token} for reservation {name}, which is not in the cache")
+    if not _waits_for(reservation, token):
+        return Skip(f"carries claim {token} for reservation {name}, which no longer waits "
+                    "for it")
+    return Reassert(reservation, token)
+
+
+def _waits_for(reservation: Object, token: str) -> bool:
+    """Claimed with `token` and not yet handed over to a pod; or still unclaimed in the
+    cache, which the claim made a moment ago may not have reached yet."""
+    claim = claim_of(reservation)
+    if claim is None:
+        return is_consumable(reservation)
+    return (claim == token and phase(reservation) == ReservationPhase.AVAILABLE
+            and node_of(reservation) is not None and not owner_uids(reservation))
+
+
+def pod_of(request: Mapping[str, Any]) -> Object:
+    """The pod under review, in the request's namespace when it names none itself."""
+    pod: Object = request["object"]
+    if pod["metadata"].get("namespace") or not request.get("namespace"):
+        return pod
+    return {**pod, "metadata": {**pod["metadata"], "namespace": request["namespace"]}}
+
+
+def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None) -> str:
+    """UID of the workload a pod belongs to: for a pod of ReplicaSet `replicaset`, the
+    ReplicaSet's own controller (a Deployment's UID stays the same across a rollout);
+    otherwise the pod's controller itself."""
+    if replicaset is not None and replicaset["metadata"].get("uid") == controller.get("uid"):
+        above = controller_of(replicaset)
+        if above is not None:
+            return str(above["uid"])
+    return str(controller["uid"])
+
+
+def bind_patch(pod: Object, *, reservation: Object, token: str) -> Patch:
+    """The JSONPatch that binds `pod` to the claimed `reservation`: Berth's scheduling
+    gate, a required node affinity to the Reservation's node, and the binding annotations.
+    Only what is missing is added, so a patched pod yields an empty patch."""
+    node = reservation["status"]["nodeName"]
+    allocated = orjson.dumps({"name": reservation["metadata"]["name"],
+                              "uid": reservation["metadata"]["uid"]}).decode()
+    return [
+        *_annotations_patch(pod, {keys.RESERVATION_ALLOCATED: allocated, keys.CLAIM: token}),
+        *_gate_patch(pod),
+        *_affinity_patch(pod, node),
+    ]
+
+
+def _annotations_patch(pod: Object, wanted: Mapping[str, str]) -> Patch:
+    current = pod["metadata"].get("annotations")
+    if not current:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(wanted)}]
+    return [{"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value}
+            for key, value in wanted.items() if current.get(key) != value]
+
+
+def _gate_patch(pod: Object) -> Patch:
+    gate = {"name": keys.RESERVATION_GATE}
+    gates = pod["spec"].get("schedulingGates")
+    if not gates:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+    if any(g.get("name") == keys.RESERVATION_GATE for g in gates):
+        return []
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+
+
+def _affinity_patch(pod: Object, node: str) -> Patch:
+    """AND `metadata.name In [node]` into every node selector term, creating the term (and
+    any missing parent) when the pod has none."""
+    requirement = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    term = {"matchFields": [requirement]}
+    path = "/spec/affinity"
+    affinity = pod["spec"].get("affinity")
+    if not affinity:
+        return [{"op": "add", "path": path, "value": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}]
+    path += "/nodeAffinity"
+    node_affinity = affinity.get("nodeAffinity")
+    if not node_affinity:
+        return [{"op": "add", "path": path, "value": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}]
+    path += "/requiredDuringSchedulingIgnoredDuringExecution"
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return [{"op": "add", "path": path, "value": {"nodeSelectorTerms": [term]}}]
+    path += "/nodeSelectorTerms"
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return [{"op": "add", "path": path, "value": [term]}]
+    patch: Patch = []
+    for index, existing in enumerate(terms):
+        fields = existing.get("matchFields")
+        if requirement in (fields or []):
+            continue
+        if not fields and not existing.get("matchExpressions"):
+            # An empty term matches no node; ANDed with anything it still matches none.
+            continue
+        if fields:
+            patch.append({"op": "add", "path": f"{path}/{index}/matchFields/-",
+                          "value": requirement})
+        else:
+            patch.append({"op": "add", "path": f"{path}/{index}/matchFields",
+                          "value": [requirement]})
+    return patch
+
+
+def _escape(key: str) -> str:
+    """A map key as a JSON Pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
