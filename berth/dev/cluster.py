@@ -8,6 +8,7 @@ can tell that a cluster already runs.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -148,13 +149,17 @@ class LocalCluster:
             self._write_pki()
             self._start_etcd()
             self._start_apiserver()
+            self._install_crds()
             self._start_controller_manager()
-            self.start_scheduler(name="kube-scheduler", extenders=spec.extenders)
+            extenders = list(spec.extenders)
+            if spec.berth:
+                extenders.append(self._berth_extender(self.start_extender(name="berth-extender")))
+            self.start_scheduler(name="kube-scheduler", extenders=extenders)
             self._start_kwok()
             self._create_nodes(spec)
-            self._install_crds()
             if spec.berth:
                 self.start_controller(name="berth-controller")
+                self._register_webhook(self.start_webhook(name="berth-webhook"))
         except BaseException:
             self.down()
             raise
@@ -179,6 +184,10 @@ class LocalCluster:
         admin = tls.issue(ca, common_name="berth-dev-admin", organization="system:masters",
                           client=True)
         admin.write(cert_path=self.pki / "admin.crt", key_path=self.pki / "admin.key")
+        # Berth's webhook and extender serve on loopback with a certificate of this CA.
+        tls.issue(ca, common_name="berth", dns_names=("localhost",),
+                  ip_addresses=("127.0.0.1",)).write(cert_path=self.pki / "berth.crt",
+                                                     key_path=self.pki / "berth.key")
         private, public = tls.make_signing_key()
         (self.pki / "sa.key").write_bytes(private)
         (self.pki / "sa.pub").write_bytes(public)
@@ -223,7 +232,7 @@ class LocalCluster:
         context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
         if component.name == "kube-apiserver":
             context.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
-        else:
+        elif not component.name.startswith("berth-"):
             # Scheduler and controller-manager serve a self-signed certificate of their own.
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
@@ -353,6 +362,39 @@ class LocalCluster:
             f"--lease-namespace={BERTH_NAMESPACE}", f"--health-port={port}",
         ], port=port, health_url=f"http://127.0.0.1:{port}/healthz",
             command=[sys.executable, "-m", "berth.cli"])
+
+    def _berth_component(self, name: str, args: list[str], *, port: int) -> Component:
+        return self._spawn(name, [
+            *args, f"--kubeconfig={self.kubeconfig}", "--host=127.0.0.1", f"--port={port}",
+            f"--tls-cert-file={self.pki / 'berth.crt'}",
+            f"--tls-private-key-file={self.pki / 'berth.key'}",
+        ], port=port, health_url=f"https://127.0.0.1:{port}/healthz",
+            command=[sys.executable, "-m", "berth.cli"])
+
+    def start_extender(self, *, name: str) -> Component:
+        """Run `berth extender` over TLS on a free loopback port."""
+        return self._berth_component(name, ["extender"], port=free_port())
+
+    def start_webhook(self, *, name: str) -> Component:
+        """Run `berth webhook` over TLS on a free loopback port."""
+        return self._berth_component(name, ["webhook"], port=free_port())
+
+    def _berth_extender(self, extender: Component) -> dict[str, Any]:
+        """The scheduler's extender entry for Berth, as manifests/scheduler recommends."""
+        return {
+            "urlPrefix": f"https://127.0.0.1:{extender.port}",
+            "filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt",
+            "weight": 5, "nodeCacheCapable": True, "ignorable": True, "httpTimeout": "3s",
+            "enableHTTPS": True,
+            "tlsConfig": {"caData": base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()},
+        }
+
+    def _register_webhook(self, webhook: Component) -> None:
+        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+            render.webhook_configuration(url=f"https://127.0.0.1:{webhook.port}/mutate-pod",
+                                         ca_bundle=ca, skip_namespaces=["kube-system",
+                                                                        BERTH_NAMESPACE])))
 
     # ----- use ------------------------------------------------------------------------
 

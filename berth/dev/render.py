@@ -66,3 +66,29 @@ def fake_node(*, name: str, cpu: str, memory: str, pods: int) -> dict[str, Any]:
         },
         "status": {"capacity": resources, "allocatable": resources},
     }
+
+
+def webhook_configuration(*, url: str, ca_bundle: str,
+                          skip_namespaces: list[str]) -> dict[str, Any]:
+    """Berth's MutatingWebhookConfiguration for a webhook reached by URL (the local cluster);
+    the same settings as manifests/webhook, which reaches it through a Service."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "berth"},
+        "webhooks": [{
+            "name": "reservation-binding.berth.sh",
+            "clientConfig": {"url": url, "caBundle": ca_bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                "values": skip_namespaces}]},
+            # Placeholders never need binding; skipping them saves a call per reservation.
+            "objectSelector": {"matchExpressions": [{
+                "key": "berth.sh/reservation", "operator": "DoesNotExist"}]},
+            "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun",
+            "failurePolicy": "Ignore", "timeoutSeconds": 3, "reinvocationPolicy": "IfNeeded",
+            "matchPolicy": "Equivalent",
+        }],
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +20,7 @@ def event_body(*, involved: Mapping[str, Any], reason: str, message: str, event_
                component: str, instance: str, now: datetime) -> dict[str, Any]:
     metadata = involved["metadata"]
     namespace = metadata.get("namespace") or CLUSTER_EVENTS_NAMESPACE
+    moment = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     micro = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     reference = {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
                  "name": metadata["name"], "uid": metadata.get("uid")}
@@ -26,12 +28,13 @@ def event_body(*, involved: Mapping[str, Any], reason: str, message: str, event_
         reference["namespace"] = metadata["namespace"]
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
+        # Named by the time in nanoseconds, as the kubelet names its events: the API lists
+        # them by name, and kubectl keeps that order for events of the same second.
+        "metadata": {"name": f"{metadata['name']}.{time.time_ns():x}", "namespace": namespace},
         "involvedObject": reference, "reason": reason, "message": message, "type": event_type,
-        # Only eventTime (microseconds): kubectl sorts events by it, so events written
-        # within one second still show in the order they happened.
         "source": {"component": component}, "reportingComponent": component,
         "reportingInstance": instance, "eventTime": micro, "action": reason,
+        "firstTimestamp": moment, "lastTimestamp": moment, "count": 1,
     }
 
 
