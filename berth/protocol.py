@@ -79,6 +79,18 @@ def template_namespace(reservation: Object) -> str | None:
     return str(namespace) if namespace else None
 
 
+def placeholder_namespace(reservation: Object) -> str:
+    """Where the placeholder runs: the template's namespace, else its owners', else default."""
+    namespace = template_namespace(reservation)
+    if namespace:
+        return namespace
+    for owner in reservation.get("spec", {}).get("owners") or []:
+        for kind in ("controller", "object"):
+            if (owner.get(kind) or {}).get("namespace"):
+                return str(owner[kind]["namespace"])
+    return "default"
+
+
 def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None) -> bool:
     """Whether `pod` may use `reservation`.
 

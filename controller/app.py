@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "berth-controller"
 RETRY_AFTER_ERROR = 2.0
+MAX_BACKOFF = 300.0
 
 
 def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
@@ -104,7 +105,8 @@ class Controller:
             kube, PODS,
             indexes={"reservation": lambda p: _single(protocol.placeholder_reservation(p)),
                      "claim": lambda p: _single(protocol.pod_claim(p)),
-                     "uid": lambda p: _single(p["metadata"].get("uid"))},
+                     "uid": lambda p: _single(p["metadata"].get("uid")),
+                     "gated": lambda p: ["yes"] if protocol.is_gated(p) else []},
             handler=self._on_pod)
         self.replicasets = Informer(kube, REPLICASETS)
         self.informers = [self.jobs, self.reservations, self.pods, self.replicasets]
@@ -203,13 +205,19 @@ class Controller:
             self.queue.add_after(key, plan.requeue_after)
 
     async def work(self) -> None:
+        failures: dict[str, int] = {}
         while True:
             key = await self.queue.get()
             try:
                 await self.reconcile(key)
+                failures.pop(key, None)
             except Exception:
-                log.exception("reconcile %s failed", key)
-                self.queue.add_after(key, RETRY_AFTER_ERROR)
+                # A bug or an object we cannot handle: say so, and back off so that one bad
+                # object never floods the log or starves the others.
+                failures[key] = failures.get(key, 0) + 1
+                delay = min(RETRY_AFTER_ERROR * 2 ** failures[key], MAX_BACKOFF)
+                log.exception("reconcile %s failed (retry in %.0fs)", key, delay)
+                self.queue.add_after(key, delay)
 
     async def admit_loop(self) -> None:
         """Start pending jobs, every arbitration interval."""
@@ -217,9 +225,22 @@ class Controller:
         while True:
             try:
                 await self.admit_once()
+                await self.release_stray_gates()
             except Exception:
                 log.exception("admission round failed")
             await asyncio.sleep(interval)
+
+    async def release_stray_gates(self) -> None:
+        """No pod stays gated by Berth unless a live Reservation holds its claim."""
+        now = datetime.now(UTC)
+        for pod in self.pods.by_index("gated", "yes"):
+            token = protocol.pod_claim(pod)
+            claimed = next((r for r in self.reservations.by_index("claim", token)
+                            if protocol.phase(r) not in ("Succeeded", "Failed")), None) \
+                if token else None
+            plan = reservations.stray_gate(pod, claimed=claimed, now=now)
+            if plan.actions:
+                await self.executor.run(plan)
 
     async def admit_once(self) -> None:
         all_jobs = self.jobs.values()

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from berth.api import API_VERSION, keys
-from berth.protocol import controller_of
+from berth.protocol import controller_of, placeholder_namespace
 from berth.resources import format_quantity, pod_requests
 
 Object = dict[str, Any]
@@ -155,7 +155,7 @@ def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
         "kind": "Pod",
         "metadata": {
             "name": placeholder_name(name),
-            "namespace": template["metadata"]["namespace"],
+            "namespace": placeholder_namespace(reservation),
             # Only Berth's label: no workload label, so no selector, Service or PDB matches.
             "labels": {keys.RESERVATION_LABEL: name},
             "ownerReferences": [{

@@ -114,7 +114,7 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     placeholder = view.placeholder
     if placeholder is None:
         plan.then(Create(PODS, placeholder_for(reservation, image=view.image),
-                         namespace=reservation["spec"]["template"]["metadata"]["namespace"]))
+                         namespace=protocol.placeholder_namespace(reservation)))
         if protocol.phase(reservation) == ReservationPhase.AVAILABLE:
             # The placeholder vanished (deleted, preempted): the place is no longer held.
             status.update(phase=ReservationPhase.PENDING, nodeName=None)
@@ -186,3 +186,27 @@ def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
 
 def _seconds_until(view: ReservationView) -> float:
     return max(0.5, (expires_at(view.reservation) - view.now).total_seconds())
+
+
+STRAY_GATE_GRACE = timedelta(seconds=30)
+
+
+def stray_gate(pod: Object, *, claimed: Mapping[str, Any] | None,
+               now: datetime) -> Plan:
+    """Let go of a pod gated by Berth that no live Reservation waits for.
+
+    `claimed` is the non-terminal Reservation whose claim token the pod carries, if any.
+    A pod gated with a token no Reservation holds (its Reservation ended or vanished, the
+    claim was lost, the annotation was forged) would otherwise never be scheduled; after a
+    grace period that covers the webhook's claim reaching the caches, its gate is removed.
+    """
+    if claimed is not None or not protocol.is_gated(pod):
+        return Plan()
+    created = parse_time(pod["metadata"]["creationTimestamp"])
+    if now - created < STRAY_GATE_GRACE:
+        return Plan().again_in((created + STRAY_GATE_GRACE - now).total_seconds())
+    token = protocol.pod_claim(pod) or "none"
+    return Plan().then(ungate(pod), Event(
+        pod, "ReservationGateRemoved",
+        f"No Reservation holds claim {token!r}: removed Berth's scheduling gate so the pod "
+        "is scheduled normally", type="Warning"))

@@ -62,6 +62,8 @@ class Component:
     port: int
     health_url: str
     log: str
+    verify_tls: bool = False
+    """Whether its health endpoint serves a certificate of this cluster's CA."""
 
 
 def default_state_dir() -> Path:
@@ -195,7 +197,7 @@ class LocalCluster:
         self._admin = admin
 
     def _spawn(self, name: str, args: list[str], *, port: int, health_url: str,
-               command: list[str] | None = None) -> Component:
+               command: list[str] | None = None, verify_tls: bool = False) -> Component:
         """Start `kcp <args>` (or `command + args`) and wait until it is healthy."""
         assert self.binaries is not None
         log = self.logs / f"{name}.log"
@@ -206,7 +208,7 @@ class LocalCluster:
                                        stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self._processes[process.pid] = process
         component = Component(name=name, pid=process.pid, port=port, health_url=health_url,
-                              log=str(log))
+                              log=str(log), verify_tls=verify_tls)
         self.components.append(component)
         self._save_state()
         self._wait_healthy(component)
@@ -232,7 +234,7 @@ class LocalCluster:
         context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
         if component.name == "kube-apiserver":
             context.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
-        elif not component.name.startswith("berth-"):
+        elif not component.verify_tls:
             # Scheduler and controller-manager serve a self-signed certificate of their own.
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
@@ -369,7 +371,7 @@ class LocalCluster:
             f"--tls-cert-file={self.pki / 'berth.crt'}",
             f"--tls-private-key-file={self.pki / 'berth.key'}",
         ], port=port, health_url=f"https://127.0.0.1:{port}/healthz",
-            command=[sys.executable, "-m", "berth.cli"])
+            command=[sys.executable, "-m", "berth.cli"], verify_tls=True)
 
     def start_extender(self, *, name: str) -> Component:
         """Run `berth extender` over TLS on a free loopback port."""

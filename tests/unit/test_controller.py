@@ -381,3 +381,26 @@ def test_actions_target_the_right_resources() -> None:
 def test_rolled_back_job_deletes_even_an_expired_reservation() -> None:
     plan = view_plan(job_obj=job(phase="Failed"), rsv=reservation(phase="Failed"))
     assert kinds(plan) == ["Delete:reservations"]
+
+
+@pytest.mark.parametrize(("age", "claimed", "expected"), [
+    (5, False, []),
+    (31, False, ["Patch:pods", "Event:ReservationGateRemoved"]),
+    (31, True, []),
+])
+def test_stray_gate_is_removed_after_a_grace_period(age: int, claimed: bool,
+                                                    expected: list[str]) -> None:
+    gated = pod("web-9", node=None, gates=[keys.RESERVATION_GATE],
+                annotations={keys.CLAIM: "forged"})
+    plan = reservations.stray_gate(gated, claimed=reservation() if claimed else None,
+                                   now=later(age))
+    assert kinds(plan) == expected
+
+
+def test_reservation_without_template_namespace_places_its_placeholder_by_its_owner() -> None:
+    rsv = reservation()
+    del rsv["spec"]["template"]["metadata"]
+    plan = rsv_plan(rsv)
+    create = plan.actions[0]
+    assert isinstance(create, Create) and create.namespace == "default"
+    assert create.body["metadata"]["namespace"] == "default"
