@@ -106,7 +106,9 @@ class Controller:
             indexes={"reservation": lambda p: _single(protocol.placeholder_reservation(p)),
                      "claim": lambda p: _single(protocol.pod_claim(p)),
                      "uid": lambda p: _single(p["metadata"].get("uid")),
-                     "gated": lambda p: ["yes"] if protocol.is_gated(p) else []},
+                     "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
+                     "controller": lambda p: _single(
+                         (protocol.controller_of(p) or {}).get("uid"))},
             handler=self._on_pod)
         self.replicasets = Informer(kube, REPLICASETS)
         self.informers = [self.jobs, self.reservations, self.pods, self.replicasets]
@@ -173,9 +175,14 @@ class Controller:
         ref = job["spec"]["podRef"]
         pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
         reservation = self.reservations.get(jobs.reservation_name(job))
+        siblings: list[dict[str, Any]] = []
+        for owner in (reservation or {}).get("spec", {}).get("owners") or []:
+            uid = (owner.get("controller") or {}).get("uid")
+            if uid:
+                siblings += self.pods.by_index("controller", uid)
         return jobs.JobView(job=job, pod=pod, reservation=reservation,
                             owner=self._owner(reservation), workload_uid=self._workload_uid(pod),
-                            now=datetime.now(UTC), args=self.args)
+                            now=datetime.now(UTC), args=self.args, siblings=tuple(siblings))
 
     # ----- reconcile ------------------------------------------------------------------
 

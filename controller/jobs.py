@@ -54,6 +54,9 @@ class JobView:
     workload_uid: str | None
     now: datetime
     args: MigrationControllerArgs
+    siblings: tuple[Object, ...] = ()
+    """Pods of the migrated pod's controller, to spot a replacement that bypassed the
+    Reservation (created while the webhook was unreachable)."""
 
 
 def job_name(view: JobView) -> str:
@@ -266,6 +269,15 @@ def _after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         wait = (Reason.WAIT_FOR_BOUND_POD_READY, f"waiting for pod {owner_ref['name']} to be ready")
         kind = Type.BOUND_POD_READY
     else:
+        bypass = _unbound_replacement(view, status)
+        if bypass is not None and reservation is not None and \
+                protocol.claim_of(reservation) is None:
+            plan.actions.clear()
+            return _finish(view, status, phase=Phase.FAILED, reason="ReservationNotUsed",
+                           message=f"replacement pod {bypass['metadata']['name']} was created "
+                                   f"without claiming Reservation {rsv!r} (is the webhook "
+                                   "running?); it is scheduled as any pod, and the "
+                                   "reservation is released")
         wait = (Reason.WAIT_FOR_POD_BIND_RESERVATION,
                 f"waiting for a replacement pod to bind Reservation {rsv!r} on {node}")
         kind = Type.POD_BOUND_RESERVATION
@@ -282,6 +294,25 @@ def _after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     elif plan.actions:
         plan.actions.insert(0, _status(view, status))
     return plan.again_in(WAIT_POLL)
+
+
+def _unbound_replacement(view: JobView, status: Mapping[str, Any]) -> Object | None:
+    """A pod of the same controller, created since the job reserved its place, that
+    carries no claim: the workload replaced the pod without going through the webhook.
+    (The reservation's creation, unlike the eviction's start, is a time that stays put.)"""
+    reserved = condition(status, Type.RESERVATION_CREATED) or condition(
+        status, Type.RESERVATION_SCHEDULED) or {}
+    started = reserved.get("lastTransitionTime")
+    if not started:
+        return None
+    for pod in view.siblings:
+        metadata = pod["metadata"]
+        if metadata.get("uid") == source_uid(view.job) or protocol.pod_claim(pod) or \
+                protocol.placeholder_reservation(pod):
+            continue
+        if metadata.get("creationTimestamp", "") >= started:
+            return pod
+    return None
 
 
 def _evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bool) -> Plan:

@@ -117,11 +117,11 @@ def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) ->
 
 
 def _waits_for(reservation: Object, token: str) -> bool:
-    """Claimed with `token` and not yet handed over to a pod; or still unclaimed in the
-    cache, which the claim made a moment ago may not have reached yet."""
+    """Claimed with `token` and not yet handed over to a pod. A Reservation this cache
+    still sees unclaimed does not count: a pod reinvoked right after its own claim already
+    carries the whole patch, while a pod that brings a token of its own making (forged)
+    must get nothing."""
     claim = claim_of(reservation)
-    if claim is None:
-        return is_consumable(reservation)
     return (claim == token and phase(reservation) == ReservationPhase.AVAILABLE
             and node_of(reservation) is not None and not owner_uids(reservation))
 

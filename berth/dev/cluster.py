@@ -161,7 +161,7 @@ class LocalCluster:
             self._create_nodes(spec)
             if spec.berth:
                 self.start_controller(name="berth-controller")
-                self._register_webhook(self.start_webhook(name="berth-webhook"))
+                self.start_webhook(name="berth-webhook")
         except BaseException:
             self.down()
             raise
@@ -378,8 +378,11 @@ class LocalCluster:
         return self._berth_component(name, ["extender"], port=free_port())
 
     def start_webhook(self, *, name: str) -> Component:
-        """Run `berth webhook` over TLS on a free loopback port."""
-        return self._berth_component(name, ["webhook"], port=free_port())
+        """Run `berth webhook` over TLS on a free loopback port, and point the API server's
+        MutatingWebhookConfiguration at it."""
+        webhook = self._berth_component(name, ["webhook"], port=free_port())
+        self._register_webhook(webhook)
+        return webhook
 
     def _berth_extender(self, extender: Component) -> dict[str, Any]:
         """The scheduler's extender entry for Berth, as manifests/scheduler recommends."""

@@ -198,7 +198,7 @@ def bound_node(cluster: Cluster, namespace: str, name: str) -> str | None:
 async def test_owner_lands_on_its_reservation_node(
         cluster: Cluster, namespace: str, scheduling: Scheduling) -> None:
     # node-0 is the fullest; left to itself the scheduler would pick node-1 or node-2.
-    await shape_free_cpu(cluster, namespace, {"node-0": "3", "node-1": "8", "node-2": "8"})
+    await shape_free_cpu(cluster, namespace, {"node-0": "3", "node-1": "7", "node-2": "7"})
     reservation = f"{namespace}-owner"
     try:
         await reserve(cluster, namespace, reservation, node="node-0", cpu="2",

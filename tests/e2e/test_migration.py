@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.kube import Cluster
+from berth.resources import pod_requests
+from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
+    PAUSE,
     condition,
     deployment,
     events,
@@ -100,3 +105,103 @@ spec:
         assert events(cluster, name)[0] == "ReservationScheduled"
     finally:
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
+
+
+NODES = ("node-0", "node-1", "node-2")
+NODE_CPU = Decimal(8000)
+ROUNDS = 20
+FLOOD = 4
+
+
+def cpu_in_use(cluster: Cluster, *, skip_namespace: str) -> dict[str, Decimal]:
+    """Millicores requested on each node by bound pods outside `skip_namespace`'s fillers."""
+    used = dict.fromkeys(NODES, Decimal(0))
+    for item in cluster.get("pods", "--all-namespaces")["items"]:
+        node = item["spec"].get("nodeName")
+        role = (item["metadata"].get("labels") or {}).get("role")
+        if node not in used or item["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        if item["metadata"]["namespace"] == skip_namespace and role in ("filler", "flood"):
+            continue
+        used[node] += pod_requests(item["spec"]).get("cpu", Decimal(0)) * 1000
+    return used
+
+
+def bare_pod(name: str, *, cpu_millis: Decimal, role: str, node: str | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "c", "image": PAUSE, "resources": {
+        "requests": {"cpu": f"{int(cpu_millis)}m"}}}], "terminationGracePeriodSeconds": 0}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"role": role}}, "spec": spec}
+
+
+def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
+    """One migration into a cluster where exactly one other node has room, with a flood
+    of competing pods right after the eviction. Returns where the replacement ended:
+    "reserved", "elsewhere" or "pending"."""
+    cluster.kubectl("delete", "pods", "-n", namespace, "-l", "role in (filler,flood)",
+                    "--grace-period=0", "--force", "--wait=true")
+    victim = cluster.wait(lambda: ready_pods(cluster, namespace, "victim", 1), what="victim")[0]
+    source = victim["spec"]["nodeName"]
+    used = cpu_in_use(cluster, skip_namespace=namespace)
+    target, other = sorted((n for n in NODES if n != source), key=lambda n: used[n])
+    free = {source: Decimal(0), target: Decimal(3000), other: Decimal(1000)}
+    fillers = [bare_pod(f"filler-{node}", cpu_millis=NODE_CPU - used[node] - free[node],
+                        role="filler", node=node)
+               for node in NODES if NODE_CPU - used[node] - free[node] > 0]
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": fillers}), namespace)
+    name, manifest = job_manifest(victim, mode=mode, ttl="60s")
+    cluster.apply(manifest)
+    cluster.wait(lambda: condition(job_of(cluster, name), "Eviction"), what="the eviction",
+                 timeout=30)
+    flood = [bare_pod(f"flood-{i}", cpu_millis=Decimal(3000), role="flood")
+             for i in range(FLOOD)]
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": flood}), namespace)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end")
+
+    def settled() -> dict | None:
+        found = [p for p in pods(cluster, namespace, "app=victim")
+                 if p["metadata"]["uid"] != victim["metadata"]["uid"]
+                 and not p["metadata"].get("deletionTimestamp")]
+        if not found:
+            return None
+        pod = found[0]
+        if pod["spec"].get("nodeName"):
+            return pod
+        scheduled = [c for c in pod["status"].get("conditions") or []
+                     if c["type"] == "PodScheduled"]
+        return pod if scheduled and scheduled[0].get("reason") == "Unschedulable" else None
+
+    replacement = cluster.wait(settled, what="the replacement to be placed or refused")
+    flood_nodes = [p["spec"].get("nodeName") for p in pods(cluster, namespace, "role=flood")]
+    cluster.kubectl("delete", "pmj", name, "--wait=false")
+    node = replacement["spec"].get("nodeName")
+    if mode == "ReservationFirst":
+        assert job["status"]["phase"] == "Succeeded", job["status"]
+        assert job["status"]["nodeName"] == target
+        assert target not in flood_nodes, "a competing pod took the reserved place"
+    if node is None:
+        # Free its place for the next round: the flood goes, the replacement then fits.
+        cluster.kubectl("delete", "pods", "-n", namespace, "-l", "role in (filler,flood)",
+                        "--grace-period=0", "--force", "--wait=true")
+        return "pending"
+    return "reserved" if node == target else "elsewhere"
+
+
+def test_contention_reservation_first_always_lands_evict_directly_does_not(
+        cluster: Cluster, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster.apply(deployment("victim", cpu="3"), namespace)
+    outcomes: dict[str, Counter[str]] = {}
+    for mode in ("ReservationFirst", "EvictDirectly"):
+        outcomes[mode] = Counter(contention_round(cluster, namespace, mode=mode)
+                                 for _ in range(ROUNDS))
+    with capsys.disabled():
+        print(f"\ncontention over {ROUNDS} migrations each, {FLOOD} competing pods per "
+              "eviction:")
+        for mode, counts in outcomes.items():
+            print(f"  {mode:<17} on the reserved node {counts['reserved']:>2}, "
+                  f"elsewhere {counts['elsewhere']:>2}, left Pending {counts['pending']:>2}")
+    assert outcomes["ReservationFirst"] == Counter(reserved=ROUNDS)
+    assert not any(leftovers(cluster, namespace).values())

@@ -63,6 +63,16 @@ class Replica:
         return self.process.wait(timeout=15)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def without_session_webhook(cluster: Cluster) -> Iterator[None]:
+    """These tests run webhook replicas of their own; the session's webhook would bind
+    their pods too and blur what each replica did, so it pauses for this module."""
+    session = next(c for c in cluster.local.components if c.name == "berth-webhook")
+    cluster.local.stop(session)
+    yield
+    cluster.local.start_webhook(name="berth-webhook")
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("webhook-certs")

@@ -404,3 +404,17 @@ def test_reservation_without_template_namespace_places_its_placeholder_by_its_ow
     create = plan.actions[0]
     assert isinstance(create, Create) and create.namespace == "default"
     assert create.body["metadata"]["namespace"] == "default"
+
+
+def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
+    evicting = [*EVICTING, {"type": "ReservationCreated", "status": "True",
+                            "lastTransitionTime": "2026-01-01T12:00:05Z"}]
+    stray = pod("web-2", node="node-2")
+    stray["metadata"]["creationTimestamp"] = "2026-01-01T12:00:06Z"
+    older = pod("web-0", node="node-1")
+    jv = jobs.JobView(job=job(conditions=evicting), pod=None,
+                      reservation=reservation(phase="Available", node="node-1"), owner=None,
+                      workload_uid=None, now=later(10), args=ARGS, siblings=(older, stray))
+    status = status_of(jobs.decide(jv))
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
+    assert "web-2" in status["message"] and "webhook" in status["message"]

@@ -141,8 +141,10 @@ def set_in(path: str, value: Any) -> Change:
                  id="bound by someone else"),
     pytest.param([claimed_by("r1")], [reservation("r1", claim=TOKEN)], REPLICASET_UID,
                  ("r1", TOKEN), id="reinvoked"),
-    pytest.param([claimed_by("r1")], [reservation("r1")], REPLICASET_UID, ("r1", TOKEN),
-                 id="reinvoked before the claim reached the cache"),
+    # A token the cache does not see on the Reservation buys nothing: a reinvoked pod
+    # already carries its whole patch, and a forged token must not get the gate.
+    pytest.param([claimed_by("r1")], [reservation("r1")], REPLICASET_UID,
+                 "no longer waits for it", id="token not (yet) on the reservation"),
     pytest.param([claimed_by("r1")], [reservation("r1", claim="other")], REPLICASET_UID,
                  "no longer waits for it", id="reinvoked, claim lost"),
     pytest.param([claimed_by("r1")], [reservation("r1", consumable=False)], REPLICASET_UID,

@@ -1,0 +1,146 @@
+"""Migrations survive a controller killed at any stage, and say what happened when the
+webhook is down; a forged binding annotation buys nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from berth.dev.cluster import Component
+from tests.e2e.kube import Cluster
+from tests.e2e.migrate import (
+    condition,
+    deployment,
+    job_manifest,
+    job_of,
+    leftovers,
+    phase_is,
+    ready_pods,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def component(cluster: Cluster, name: str) -> Component:
+    return next(c for c in cluster.local.components if c.name == name)
+
+
+@pytest.fixture
+def restore_components(cluster: Cluster) -> Iterator[None]:
+    """Whatever a test stops, the session's controller and webhook run again after it."""
+    yield
+    names = {c.name for c in cluster.local.components if cluster.local.owns(c)}
+    if "berth-controller" not in names:
+        cluster.local.start_controller(name="berth-controller")
+    if "berth-webhook" not in names:
+        cluster.local.start_webhook(name="berth-webhook")
+
+
+def kill(cluster: Cluster, name: str) -> None:
+    """SIGKILL: no chance to finish anything in flight."""
+    target = component(cluster, name)
+    os.killpg(target.pid, signal.SIGKILL)
+    cluster.local.stop(target)
+
+
+def reservation_of(cluster: Cluster, job: dict[str, Any]) -> dict[str, Any]:
+    items = cluster.get("reservations")["items"]
+    return next((r for r in items if r["metadata"]["name"] == job["metadata"]["uid"]), {})
+
+
+STAGES: dict[str, Callable[[Cluster, str], Any]] = {
+    "before the reservation": lambda cluster, name: True,
+    "after the reservation": lambda cluster, name: condition(job_of(cluster, name),
+                                                             "ReservationCreated"),
+    "after the eviction": lambda cluster, name: condition(job_of(cluster, name), "Eviction"),
+    "during the handover": lambda cluster, name: reservation_of(
+        cluster, job_of(cluster, name)).get("status", {}).get("currentOwners"),
+}
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_controller_killed_mid_migration_is_picked_up_by_the_next_one(
+        cluster: Cluster, namespace: str, stage: str, restore_components: None) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    if stage == "before the reservation":
+        kill(cluster, "berth-controller")
+    name, manifest = job_manifest(pod)
+    cluster.apply(manifest)
+    if stage != "before the reservation":
+        cluster.wait(lambda: STAGES[stage](cluster, name), what=f"the job {stage}",
+                     timeout=30)
+        kill(cluster, "berth-controller")
+    cluster.local.start_controller(name="berth-controller")
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end after the restart")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    new = cluster.get("pod", job["status"]["podRef"]["name"], "-n", namespace)
+    assert new["spec"]["nodeName"] == job["status"]["nodeName"]
+    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
+                 what="no placeholder and no gated pod")
+
+
+def test_webhook_down_never_blocks_pods_and_the_job_says_why(
+        cluster: Cluster, namespace: str, restore_components: None) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    kill(cluster, "berth-webhook")
+    name, manifest = job_manifest(pod, ttl="60s")
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end")
+    assert (job["status"]["phase"], job["status"]["reason"]) == ("Failed",
+                                                                  "ReservationNotUsed")
+    assert "webhook" in job["status"]["message"]
+    # The replacement was created anyway (failurePolicy Ignore) and runs ungated.
+    replacement = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1),
+                               what="the replacement to run")[0]
+    assert replacement["metadata"]["uid"] != pod["metadata"]["uid"]
+    assert not replacement["spec"].get("schedulingGates")
+    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
+                 what="no placeholder and no gated pod")
+
+
+def test_forged_binding_annotation_gets_no_owner_privileges(
+        cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    rs = pod["metadata"]["ownerReferences"][0]
+    name = f"forge-{namespace}"[:60]
+    # An Available Reservation open to the workload's replacement, as during a migration.
+    cluster.apply(json.dumps({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": name, "annotations": {"berth.sh/consumable": "true"}},
+        "spec": {"ttl": "5m", "template": {"metadata": {"namespace": namespace}, "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}},
+            "owners": [{"controller": {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                       "name": rs["name"], "uid": rs["uid"],
+                                       "namespace": namespace}}]}}))
+    try:
+        reservation = cluster.wait(
+            lambda: (r := cluster.get("reservation", name)).get("status", {}).get(
+                "phase") == "Available" and r, what="the Reservation to be Available")
+        forged = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "forger", "annotations": {
+                "scheduling.koordinator.sh/reservation-allocated": json.dumps(
+                    {"name": name, "uid": reservation["metadata"]["uid"]}),
+                "berth.sh/claim": "forged-token"}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+        cluster.apply(json.dumps(forged), namespace)
+        forger = cluster.wait(lambda: (p := cluster.get("pod", "forger", "-n", namespace))[
+            "spec"].get("nodeName") and p, what="the forger to be scheduled as any pod")
+        assert "schedulingGates" not in forger["spec"]
+        assert not (forger["spec"].get("affinity") or {}).get("nodeAffinity")
+        reservation = cluster.get("reservation", name)
+        assert not reservation["status"].get("currentOwners")
+        assert "berth.sh/claim" not in reservation["metadata"]["annotations"]
+    finally:
+        cluster.kubectl("delete", "reservation", name, "--ignore-not-found")
+    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
+                 what="no placeholder and no gated pod")
