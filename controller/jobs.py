@@ -149,6 +149,10 @@ def _before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
                                 reason=Reason.UNSCHEDULABLE, message=message, now=view.now)
         status.update(status=Reason.UNSCHEDULABLE, reason=Reason.UNSCHEDULABLE, message=message)
         return Plan().then(_status(view, status)).again_in(WAIT_POLL)
+    if node == view.pod["spec"].get("nodeName"):
+        return _finish(view, status, phase=Phase.FAILED, reason=Reason.UNSCHEDULABLE,
+                       message=f"Reservation {rsv_name!r} holds its place on {node}, the node "
+                               "the pod already runs on; nothing was evicted")
     plan = Plan()
     current = condition(status, Type.RESERVATION_SCHEDULED)
     if not current or current.get("status") != "True":

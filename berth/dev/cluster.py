@@ -355,13 +355,14 @@ class LocalCluster:
         self.kubectl("wait", "--for=condition=Established", "crd", "--all",
                      f"--timeout={START_TIMEOUT:.0f}s")
 
-    def start_controller(self, *, name: str) -> Component:
+    def start_controller(self, *, name: str, config: Path | None = None) -> Component:
         """Run `berth controller` against this cluster (more than one may run: they elect)."""
         self.kubectl("create", "namespace", BERTH_NAMESPACE, check=False)
         port = free_port()
+        extra = [f"--config={config}"] if config else []
         return self._spawn(name, [
             "controller", f"--kubeconfig={self.kubeconfig}",
-            f"--lease-namespace={BERTH_NAMESPACE}", f"--health-port={port}",
+            f"--lease-namespace={BERTH_NAMESPACE}", f"--health-port={port}", *extra,
         ], port=port, health_url=f"http://127.0.0.1:{port}/healthz",
             command=[sys.executable, "-m", "berth.cli"])
 
@@ -381,7 +382,7 @@ class LocalCluster:
         """Run `berth webhook` over TLS on a free loopback port, and point the API server's
         MutatingWebhookConfiguration at it."""
         webhook = self._berth_component(name, ["webhook"], port=free_port())
-        self._register_webhook(webhook)
+        self.register_webhooks()
         return webhook
 
     def _berth_extender(self, extender: Component) -> dict[str, Any]:
@@ -394,12 +395,15 @@ class LocalCluster:
             "tlsConfig": {"caData": base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()},
         }
 
-    def _register_webhook(self, webhook: Component) -> None:
+    def register_webhooks(self) -> None:
+        """Point the MutatingWebhookConfiguration at every running webhook replica. With no
+        Service to balance them here, each replica gets an entry of its own and every pod
+        passes all of them in turn (the first claims; the others find the claim made)."""
         ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(
-            render.webhook_configuration(url=f"https://127.0.0.1:{webhook.port}/mutate-pod",
-                                         ca_bundle=ca, skip_namespaces=["kube-system",
-                                                                        BERTH_NAMESPACE])))
+        urls = [f"https://127.0.0.1:{c.port}/mutate-pod" for c in self.running()
+                if c.name.startswith("berth-webhook")]
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(render.webhook_configuration(
+            urls=urls, ca_bundle=ca, skip_namespaces=["kube-system", BERTH_NAMESPACE])))
 
     # ----- use ------------------------------------------------------------------------
 

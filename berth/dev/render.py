@@ -68,16 +68,17 @@ def fake_node(*, name: str, cpu: str, memory: str, pods: int) -> dict[str, Any]:
     }
 
 
-def webhook_configuration(*, url: str, ca_bundle: str,
+def webhook_configuration(*, urls: list[str], ca_bundle: str,
                           skip_namespaces: list[str]) -> dict[str, Any]:
-    """Berth's MutatingWebhookConfiguration for a webhook reached by URL (the local cluster);
-    the same settings as manifests/webhook, which reaches it through a Service."""
+    """Berth's MutatingWebhookConfiguration for webhook replicas reached by URL (the local
+    cluster); the same settings as manifests/webhook, which goes through a Service."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "berth"},
         "webhooks": [{
-            "name": "reservation-binding.berth.sh",
+            "name": f"reservation-binding-{index}.berth.sh" if index else
+                    "reservation-binding.berth.sh",
             "clientConfig": {"url": url, "caBundle": ca_bundle},
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                        "resources": ["pods"], "scope": "Namespaced"}],
@@ -90,5 +91,5 @@ def webhook_configuration(*, url: str, ca_bundle: str,
             "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun",
             "failurePolicy": "Ignore", "timeoutSeconds": 3, "reinvocationPolicy": "IfNeeded",
             "matchPolicy": "Equivalent",
-        }],
+        } for index, url in enumerate(urls)],
     }

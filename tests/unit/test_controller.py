@@ -418,3 +418,10 @@ def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason(
     status = status_of(jobs.decide(jv))
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
     assert "web-2" in status["message"] and "webhook" in status["message"]
+
+
+def test_reservation_on_the_pods_own_node_is_never_a_reason_to_evict() -> None:
+    plan = view_plan(job_obj=job(reservation_ref="mine"), pod_obj=pod(node="node-0"),
+                     rsv=reservation("mine", phase="Available", node="node-0"))
+    assert status_of(plan)["phase"] == "Failed"
+    assert not any(isinstance(a, Evict) for a in plan.actions)

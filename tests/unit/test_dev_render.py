@@ -45,3 +45,15 @@ def test_kubernetes_version_comes_from_the_kcp_module() -> None:
 def test_source_hash_depends_on_the_go_version() -> None:
     assert binaries.source_hash("go1.26.0") != binaries.source_hash("go1.26.1")
     assert binaries.source_hash("go1.26.0") == binaries.source_hash("go1.26.0")
+
+
+def test_webhook_configuration_has_one_entry_per_replica_and_never_blocks() -> None:
+    config = render.webhook_configuration(urls=["https://127.0.0.1:1/m", "https://127.0.0.1:2/m"],
+                                          ca_bundle="Q0E=", skip_namespaces=["kube-system"])
+    hooks = config["webhooks"]
+    assert [h["clientConfig"]["url"] for h in hooks] == ["https://127.0.0.1:1/m",
+                                                         "https://127.0.0.1:2/m"]
+    assert len({h["name"] for h in hooks}) == 2
+    for hook in hooks:
+        assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "NoneOnDryRun"
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]

@@ -1,0 +1,153 @@
+"""Eviction policies, delete options, StatefulSets and concurrent migrations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.kube import Cluster, is_ready, pods
+from tests.e2e.migrate import (
+    PAUSE,
+    condition,
+    deployment,
+    job_manifest,
+    job_of,
+    leftovers,
+    phase_is,
+    ready_pods,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def controller_with(cluster: Cluster, tmp_path: Path) -> Iterator[object]:
+    """Restart the session's controller with a given config; the default one comes back."""
+
+    def restart(config: str) -> None:
+        path = tmp_path / "config.yaml"
+        path.write_text(config)
+        current = next(c for c in cluster.local.components if c.name == "berth-controller")
+        cluster.local.stop(current)
+        cluster.local.start_controller(name="berth-controller", config=path)
+
+    yield restart
+    current = next(c for c in cluster.local.components if c.name == "berth-controller")
+    cluster.local.stop(current)
+    cluster.local.start_controller(name="berth-controller")
+
+
+def test_delete_policy_deletes_even_where_a_pdb_forbids_eviction(
+        cluster: Cluster, namespace: str, controller_with: object) -> None:
+    controller_with("evictionPolicy: Delete\n")  # type: ignore[operator]
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    cluster.apply(json.dumps({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}), namespace)
+    cluster.wait(lambda: cluster.get("pdb", "web", "-n", namespace).get("status", {})
+                 .get("currentHealthy") == 1, what="the PDB to count the pod")
+    name, manifest = job_manifest(pod)
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert condition(job, "Eviction")["reason"] == "EvictComplete"
+
+
+def test_soft_eviction_only_marks_the_pod_and_waits_for_its_removal(
+        cluster: Cluster, namespace: str, controller_with: object) -> None:
+    controller_with("evictionPolicy: SoftEviction\n")  # type: ignore[operator]
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(pod)
+    cluster.apply(manifest)
+    key = "scheduling.koordinator.sh/soft-eviction"
+    marked = cluster.wait(lambda: (p := cluster.get("pod", pod["metadata"]["name"], "-n",
+                                                    namespace))["metadata"].get(
+        "annotations", {}).get(key) and p, what="the soft-eviction mark")
+    assert json.loads(marked["metadata"]["annotations"][key])["reason"]
+    assert not marked["metadata"].get("deletionTimestamp")
+    assert job_of(cluster, name)["status"]["phase"] == "Running"
+    # Whoever honours soft evictions now removes the pod; the migration completes.
+    cluster.kubectl("delete", "pod", pod["metadata"]["name"], "-n", namespace, "--wait=false")
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+
+
+def test_delete_options_grace_period_reaches_the_pod(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    pod_name = pod["metadata"]["name"]
+    # A finalizer keeps the evicted pod visible, so the grace period it got can be read.
+    cluster.kubectl("patch", "pod", pod_name, "-n", namespace, "--type=merge",
+                    "-p", '{"metadata":{"finalizers":["berth.sh/test-hold"]}}')
+    name, manifest = job_manifest(pod, deleteOptions={"gracePeriodSeconds": 60})
+    cluster.apply(manifest)
+    deleting = cluster.wait(lambda: (p := cluster.get("pod", pod_name, "-n", namespace))[
+        "metadata"].get("deletionTimestamp") and p, what="the eviction")
+    assert deleting["metadata"]["deletionGracePeriodSeconds"] == 60
+    cluster.kubectl("patch", "pod", pod_name, "-n", namespace, "--type=json",
+                    "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+
+
+def test_statefulset_pod_keeps_its_name_and_lands_in_its_reservation(
+        cluster: Cluster, namespace: str) -> None:
+    cluster.apply(json.dumps({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                     "containers": [{"name": "db", "image": PAUSE, "resources": {
+                         "requests": {"cpu": "200m"}}}]}}}}), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "db", 1), what="db-0")[0]
+    assert old["metadata"]["name"] == "db-0"
+    name, manifest = job_manifest(old)
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to end")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    new = cluster.get("pod", "db-0", "-n", namespace)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert job["status"]["podRef"]["uid"] == new["metadata"]["uid"]
+    assert new["spec"]["nodeName"] == job["status"]["nodeName"] != old["spec"]["nodeName"]
+    assert not any(leftovers(cluster, namespace).values())
+
+
+@pytest.fixture
+def second_webhook(cluster: Cluster) -> Iterator[None]:
+    replica = cluster.local.start_webhook(name="berth-webhook-2")
+    yield
+    cluster.local.stop(replica)
+    cluster.local.register_webhooks()
+
+
+def test_two_migrations_of_one_deployment_get_different_reservations(
+        cluster: Cluster, namespace: str, second_webhook: None) -> None:
+    configuration = cluster.get("mutatingwebhookconfiguration", "berth")
+    assert len(configuration["webhooks"]) == 2
+    cluster.apply(deployment("web", replicas=2), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 2), what="2 pods")
+    names = []
+    for pod in old:
+        name, manifest = job_manifest(pod)
+        cluster.apply(manifest)
+        names.append(name)
+    jobs = [cluster.wait(lambda n=n: phase_is(cluster, n, "Succeeded", "Failed"),
+                         what=f"job {n} to end") for n in names]
+    assert [j["status"]["phase"] for j in jobs] == ["Succeeded", "Succeeded"], \
+        [j["status"] for j in jobs]
+    new_pods = [cluster.get("pod", j["status"]["podRef"]["name"], "-n", namespace)
+                for j in jobs]
+    bound = {json.loads(p["metadata"]["annotations"][
+        "scheduling.koordinator.sh/reservation-allocated"])["name"] for p in new_pods}
+    assert bound == {j["metadata"]["uid"] for j in jobs}
+    assert all(is_ready(p) for p in new_pods)
+    assert len(pods(cluster, namespace, "app=web")) == 2
+    assert not any(leftovers(cluster, namespace).values())
