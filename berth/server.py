@@ -7,6 +7,7 @@ decides how they listen, so TLS and readiness behave the same for both.
 from __future__ import annotations
 
 import asyncio
+import signal
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,16 @@ def add_health(app: web.Application, ready: Readiness) -> None:
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+
+
+def cancel_on_signals() -> None:
+    """SIGTERM or SIGINT cancel the running main task, so `finally` blocks run and requests
+    in flight are answered before the process exits (a pod's graceful stop)."""
+    main = asyncio.current_task()
+    assert main is not None, "call from the main task"
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, main.cancel)
 
 
 async def serve(app: web.Application, *, host: str, port: int,

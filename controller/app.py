@@ -31,7 +31,7 @@ from berth.kube.client import (
 from berth.kube.events import Recorder
 from berth.kube.informer import Informer, object_key
 from berth.kube.lease import LeaderElector
-from berth.server import add_health, serve
+from berth.server import add_health, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
 from controller import admission, jobs, reservations
 from controller.actions import Event, Patch, Plan, UpdateStatus
@@ -316,6 +316,7 @@ def _admission_plan(decision: admission.Decision) -> Plan:
 
 async def run(*, kubeconfig: Path | None, settings: MigrationControllerArgs | None,
               lease_namespace: str, health_port: int, identity: str | None = None) -> None:
+    cancel_on_signals()
     args = settings or MigrationControllerArgs()
     identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     kube = await Kube.connect(kubeconfig)

@@ -44,6 +44,24 @@ def exclude_node(affinity: Mapping[str, Any] | None, node: str) -> Object:
     return result
 
 
+def without_pin(affinity: Mapping[str, Any] | None, node: str) -> Object | None:
+    """`affinity` without the "only on `node`" term Berth's webhook added when the pod was
+    bound to a Reservation there; kept, it would forbid every other node to a new one."""
+    if not affinity:
+        return None
+    result: Object = copy.deepcopy(dict(affinity))
+    required = (result.get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    for term in required.get("nodeSelectorTerms") or []:
+        fields = [field for field in term.get("matchFields") or [] if field != pin]
+        if fields:
+            term["matchFields"] = fields
+        else:
+            term.pop("matchFields", None)
+    return result
+
+
 def _containers_for_requests(spec: Mapping[str, Any]) -> Object:
     """The container parts of a pod spec that decide its requests and host ports."""
     def strip(container: Mapping[str, Any]) -> Object:
@@ -82,6 +100,10 @@ def reservation_for(*, job: Mapping[str, Any], pod: Mapping[str, Any], workload_
     user_spec = user.get("spec") or {}
     user_pod = (user_spec.get("template") or {}).get("spec") or {}
     pod_template_spec.update(copy.deepcopy(user_pod))
+    if spec.get("nodeName") and keys.RESERVATION_ALLOCATED in (
+            pod["metadata"].get("annotations") or {}):
+        pod_template_spec["affinity"] = without_pin(pod_template_spec.get("affinity"),
+                                                    spec["nodeName"])
     if spec.get("nodeName"):
         pod_template_spec["affinity"] = exclude_node(pod_template_spec.get("affinity"),
                                                      spec["nodeName"])
@@ -103,6 +125,10 @@ def reservation_for(*, job: Mapping[str, Any], pod: Mapping[str, Any], workload_
             "name": job["metadata"]["uid"],
             "labels": dict(user_meta.get("labels") or {}),
             "annotations": annotations,
+            # Deleting the job deletes its Reservation (and so the placeholder) too.
+            "ownerReferences": [{"apiVersion": API_VERSION, "kind": "PodMigrationJob",
+                                 "name": job["metadata"]["name"],
+                                 "uid": job["metadata"]["uid"], "controller": True}],
         },
         "spec": {
             "template": {"metadata": {"namespace": namespace}, "spec": pod_template_spec},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 from pathlib import Path
 
 from berth import log
@@ -27,6 +28,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def handle(args: argparse.Namespace) -> int:
     settings = load_args(args.config) if args.config else None  # a bad file stops us here
     log.setup()
-    asyncio.run(run(kubeconfig=args.kubeconfig, settings=settings,
-                    lease_namespace=args.lease_namespace, health_port=args.health_port))
+    with contextlib.suppress(asyncio.CancelledError):  # SIGTERM or SIGINT: a normal stop
+        asyncio.run(run(kubeconfig=args.kubeconfig, settings=settings,
+                        lease_namespace=args.lease_namespace, health_port=args.health_port))
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from pathlib import Path
 
 import orjson
@@ -19,7 +18,7 @@ from aiohttp import web
 from berth.kube.client import NODES, PODS, RESERVATIONS, Kube
 from berth.kube.informer import Informer
 from berth.ledger import Ledger
-from berth.server import Readiness, add_health, serve
+from berth.server import Readiness, add_health, cancel_on_signals, serve
 from extender.decide import VERBS, Placement, answer
 
 log = logging.getLogger(__name__)
@@ -47,11 +46,7 @@ def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path | None
 
 async def _serve(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path | None,
                  key_file: Path | None, placement: Placement) -> None:
-    main = asyncio.current_task()
-    assert main is not None
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, main.cancel)
+    cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
     ledger = Ledger()
     informers = [Informer(kube, NODES, handler=ledger.on_node),

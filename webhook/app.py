@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from berth.api import keys
 from berth.kube.client import REPLICASETS, RESERVATIONS, Kube, KubeError
 from berth.kube.informer import Informer
 from berth.protocol import Object, controller_of, is_consumable, node_of
-from berth.server import add_health, serve
+from berth.server import add_health, cancel_on_signals, serve
 from webhook import review
 from webhook.decide import (
     Claim,
@@ -170,11 +169,7 @@ def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path,
 
 async def _serve(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path,
                  key_file: Path) -> None:
-    main = asyncio.current_task()
-    assert main is not None
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, main.cancel)
+    cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
     webhook = Webhook(kube)
     informer = asyncio.create_task(webhook.reservations.run())

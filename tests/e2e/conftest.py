@@ -61,6 +61,13 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
                                          check=False).returncode == 0,
                  what=f"the default ServiceAccount of {name}")
     yield name
+    # Jobs are cluster-scoped: delete the test's own, or they would count against the
+    # per-node limits of the tests after it until their TTL.
+    jobs = cluster.get("pmj")["items"]
+    mine = [job["metadata"]["name"] for job in jobs
+            if job["spec"].get("podRef", {}).get("namespace") == name]
+    if mine:
+        cluster.kubectl("delete", "pmj", *mine, "--wait=false", check=False)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 

@@ -12,23 +12,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.e2e.kube import Cluster, is_ready, pods
+from tests.e2e.migrate import deployment
 
 pytestmark = pytest.mark.e2e
-
-
-def deployment(name: str, *, replicas: int, cpu: str = "100m") -> str:
-    return json.dumps({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                                         "resources": {"requests": {"cpu": cpu}}}]},
-            },
-        },
-    })
 
 
 def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> list[dict]:
@@ -56,7 +42,7 @@ def test_fake_nodes_are_ready(cluster: Cluster) -> None:
 
 
 def test_deployment_pods_are_scheduled_and_ready(cluster: Cluster, namespace: str) -> None:
-    cluster.apply(deployment("web", replicas=3), namespace)
+    cluster.apply(deployment("web", replicas=3, cpu="100m"), namespace)
     running = cluster.wait(lambda: ready_pods(cluster, namespace, "app=web", 3),
                            what="3 ready pods of web")
     node_names = {node["metadata"]["name"] for node in cluster.get("nodes")["items"]}
@@ -66,7 +52,7 @@ def test_deployment_pods_are_scheduled_and_ready(cluster: Cluster, namespace: st
 
 
 def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str) -> None:
-    cluster.apply(deployment("web", replicas=3), namespace)
+    cluster.apply(deployment("web", replicas=3, cpu="100m"), namespace)
     before = cluster.wait(lambda: ready_pods(cluster, namespace, "app=web", 3),
                           what="3 ready pods of web")
     victim = before[0]["metadata"]["name"]
@@ -86,7 +72,7 @@ def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str
 
 async def test_pdb_blocks_eviction_with_429(cluster: Cluster, namespace: str,
                                             api: client.ApiClient) -> None:
-    await cluster.aapply(deployment("db", replicas=2), namespace)
+    await cluster.aapply(deployment("db", replicas=2, cpu="100m"), namespace)
     await cluster.aapply(json.dumps({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}},

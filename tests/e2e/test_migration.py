@@ -153,8 +153,14 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": fillers}), namespace)
     name, manifest = job_manifest(victim, mode=mode, ttl="60s")
     cluster.apply(manifest)
-    cluster.wait(lambda: condition(job_of(cluster, name), "Eviction"), what="the eviction",
-                 timeout=30)
+    try:
+        cluster.wait(lambda: condition(job_of(cluster, name), "Eviction"),
+                     what="the eviction", timeout=30)
+    except AssertionError as error:
+        state = {p["metadata"]["name"]: (p["spec"].get("nodeName"), p["status"].get("phase"))
+                 for p in pods(cluster, namespace)}
+        raise AssertionError(f"{error}; job status {job_of(cluster, name).get('status')}; "
+                             f"free targets {free}; used {used}; pods {state}") from None
     flood = [bare_pod(f"flood-{i}", cpu_millis=Decimal(3000), role="flood")
              for i in range(FLOOD)]
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": flood}), namespace)

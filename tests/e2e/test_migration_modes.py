@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from berth.kube.client import PODS, Kube
 from tests.e2e.kube import Cluster, is_ready, pods
 from tests.e2e.migrate import (
     PAUSE,
@@ -79,22 +80,30 @@ def test_soft_eviction_only_marks_the_pod_and_waits_for_its_removal(
     assert job["status"]["phase"] == "Succeeded", job["status"]
 
 
-def test_delete_options_grace_period_reaches_the_pod(cluster: Cluster, namespace: str) -> None:
-    cluster.apply(deployment("web"), namespace)
-    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
-    pod_name = pod["metadata"]["name"]
-    # A finalizer keeps the evicted pod visible, so the grace period it got can be read.
-    cluster.kubectl("patch", "pod", pod_name, "-n", namespace, "--type=merge",
-                    "-p", '{"metadata":{"finalizers":["berth.sh/test-hold"]}}')
-    name, manifest = job_manifest(pod, deleteOptions={"gracePeriodSeconds": 60})
-    cluster.apply(manifest)
-    deleting = cluster.wait(lambda: (p := cluster.get("pod", pod_name, "-n", namespace))[
-        "metadata"].get("deletionTimestamp") and p, what="the eviction")
-    assert deleting["metadata"]["deletionGracePeriodSeconds"] == 60
-    cluster.kubectl("patch", "pod", pod_name, "-n", namespace, "--type=json",
-                    "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end")
+async def test_delete_options_grace_period_reaches_the_pod(
+        cluster: Cluster, namespace: str) -> None:
+    await cluster.aapply(deployment("web"), namespace)
+    pod = (await cluster.await_(lambda: ready_pods(cluster, namespace, "web", 1),
+                                what="the pod"))[0]
+    kube = await Kube.connect(cluster.kubeconfig)
+    try:
+        listed = await kube.list(PODS, namespace=namespace)
+        watch = kube.watch(PODS, namespace=namespace,
+                           resource_version=listed["metadata"]["resourceVersion"])
+        name, manifest = job_manifest(pod, deleteOptions={"gracePeriodSeconds": 60})
+        await cluster.aapply(manifest)
+        # The first update that marks the pod for deletion carries the grace period asked
+        # for (kwok then finishes the deletion at once, as a kubelet would after it).
+        async for event in watch:
+            metadata = event["object"]["metadata"]
+            if metadata.get("uid") == pod["metadata"]["uid"] and \
+                    metadata.get("deletionTimestamp"):
+                assert metadata["deletionGracePeriodSeconds"] == 60
+                break
+    finally:
+        await kube.close()
+    job = await cluster.await_(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                               what="the job to end")
     assert job["status"]["phase"] == "Succeeded", job["status"]
 
 

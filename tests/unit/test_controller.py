@@ -326,6 +326,7 @@ def test_reservation_excludes_the_source_node_and_keeps_constraints() -> None:
     assert spec["tolerations"] == source["spec"]["tolerations"]
     assert body["spec"]["owners"][0]["controller"]["uid"] == "uid-web-rs"
     assert body["metadata"]["annotations"][keys.WORKLOAD] == "uid-deploy"
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-job-1"
 
 
 def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> None:
@@ -425,3 +426,18 @@ def test_reservation_on_the_pods_own_node_is_never_a_reason_to_evict() -> None:
                      rsv=reservation("mine", phase="Available", node="node-0"))
     assert status_of(plan)["phase"] == "Failed"
     assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_a_pod_bound_by_berth_before_is_not_pinned_to_its_node_again() -> None:
+    moved = pod(node="node-1", annotations={keys.RESERVATION_ALLOCATED: '{"name":"r"}'})
+    moved["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuring"
+                                                  "Execution": {"nodeSelectorTerms": [{
+                                                      "matchFields": [{
+                                                          "key": "metadata.name",
+                                                          "operator": "In",
+                                                          "values": ["node-1"]}]}]}}}
+    body = build.reservation_for(job=job(), pod=moved, workload_uid=None, ttl="5m")
+    terms = body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn",
+                                       "values": ["node-1"]}]}]
