@@ -2,14 +2,15 @@
 
 kube-scheduler charges a node for every pod bound to it, placeholders included, so a
 Reservation's capacity is safe while its placeholder lives. In the handover (DESIGN §2,
-step 6) the controller deletes the placeholder before the owner is ungated and bound;
-for that while the scheduler sees the capacity as free. The ledger keeps it charged to
-the Reservation until an owner is bound, so that the extender can hold it for the owner.
+step 6) the controller records the owner, deletes the placeholder, and only then
+ungates the owner; meanwhile the scheduler sees the capacity as free. From the moment an
+owner is recorded the ledger charges the capacity to the Reservation itself until an owner
+is bound, so that the extender can hold it for the owner.
 
 It is fed by informer events (`on_node`, `on_pod`, `on_reservation`) and keeps per-node
 sums up to date as they arrive, so every question is a few dict lookups whatever the size
-of the cluster. A live placeholder is an ordinary bound pod here: a Reservation only
-holds capacity itself once its placeholder is gone, so nothing is counted twice.
+of the cluster. A placeholder is an ordinary bound pod here; while a Reservation in
+handover still has one in this cache, the two are the same capacity and count once.
 
 Pure data structure: no I/O. Objects are the API server's dicts.
 """
@@ -143,9 +144,19 @@ class Ledger:
         if allocatable is None:
             return None
         free = subtract(allocatable, self._bound.get(node, {}))
-        for held in self._handover.get(node, {}).values():
-            free = subtract(free, held)
+        for name, held in self._handover.get(node, {}).items():
+            # Its placeholder, while this cache still sees it, is the same capacity: once.
+            free = add(subtract(free, held), self._placeholder_charge(name, node))
         return free
+
+    def _placeholder_charge(self, reservation: str, node: str) -> Resources:
+        """What the Reservation's placeholders still bound to `node` are charged there."""
+        charge: Resources = {}
+        for uid in self._live_placeholders.get(reservation, ()):
+            entry = self._pods.get(uid)
+            if entry is not None and entry.charged_node == node:
+                charge = add(charge, entry.requests)
+        return charge
 
     def handover(self, node: str) -> Mapping[str, Resources]:
         """The Reservations in handover on the node, with what each holds."""
@@ -155,8 +166,8 @@ class Ledger:
         """Capacity on the node held for Reservations: by their bound placeholders, and by
         the Reservations themselves while in handover."""
         promised = self._bound_placeholders.get(node, {})
-        for held in self._handover.get(node, {}).values():
-            promised = add(promised, held)
+        for name, held in self._handover.get(node, {}).items():
+            promised = subtract(add(promised, held), self._placeholder_charge(name, node))
         return promised
 
     def reserved_for(self, pod_uid: str) -> tuple[str, str] | None:
@@ -208,12 +219,15 @@ class Ledger:
             self._handover_node[name] = reservation.node
 
     def _in_handover(self, name: str, reservation: _Reservation) -> bool:
-        """An owner is recorded, the placeholder is gone, and no owner is bound yet.
+        """An owner is recorded and no owner is bound yet.
 
-        An owner the ledger has not seen (or that was deleted) is not bound: the capacity
-        stays held until the controller ends the Reservation.
+        From the moment an owner is recorded the Reservation itself holds the capacity,
+        whether or not this cache has seen its placeholder go: the scheduler may see the
+        deletion first, and must not hand the place to another pod in between. An owner
+        the ledger has not seen (or that was deleted) is not bound: the capacity stays
+        held until the controller ends the Reservation.
         """
-        if not reservation.owners or name in self._live_placeholders:
+        if not reservation.owners:
             return False
         return not any((owner := self._pods.get(uid)) is not None and owner.node is not None
                        for uid in reservation.owners)

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,10 +137,24 @@ def bare_pod(name: str, *, cpu_millis: Decimal, role: str, node: str | None = No
             "metadata": {"name": name, "labels": {"role": role}}, "spec": spec}
 
 
+def settled(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]] | None:
+    """The pods of `selector` once each is bound or refused by the scheduler."""
+    found = [p for p in pods(cluster, namespace, selector)
+             if not p["metadata"].get("deletionTimestamp")]
+    for pod in found:
+        scheduled = [c for c in pod["status"].get("conditions") or []
+                     if c["type"] == "PodScheduled"]
+        if not pod["spec"].get("nodeName") and not (
+                scheduled and scheduled[0].get("reason") == "Unschedulable"):
+            return None
+    return found or None
+
+
 def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
-    """One migration into a cluster where exactly one other node has room, with a flood
-    of competing pods right after the eviction. Returns where the replacement ended:
-    "reserved", "elsewhere" or "pending"."""
+    """One migration in a busy cluster: exactly one other node has room for the pod, and
+    competing pods are already waiting for capacity when the pod is evicted (a PDB holds
+    the eviction until they are). Returns where the replacement ended: "reserved" (the one
+    node with room), "elsewhere" or "pending"."""
     cluster.kubectl("delete", "pods", "-n", namespace, "-l", "role in (filler,flood)",
                     "--grace-period=0", "--force", "--wait=true")
     victim = cluster.wait(lambda: ready_pods(cluster, namespace, "victim", 1), what="victim")[0]
@@ -151,36 +166,28 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
                         role="filler", node=node)
                for node in NODES if NODE_CPU - used[node] - free[node] > 0]
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": fillers}), namespace)
-    name, manifest = job_manifest(victim, mode=mode, ttl="60s")
+    cluster.apply(json.dumps({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "hold"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}}}),
+        namespace)
+    cluster.wait(lambda: cluster.get("pdb", "hold", "-n", namespace).get("status", {})
+                 .get("currentHealthy") == 1, what="the PDB to hold the pod")
+    name, manifest = job_manifest(victim, mode=mode, ttl="90s")
     cluster.apply(manifest)
-    try:
-        cluster.wait(lambda: condition(job_of(cluster, name), "Eviction"),
-                     what="the eviction", timeout=30)
-    except AssertionError as error:
-        state = {p["metadata"]["name"]: (p["spec"].get("nodeName"), p["status"].get("phase"))
-                 for p in pods(cluster, namespace)}
-        raise AssertionError(f"{error}; job status {job_of(cluster, name).get('status')}; "
-                             f"free targets {free}; used {used}; pods {state}") from None
+    cluster.wait(lambda: condition(job_of(cluster, name), "Eviction").get("reason") ==
+                 "BlockedByPDB", what="the eviction to wait on the PDB", timeout=30)
     flood = [bare_pod(f"flood-{i}", cpu_millis=Decimal(3000), role="flood")
              for i in range(FLOOD)]
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": flood}), namespace)
+    cluster.wait(lambda: settled(cluster, namespace, "role=flood"),
+                 what="the competing pods to be placed or refused")
+    cluster.kubectl("delete", "pdb", "hold", "-n", namespace)
     job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
                        what="the job to end")
-
-    def settled() -> dict | None:
-        found = [p for p in pods(cluster, namespace, "app=victim")
-                 if p["metadata"]["uid"] != victim["metadata"]["uid"]
-                 and not p["metadata"].get("deletionTimestamp")]
-        if not found:
-            return None
-        pod = found[0]
-        if pod["spec"].get("nodeName"):
-            return pod
-        scheduled = [c for c in pod["status"].get("conditions") or []
-                     if c["type"] == "PodScheduled"]
-        return pod if scheduled and scheduled[0].get("reason") == "Unschedulable" else None
-
-    replacement = cluster.wait(settled, what="the replacement to be placed or refused")
+    replacement = cluster.wait(
+        lambda: [p for p in settled(cluster, namespace, "app=victim") or []
+                 if p["metadata"]["uid"] != victim["metadata"]["uid"]],
+        what="the replacement to be placed or refused")[0]
     flood_nodes = [p["spec"].get("nodeName") for p in pods(cluster, namespace, "role=flood")]
     cluster.kubectl("delete", "pmj", name, "--wait=false")
     node = replacement["spec"].get("nodeName")
@@ -204,8 +211,8 @@ def test_contention_reservation_first_always_lands_evict_directly_does_not(
         outcomes[mode] = Counter(contention_round(cluster, namespace, mode=mode)
                                  for _ in range(ROUNDS))
     with capsys.disabled():
-        print(f"\ncontention over {ROUNDS} migrations each, {FLOOD} competing pods per "
-              "eviction:")
+        print(f"\ncontention over {ROUNDS} migrations each, {FLOOD} competing pods waiting "
+              "for capacity at each eviction:")
         for mode, counts in outcomes.items():
             print(f"  {mode:<17} on the reserved node {counts['reserved']:>2}, "
                   f"elsewhere {counts['elsewhere']:>2}, left Pending {counts['pending']:>2}")

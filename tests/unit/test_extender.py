@@ -63,6 +63,8 @@ def scheduled(sample: dict[str, Any], *, cpu: str | None = None, uid: str | None
 
 
 HELD = "Insufficient cpu: held for Reservation r in handover"
+# q's owner is recorded: q holds node-2 itself, even while this cache sees its placeholder.
+HELD_Q = "Insufficient cpu: held for Reservation q in handover"
 RESERVED = "reserved for this pod on node-1 by Reservation r"
 FORGED = {keys.CLAIM: "a-token", keys.RESERVATION_ALLOCATED: '{"name": "r", "uid": "x"}'}
 
@@ -83,8 +85,8 @@ FORGED = {keys.CLAIM: "a-token", keys.RESERVATION_ALLOCATED: '{"name": "r", "uid
                   for n in ("node-0", "node-1")}, id="owner while the placeholder lives"),
     pytest.param({"cpu": "7", "nodes": ["node-9", "node-1"]}, ["node-9"], {"node-1": HELD}, {},
                  id="unknown nodes pass: the scheduler judges them"),
-    pytest.param({"cpu": "7", "labels": {keys.RESERVATION_LABEL: "other"}}, ["node-0", "node-2"],
-                 {"node-1": HELD}, {}, id="a placeholder is held off too"),
+    pytest.param({"cpu": "7", "labels": {keys.RESERVATION_LABEL: "other"}}, ["node-0"],
+                 {"node-1": HELD, "node-2": HELD_Q}, {}, id="a placeholder is held off too"),
 ])
 def test_filter(ledger: Ledger, change: dict[str, Any], passed: list[str],
                 failed: dict[str, str], unresolvable: dict[str, str]) -> None:

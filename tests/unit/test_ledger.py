@@ -85,9 +85,10 @@ R_OWNED = reservation("r", owners=("owner-uid",))
     pytest.param([("pod", "ADDED", pod("a", node="node-0", uid="1")),
                   ("pod", "MODIFIED", pod("a", cpu="3", node="node-1", uid="2"))],
                  "8", "5", [], id="same name, new UID replaces the old pod"),
-    # Reservations: a live placeholder is just a bound pod, never counted twice.
+    # Reservations: once an owner is recorded the Reservation holds the capacity, even
+    # while this cache still sees its placeholder; the two are never counted twice.
     pytest.param([("pod", "ADDED", PLACEHOLDER), ("reservation", "ADDED", R_OWNED),
-                  ("pod", "ADDED", OWNER)], "6", "8", [], id="live placeholder"),
+                  ("pod", "ADDED", OWNER)], "6", "8", ["r"], id="live placeholder"),
     pytest.param([("pod", "ADDED", PLACEHOLDER), ("reservation", "ADDED", R_OWNED),
                   ("pod", "ADDED", OWNER), ("pod", "DELETED", PLACEHOLDER)], "6", "8", ["r"],
                  id="handover: placeholder gone, owner not bound"),
