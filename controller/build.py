@@ -44,6 +44,37 @@ def exclude_node(affinity: Mapping[str, Any] | None, node: str) -> Object:
     return result
 
 
+def _required_terms(affinity: Mapping[str, Any] | None) -> list[Object]:
+    node_affinity = (affinity or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return list(required.get("nodeSelectorTerms") or [])
+
+
+def merge_placement(pod_spec: Mapping[str, Any], user: Mapping[str, Any]) -> Object:
+    """The job template's pod fields laid over the pod's own, narrowing, never widening:
+    nodeSelector entries are added, required node affinity terms are ANDed (every pair of
+    terms combined), tolerations are added; any other field the template sets replaces."""
+    result: Object = copy.deepcopy(dict(user))
+    if "nodeSelector" in user:
+        result["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **user["nodeSelector"]}
+    if "tolerations" in user:
+        result["tolerations"] = [*(pod_spec.get("tolerations") or []), *user["tolerations"]]
+    own, extra = _required_terms(pod_spec.get("affinity")), _required_terms(user.get("affinity"))
+    if "affinity" in user:
+        affinity: Object = {**copy.deepcopy(dict(pod_spec.get("affinity") or {})),
+                            **copy.deepcopy(dict(user["affinity"]))}
+        if own and extra:
+            combined = [{key: [*(a.get(key) or []), *(b.get(key) or [])]
+                         for key in ("matchExpressions", "matchFields")
+                         if a.get(key) or b.get(key)} for a in own for b in extra]
+            node_affinity = {**(affinity.get("nodeAffinity") or {})}
+            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+                "nodeSelectorTerms": combined}
+            affinity["nodeAffinity"] = node_affinity
+        result["affinity"] = affinity
+    return result
+
+
 def without_pin(affinity: Mapping[str, Any] | None, node: str) -> Object | None:
     """`affinity` without the "only on `node`" term Berth's webhook added when the pod was
     bound to a Reservation there; kept, it would forbid every other node to a new one."""
@@ -99,7 +130,7 @@ def reservation_for(*, job: Mapping[str, Any], pod: Mapping[str, Any], workload_
     user = template or {}
     user_spec = user.get("spec") or {}
     user_pod = (user_spec.get("template") or {}).get("spec") or {}
-    pod_template_spec.update(copy.deepcopy(user_pod))
+    pod_template_spec.update(merge_placement(pod_template_spec, user_pod))
     if spec.get("nodeName") and keys.RESERVATION_ALLOCATED in (
             pod["metadata"].get("annotations") or {}):
         pod_template_spec["affinity"] = without_pin(pod_template_spec.get("affinity"),

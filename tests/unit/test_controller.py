@@ -441,3 +441,28 @@ def test_a_pod_bound_by_berth_before_is_not_pinned_to_its_node_again() -> None:
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn",
                                        "values": ["node-1"]}]}]
+
+
+def test_job_template_narrows_the_pods_placement() -> None:
+    source = pod(node="node-0")
+    source["spec"]["nodeSelector"] = {"disk": "ssd"}
+    source["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuring"
+                                                   "Execution": {"nodeSelectorTerms": [
+                                                       {"matchExpressions": [{
+                                                           "key": "zone", "operator": "In",
+                                                           "values": ["a"]}]}]}}}
+    to_node_2 = {"spec": {"template": {"spec": {
+        "nodeSelector": {"pool": "big"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                    "values": ["node-2"]}]}]}}}}}}}
+    body = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m",
+                                 template=to_node_2)
+    spec = body["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"disk": "ssd", "pool": "big"}
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "zone", "operator": "In", "values": ["a"]}]
+    assert {"key": "metadata.name", "operator": "In", "values": ["node-2"]} in term["matchFields"]
+    assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in \
+        term["matchFields"]
