@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from berth import tls
+from berth import migrate, tls
 from berth.dev.binaries import BuildError, ensure_binaries
 from berth.dev.cluster import ClusterError, ClusterSpec, LocalCluster
 from berth.settings import ConfigError
@@ -125,6 +125,7 @@ def parser() -> argparse.ArgumentParser:
     controller_cli.add_parser(commands)
     webhook_cli.add_parser(commands)
     extender_cli.add_parser(commands)
+    migrate.add_parser(commands)
 
     crds = commands.add_parser("crds", help="write the CRDs generated from the API models")
     crds.add_argument("--out", type=Path, default=Path("manifests/crds"),

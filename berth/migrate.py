@@ -1,0 +1,185 @@
+"""`kubectl migrate` (and `berth migrate`): create PodMigrationJobs and follow them.
+
+`migrate pod NAME` creates one job; `--to NODE` pins its Reservation to a node (the
+defragmentation use: move a pod to where it packs best). `migrate node NAME` creates a
+job for every migratable pod on a node: a drain that reserves first. With `--wait` the
+jobs are followed until they end; the exit code is 0 only if every job succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from berth import protocol
+from berth.api import TERMINAL_PHASES, keys
+from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
+
+Object = dict[str, Any]
+POLL = 1.0
+COLUMNS = ("JOB", "PHASE", "STATUS", "NODE", "POD", "NEWPOD", "MESSAGE")
+
+
+def job_for(pod: Mapping[str, Any], *, to: str | None, mode: str, ttl: str,
+            paused: bool) -> Object:
+    """The PodMigrationJob that moves `pod` (to node `to`, when given)."""
+    metadata = pod["metadata"]
+    name = f"{metadata['name'][:40]}-{uuid.uuid4().hex[:6]}"
+    spec: Object = {"paused": paused, "ttl": ttl, "mode": mode,
+                    "podRef": {"namespace": metadata["namespace"], "name": metadata["name"],
+                               "uid": metadata["uid"]}}
+    if to:
+        pin = {"key": "metadata.name", "operator": "In", "values": [to]}
+        spec["reservationOptions"] = {"template": {"spec": {"template": {"spec": {
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [pin]}]}}}}}}}}
+    return {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "PodMigrationJob",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def why_not_migratable(pod: Mapping[str, Any]) -> str | None:
+    """Why a pod on a drained node is left alone (None: it is migrated)."""
+    metadata = pod["metadata"]
+    controller = protocol.controller_of(pod)
+    if protocol.placeholder_reservation(pod):
+        return "a Berth placeholder"
+    if controller is not None and controller.get("kind") == "DaemonSet":
+        return "a DaemonSet pod"
+    if "kubernetes.io/config.mirror" in (metadata.get("annotations") or {}):
+        return "a static (mirror) pod"
+    if metadata.get("deletionTimestamp") or protocol.is_terminal_pod(pod):
+        return "terminating or finished"
+    if controller is None:
+        return "not managed by a controller: nothing would re-create it"
+    if (metadata.get("annotations") or {}).get(keys.EVICTION_COST) == str(
+            keys.EVICTION_COST_NEVER):
+        return "eviction cost is MaxInt32"
+    return None
+
+
+def rows(jobs: Iterable[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    result: list[tuple[str, ...]] = []
+    for job in jobs:
+        status = job.get("status") or {}
+        result.append((job["metadata"]["name"], status.get("phase") or "Pending",
+                       status.get("status") or "", status.get("nodeName") or "",
+                       job["spec"]["podRef"]["name"], (status.get("podRef") or {}).get("name", ""),
+                       (status.get("message") or "")[:60]))  # fmt: skip
+    return result
+
+
+def table(lines: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in [COLUMNS, *lines]) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
+                                                                       strict=True)).rstrip()
+                     for row in [COLUMNS, *lines])
+
+
+async def follow(kube: Kube, names: list[str], *, out: TextIO) -> bool:
+    """Show the jobs until they all end; True when every one succeeded."""
+    live = out.isatty()
+    shown = ""
+    while True:
+        jobs = [await kube.get(PODMIGRATIONJOBS, name) for name in names]
+        text = table(rows(jobs))
+        if text != shown:
+            if live and shown:
+                out.write(f"\x1b[{shown.count(chr(10)) + 1}F\x1b[J")
+            out.write(text + "\n" if live else text + "\n\n")
+            out.flush()
+            shown = text
+        phases = [(job.get("status") or {}).get("phase") for job in jobs]
+        if all(phase in TERMINAL_PHASES for phase in phases):
+            return all(phase == "Succeeded" for phase in phases)
+        await asyncio.sleep(POLL)
+
+
+async def _create(kube: Kube, pods: list[Object], args: argparse.Namespace) -> list[str]:
+    names = []
+    for pod in pods:
+        job = job_for(pod, to=getattr(args, "to", None), mode=args.mode, ttl=args.ttl,
+                      paused=args.paused)
+        await kube.create(PODMIGRATIONJOBS, job)
+        names.append(job["metadata"]["name"])
+        print(f"podmigrationjob/{job['metadata']['name']} created for "
+              f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+    return names
+
+
+async def _run(args: argparse.Namespace) -> int:
+    kube = await Kube.connect(args.kubeconfig)
+    try:
+        if args.target == "pod":
+            pods = [await kube.get(PODS, args.name, args.namespace)]
+        else:
+            listed = await kube.list(PODS, namespace=args.namespace,
+                                     field_selector=f"spec.nodeName={args.name}")
+            pods = []
+            for pod in listed.get("items", []):
+                reason = why_not_migratable(pod)
+                if reason:
+                    print(f"skipping {pod['metadata']['namespace']}/{pod['metadata']['name']}: "
+                          f"{reason}")
+                else:
+                    pods.append(pod)
+            if not pods:
+                print(f"no migratable pod on node {args.name}")
+                return 0
+        names = await _create(kube, pods, args)
+        if not args.wait:
+            return 0
+        ok = await follow(kube, names, out=sys.stdout)
+        if not ok:
+            print("migration failed: see `kubectl describe pmj` for each failed job",
+                  file=sys.stderr)
+        return 0 if ok else 1
+    except KubeError as error:
+        print(f"kubectl-migrate: {error.message}", file=sys.stderr)
+        return 1
+    finally:
+        await kube.close()
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser("migrate", help="create PodMigrationJobs and follow them")
+    configure(parser)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    targets = parser.add_subparsers(dest="target", required=True)
+    for target, help_text in (("pod", "migrate one pod"),
+                              ("node", "migrate every migratable pod on a node")):
+        sub = targets.add_parser(target, help=help_text)
+        sub.add_argument("name", help=f"the {target}'s name")
+        if target == "pod":
+            sub.add_argument("-n", "--namespace", default="default")
+            sub.add_argument("--to", metavar="NODE", help="reserve the place on this node")
+        else:
+            sub.add_argument("-n", "--namespace", default=None,
+                             help="only pods of this namespace (default: all)")
+        sub.add_argument("--mode", choices=("ReservationFirst", "EvictDirectly"),
+                         default="ReservationFirst")
+        sub.add_argument("--ttl", default="5m", help="job TTL, a Go duration (default 5m)")
+        sub.add_argument("--paused", action="store_true", help="create the jobs paused")
+        sub.add_argument("--wait", action="store_true", help="follow the jobs until they end")
+        sub.add_argument("--kubeconfig", type=Path, default=None,
+                         help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
+    parser.set_defaults(handler=lambda args: asyncio.run(_run(args)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `kubectl-migrate` plugin."""
+    parser = argparse.ArgumentParser(prog="kubectl migrate", description=__doc__)
+    configure(parser)
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""`kubectl migrate` as a kubectl plugin, against the real control plane."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.kube import Cluster, pods
+from tests.e2e.migrate import deployment, leftovers, ready_pods
+
+pytestmark = pytest.mark.e2e
+
+
+def kubectl_migrate(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """Through our kubectl, which finds the `kubectl-migrate` plugin on PATH."""
+    assert cluster.local.binaries is not None
+    path = f"{Path(sys.executable).parent}:{cluster.local.binaries.bin_dir}:{os.environ['PATH']}"
+    return subprocess.run([str(cluster.local.binaries.kubectl), "migrate", *args],
+                          env={**os.environ, "PATH": path, "KUBECONFIG": str(cluster.kubeconfig)},
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_migrate_pod_to_a_node_waits_and_lands_there(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    target = next(n for n in ("node-0", "node-1", "node-2") if n != pod["spec"]["nodeName"])
+    result = kubectl_migrate(cluster, "pod", pod["metadata"]["name"], "-n", namespace,
+                             "--to", target, "--wait")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Succeeded" in result.stdout and "Complete" in result.stdout
+    (new,) = ready_pods(cluster, namespace, "web", 1)
+    assert new["spec"]["nodeName"] == target
+    assert new["metadata"]["uid"] != pod["metadata"]["uid"]
+
+
+def test_migrate_node_empties_it_into_reserved_places(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web", replicas=4), namespace)
+    cluster.wait(lambda: ready_pods(cluster, namespace, "web", 4), what="4 pods")
+    node = max(("node-0", "node-1", "node-2"),
+               key=lambda n: sum(p["spec"].get("nodeName") == n
+                                 for p in pods(cluster, namespace, "app=web")))
+    on_node = [p for p in pods(cluster, namespace, "app=web") if p["spec"]["nodeName"] == node]
+    result = kubectl_migrate(cluster, "node", node, "-n", namespace, "--wait")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("created for") == len(on_node)
+    after = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 4), what="4 pods again")
+    assert not [p for p in after if p["spec"]["nodeName"] == node]
+    moved = [p for p in after if "berth.sh/claim" in (p["metadata"].get("annotations") or {})]
+    assert len(moved) == len(on_node)
+    for pod in moved:
+        bound = json.loads(pod["metadata"]["annotations"][
+            "scheduling.koordinator.sh/reservation-allocated"])
+        reservation = cluster.get("reservation", bound["name"])
+        assert reservation["status"]["nodeName"] == pod["spec"]["nodeName"]
+        assert reservation["status"]["phase"] == "Succeeded"
+    assert not any(leftovers(cluster, namespace).values())
+
+
+def test_migrate_reports_a_missing_pod(cluster: Cluster, namespace: str) -> None:
+    result = kubectl_migrate(cluster, "pod", "no-such-pod", "-n", namespace)
+    assert result.returncode == 1
+    assert "not found" in result.stderr
