@@ -32,7 +32,8 @@ test: binaries lint
 
 demo: binaries
 	$(BERTH) dev down
-	$(BERTH) dev up
+	$(BERTH) dev up --nodes 3 --node-cpu 4 --node-memory 8Gi
+	$(BERTH) dev demo
 	@bash scripts/demo-intro.sh
 
 crds: setup

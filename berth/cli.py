@@ -7,6 +7,7 @@ printed as one line naming the problem, with exit code 1, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,17 @@ def _dev_env(args: argparse.Namespace) -> int:
 def _export_line(cluster: LocalCluster) -> str:
     assert cluster.binaries is not None
     return f"export KUBECONFIG={cluster.kubeconfig} PATH={cluster.binaries.bin_dir}:$PATH"
+
+
+def _dev_demo(args: argparse.Namespace) -> int:
+    from berth.dev import demo
+
+    cluster = LocalCluster(args.state_dir)
+    if not cluster.running():
+        print(f"berth: no local cluster runs from {cluster.state_dir}; run `berth dev up`",
+              file=sys.stderr)
+        return 1
+    return asyncio.run(demo.run(cluster.kubeconfig))
 
 
 def _dev_down(args: argparse.Namespace) -> int:
@@ -102,6 +114,7 @@ def parser() -> argparse.ArgumentParser:
         ("status", _dev_status, "show each component and its health"),
         ("env", _dev_env, "print the line that points kubectl at the running cluster"),
         ("build", _dev_build, "build (or reuse) the control plane binaries; print their dir"),
+        ("demo", _dev_demo, "defragment the running cluster with reservation-first migrations"),
     ):
         sub = dev_commands.add_parser(name, help=help_text)
         sub.add_argument("--state-dir", type=Path, default=None,

@@ -1,17 +1,13 @@
 #!/usr/bin/env bash
-# Show the freshly started local cluster and how to use it.
+# After the demo: where the cluster is and how to explore it.
 set -euo pipefail
 berth=.venv/bin/berth
-eval "$($berth dev env)"
 echo
-echo "== nodes (kwok fakes, scheduled onto by the real kube-scheduler) =="
-kubectl get nodes -o wide
-echo
-echo "== control plane =="
-$berth dev status
-echo
-echo "Use it from your shell:"
+echo "The local cluster keeps running. Explore it from your shell:"
 echo "  $($berth dev env)"
-echo "  kubectl create deployment web --image=registry.k8s.io/pause:3.10 --replicas=3"
-echo "  kubectl get pods -o wide"
+echo "  kubectl get pmj                 # the migrations: PHASE STATUS NODE RESERVATION POD NEWPOD"
+echo "  kubectl describe pmj <name>     # conditions and the events of each step"
+echo "  kubectl get reservations        # where capacity was held"
+echo "  kubectl migrate pod <pod> --to <node> --wait   # (with .venv/bin on PATH)"
+echo "  .venv/bin/berth dev status      # the control plane and Berth's components"
 echo "Stop it with: .venv/bin/berth dev down"
