@@ -1,7 +1,8 @@
-"""Serving an aiohttp app: HTTPS when given a certificate, with the health endpoints.
+"""Serving an aiohttp app: HTTPS when given a certificate, with health and metrics.
 
 The webhook and the extender are both thin aiohttp apps; this is the one place that
-decides how they listen, so TLS and readiness behave the same for both.
+decides how they listen, so TLS, readiness and `/metrics` behave the same for both (and
+for the controller's health port).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 Readiness = Callable[[], bool]
 
@@ -37,6 +39,12 @@ def add_health(app: web.Application, ready: Readiness) -> None:
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+
+
+def add_metrics(app: web.Application) -> None:
+    """`/metrics`: the process's metrics (`berth.metrics`) in the Prometheus text format,
+    or OpenMetrics when the scraper asks for it."""
+    app.router.add_get("/metrics", make_aiohttp_handler())
 
 
 def cancel_on_signals() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from berth import protocol
+from berth import metrics, protocol
 from berth.api import PodMigrationJobPhase, keys
 from berth.kube.client import (
     PODMIGRATIONJOBS,
@@ -31,7 +31,7 @@ from berth.kube.client import (
 from berth.kube.events import Recorder
 from berth.kube.informer import Informer, object_key
 from berth.kube.lease import LeaderElector
-from berth.server import add_health, cancel_on_signals, serve
+from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
 from controller import admission, jobs, reservations
 from controller.actions import Event, Patch, Plan, UpdateStatus
@@ -94,6 +94,7 @@ class Controller:
         self.kube = kube
         self.args = args
         self.queue = WorkQueue()
+        metrics.WORKQUEUE_DEPTH.set_function(lambda: len(self.queue))
         self.jobs = Informer(kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key},
                              handler=self._on_job)
         self.reservations = Informer(
@@ -201,12 +202,16 @@ class Controller:
             view = self._job_view(job)
             plan = jobs.decide(view)
             outcome = await self.executor.run(plan)
+            if outcome.done:
+                _record_job_writes(job, plan)
             if outcome.eviction_refused is not None:
                 refused = outcome.eviction_refused
                 plan = jobs.eviction_refused(view, status_code=refused.status,
                                              message=refused.message)
                 await self.executor.run(plan)
         if not outcome.done:
+            if not outcome.conflict and outcome.eviction_refused is None:
+                metrics.RECONCILE_ERRORS.labels(kind=kind).inc()
             self.queue.add_after(key, RETRY_AFTER_ERROR if not outcome.conflict else 0.2)
         elif plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after)
@@ -221,6 +226,7 @@ class Controller:
             except Exception:
                 # A bug or an object we cannot handle: say so, and back off so that one bad
                 # object never floods the log or starves the others.
+                metrics.RECONCILE_ERRORS.labels(kind=key.split("/", 1)[0]).inc()
                 failures[key] = failures.get(key, 0) + 1
                 delay = min(RETRY_AFTER_ERROR * 2 ** failures[key], MAX_BACKOFF)
                 log.exception("reconcile %s failed (retry in %.0fs)", key, delay)
@@ -231,6 +237,8 @@ class Controller:
         interval = self.args.arbitration_args.interval.total_seconds()
         while True:
             try:
+                metrics.observe_jobs(self.jobs.values())
+                metrics.observe_reservations(self.reservations.values())
                 await self.admit_once()
                 await self.release_stray_gates()
             except Exception:
@@ -261,11 +269,15 @@ class Controller:
             ref = job["spec"]["podRef"]
             return self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
 
-        for decision in admission.admit(pending=pending, running=running, pod_of=pod_of,
-                                        args=self.args):
+        with metrics.ARBITRATION_ROUND_DURATION.time():
+            decisions = admission.admit(pending=pending, running=running, pod_of=pod_of,
+                                        args=self.args)
+        for decision in decisions:
             plan = _admission_plan(decision)
             if plan.actions:
                 outcome = await self.executor.run(plan)
+                if outcome.done:
+                    _record_job_writes(decision.job, plan)
                 if outcome.done and decision.verdict == "admit":
                     self.queue.add(f"job/{decision.job['metadata']['name']}")
 
@@ -288,6 +300,14 @@ class Controller:
         finally:
             for task in tasks:
                 task.cancel()
+
+
+def _record_job_writes(before: Mapping[str, Any], plan: Plan) -> None:
+    """Feed the job status writes of a plan that ran to the end into the metrics."""
+    now = datetime.now(UTC)
+    for action in plan.actions:
+        if isinstance(action, UpdateStatus) and action.resource == PODMIGRATIONJOBS:
+            metrics.record_job_status(before, action.obj, now=now)
 
 
 def _admission_plan(decision: admission.Decision) -> Plan:
@@ -324,6 +344,7 @@ async def run(*, kubeconfig: Path | None, settings: MigrationControllerArgs | No
     elector = LeaderElector(kube, namespace=lease_namespace, name=COMPONENT, identity=identity)
     app = web.Application()
     add_health(app, lambda: all(i.synced.is_set() for i in controller.informers))
+    add_metrics(app)
     server = asyncio.create_task(serve(app, host="0.0.0.0", port=health_port))
     election = asyncio.create_task(elector.run())
     try:

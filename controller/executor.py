@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from berth import metrics
 from berth.api import keys
 from berth.kube.client import JSON_PATCH, PODS, Kube, KubeError
 from berth.kube.events import Recorder
@@ -110,7 +111,10 @@ class Executor:
         except KubeError as error:
             if error.not_found or (error.conflict and "precondition" in error.message.lower()):
                 return  # already gone, or a new pod of the same name: the old one is gone
+            result = "blocked_by_pdb" if error.status == 429 else "failed"
+            metrics.EVICTIONS.labels(policy=action.policy, result=result).inc()
             raise
+        metrics.EVICTIONS.labels(policy=action.policy, result="evicted").inc()
 
 
 def _remember(versions: dict[tuple[str, str | None, str], str], plural: str,

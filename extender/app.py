@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
 
+from berth import metrics
 from berth.kube.client import NODES, PODS, RESERVATIONS, Kube
 from berth.kube.informer import Informer
 from berth.ledger import Ledger
-from berth.server import Readiness, add_health, cancel_on_signals, serve
+from berth.server import Readiness, add_health, add_metrics, cancel_on_signals, serve
 from extender.decide import VERBS, Placement, answer
 
 log = logging.getLogger(__name__)
@@ -26,15 +28,31 @@ log = logging.getLogger(__name__)
 
 def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.Application:
     async def verb(request: web.Request) -> web.Response:
-        status, result = answer(ledger, request.match_info["verb"], await request.read(),
-                                placement=placement, ready=ready())
+        name = request.match_info["verb"]
+        synced = ready()
+        with metrics.EXTENDER_REQUEST_DURATION.labels(verb=name).time():
+            status, result = answer(ledger, name, await request.read(), placement=placement,
+                                    ready=synced)
+        outcome = _outcome(status, result, ready=synced)
+        metrics.EXTENDER_REQUESTS.labels(verb=name, result=outcome).inc()
         return web.Response(status=status, body=orjson.dumps(result),
                             content_type="application/json")
 
     app = web.Application()
     app.router.add_post(f"/{{verb:{'|'.join(VERBS)}}}", verb)
     add_health(app, ready)
+    add_metrics(app)
     return app
+
+
+def _outcome(status: int, result: Any, *, ready: bool) -> metrics.ExtenderResult:
+    """How `answer` judged a request: a refusal is an HTTP error, or for filter (whose
+    result has a field for it) an `Error` message."""
+    if not ready:
+        return "not_ready"
+    if status != 200 or (isinstance(result, dict) and result.get("Error")):
+        return "bad_request"
+    return "ok"
 
 
 def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path | None,

@@ -22,11 +22,12 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from berth import metrics
 from berth.api import keys
 from berth.kube.client import REPLICASETS, RESERVATIONS, Kube, KubeError
 from berth.kube.informer import Informer
 from berth.protocol import Object, controller_of, is_consumable, node_of
-from berth.server import add_health, cancel_on_signals, serve
+from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from webhook import review
 from webhook.decide import (
     Claim,
@@ -56,21 +57,30 @@ class Webhook:
         return self.reservations.synced.is_set()
 
     async def mutate(self, request: web.Request) -> web.Response:
+        with metrics.WEBHOOK_REQUEST_DURATION.time():
+            result, response = await self.answer(request)
+        metrics.WEBHOOK_REQUESTS.labels(result=result).inc()
+        return response
+
+    async def answer(self, request: web.Request) -> tuple[metrics.WebhookResult, web.Response]:
+        """The response to one admission review, and what became of the pod."""
         try:
             admission = review.parse(await request.read())
         except review.MalformedReview as error:
             log.warning("refused an admission review: %s", error)
-            return web.Response(status=400, text=str(error))
+            return "malformed", web.Response(status=400, text=str(error))
         try:
-            patch = await self.patch_for(admission)
+            result, patch = await self.patch_for(admission)
         except API_ERRORS as error:
             log.warning("pod %s: left unbound, the API server failed: %s",
                         describe(pod_of(admission)), error)
-            patch = []
-        return web.Response(body=orjson.dumps(review.response(admission["uid"], patch)),
-                            content_type="application/json")
+            result, patch = "error", []
+        return result, web.Response(
+            body=orjson.dumps(review.response(admission["uid"], patch)),
+            content_type="application/json")
 
-    async def patch_for(self, request: Mapping[str, Any]) -> Patch:
+    async def patch_for(self, request: Mapping[str, Any]) -> tuple[metrics.WebhookResult, Patch]:
+        """What became of the pod (for `berth_webhook_requests_total`) and its patch."""
         pod = pod_of(request)
         reservations = self.reservations.store
         # Resolving a ReplicaSet's workload costs a GET: only worth it while some
@@ -81,13 +91,13 @@ class Webhook:
         if isinstance(decision, Skip):
             log.log(logging.INFO if in_flight else logging.DEBUG, "pod %s: %s",
                     describe(pod), decision.reason)
-            return []
+            return "skipped", []
         if isinstance(decision, Reassert):
             patch = bind_patch(pod, reservation=decision.reservation, token=decision.token)
             log.info("pod %s: already claimed reservation %s; %s", describe(pod),
                      decision.reservation["metadata"]["name"],
                      "re-adding what a later webhook removed" if patch else "nothing to add")
-            return patch
+            return "reasserted", patch
         return await self.claim(pod, decision)
 
     async def workload_uid(self, pod: Object) -> str | None:
@@ -105,18 +115,19 @@ class Webhook:
             replicaset = None
         return top_level_workload(controller, replicaset)
 
-    async def claim(self, pod: Object, decision: Claim) -> Patch:
-        """Claim the first candidate no one else wins; the patch that binds the pod to it."""
+    async def claim(self, pod: Object, decision: Claim) -> tuple[metrics.WebhookResult, Patch]:
+        """Claim the first candidate no one else wins; the patch that binds the pod to it,
+        or none when every candidate went to other pods."""
         token = secrets.token_hex(16)
         for candidate in decision.candidates:
             reservation = await self.claim_one(candidate, token=token)
             if reservation is not None:
                 log.info("pod %s → claimed reservation %s on node %s", describe(pod),
                          reservation["metadata"]["name"], node_of(reservation))
-                return bind_patch(pod, reservation=reservation, token=token)
+                return "claimed", bind_patch(pod, reservation=reservation, token=token)
         log.info("pod %s: lost every matching reservation to other pods (%s)", describe(pod),
                  ", ".join(c["metadata"]["name"] for c in decision.candidates))
-        return []
+        return "lost", []
 
     async def claim_one(self, reservation: Object, *, token: str) -> Object | None:
         """`reservation` as claimed with `token`, or None when it is no longer to be had.
@@ -157,6 +168,7 @@ def make_app(webhook: Webhook) -> web.Application:
     app = web.Application(client_max_size=4 * 1024 * 1024)
     app.router.add_post("/mutate-pod", webhook.mutate)
     add_health(app, webhook.ready)
+    add_metrics(app)
     return app
 
 

@@ -1,0 +1,65 @@
+"""Two controller replicas: the standby takes over a migration when the leader dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.kube import Cluster
+from tests.e2e.migrate import (
+    condition,
+    deployment,
+    events,
+    job_manifest,
+    job_of,
+    leftovers,
+    phase_is,
+    ready_pods,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def standby(cluster: Cluster) -> Iterator[None]:
+    cluster.local.start_controller(name="berth-controller-standby")
+    yield
+    names = {c.name for c in cluster.local.components if cluster.local.owns(c)}
+    for component in list(cluster.local.components):
+        if component.name == "berth-controller-standby":
+            cluster.local.stop(component)
+    if "berth-controller" not in names:
+        cluster.local.start_controller(name="berth-controller")
+
+
+def leader_pid(cluster: Cluster) -> int:
+    lease = cluster.get("lease", "berth-controller", "-n", "berth-system")
+    holder = lease["spec"]["holderIdentity"]
+    return next(c.pid for c in cluster.local.components
+                if c.name.startswith("berth-controller") and f"-{c.pid}-" in holder)
+
+
+def test_standby_takes_over_mid_migration_without_repeating_steps(
+        cluster: Cluster, namespace: str, standby: None) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    first = leader_pid(cluster)
+    name, manifest = job_manifest(pod)
+    cluster.apply(manifest)
+    cluster.wait(lambda: condition(job_of(cluster, name), "ReservationCreated"),
+                 what="the migration to start")
+    os.killpg(first, signal.SIGKILL)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the standby to finish the migration", timeout=60)
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert leader_pid(cluster) != first
+    repeated = [reason for reason, count in Counter(events(cluster, name)).items() if count > 1]
+    assert not repeated, f"steps recorded twice: {repeated}"
+    assert not any(leftovers(cluster, namespace).values())
+    for component in list(cluster.local.components):
+        if component.pid == first:
+            cluster.local.stop(component)
