@@ -104,3 +104,42 @@ def with_status(obj: Object, **status: Any) -> Object:
     result = copy.deepcopy(obj)
     result["status"].update(status)
     return result
+
+
+def workload(name: str = "web", *, kind: str = "Deployment", replicas: int = 3,
+             available: int | None = None, updated: int | None = None, generation: int = 1,
+             observed: int | None = None, namespace: str = "default") -> Object:
+    """A top-level workload (uid `uid-<name>`) whose status says all is well unless told."""
+    return {
+        "apiVersion": "apps/v1", "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                     "generation": generation},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}},
+        "status": {"observedGeneration": generation if observed is None else observed,
+                   "replicas": replicas,
+                   "updatedReplicas": replicas if updated is None else updated,
+                   "availableReplicas": replicas if available is None else available},
+    }
+
+
+def pdb(name: str = "web-pdb", *, selector: Object | None = None, allowed: int = 1,
+        disrupted: tuple[str, ...] = (), namespace: str = "default") -> Object:
+    """A policy/v1 PodDisruptionBudget; `disrupted` pods are in status.disruptedPods."""
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": "web"}} if selector is None else selector},
+        "status": {"disruptionsAllowed": allowed,
+                   "disruptedPods": {pod_name: ts(T0) for pod_name in disrupted}},
+    }
+
+
+def node(name: str = "node-1", *, ready: bool = True, unschedulable: bool = False,
+         labels: dict[str, str] | None = None, taints: list[Object] | None = None) -> Object:
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"unschedulable": unschedulable, "taints": taints or []},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi"},
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }

@@ -1,0 +1,1019 @@
+"""Arbitration: which Pending PodMigrationJobs may start now, and why the others may not.
+
+Each migration is a risk to the workload whose pod it moves, so jobs do not start as they
+arrive. Every round the controller weighs all Pending jobs together, as the PodMigrationJob
+design describes:
+
+1. **Forbid.** A job whose pod is gone fails (MissingPod); a job for a pod Berth must
+   never move fails (ForbiddenMigratePod, the message names the rule): eviction cost
+   MaxInt32, DaemonSet, static, bare, terminating, local storage, and the other
+   evictability checks of the MigrationController. Waiting would not change them.
+2. **Sort** the others: QoS, pod priority, eviction cost, past failures of the pod, past
+   migrations of its workload, replicas of its workload migrating now; then the oldest.
+3. **Limit.** In that order a job is admitted if every limit still holds (rollouts,
+   expected replicas, PodDisruptionBudgets, per workload, per node, per namespace, object
+   limiters, rate limits); if one does not, the job waits and its status says which.
+   An admitted job counts at once against the jobs after it. A Pending job never counts
+   against anything: only Running jobs and jobs admitted earlier in the round do, so
+   N jobs for a node that has room for two admit exactly two, never none.
+
+`arbitrate` is pure: it reads a `Snapshot` of what the informers hold and returns
+decisions, which the controller writes. All counts come from the API objects (a Running
+job carries the source node, pod UID and workload written when it was admitted), so a new
+leader arbitrates exactly like the old one. Only the rate limiters have no place in the
+API: their state goes in and out as `LimiterState`, and a new leader starts them full.
+
+A round looks at every Pending job, so it touches each job's pod once, builds its indexes
+(counts per node, namespace and workload, PDBs by label) once, and sorts once: its cost
+grows with the jobs, not with jobs times pods or PDBs (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from operator import attrgetter
+from typing import Any, Literal, NamedTuple
+
+from berth.api import PodMigrationJobMode, PodMigrationJobPhase, PodMigrationJobReason, keys
+from berth.resources import Resources, fits, format_quantity, parse_quantity, pod_requests
+from berth.settings import MigrationControllerArgs, ObjectLimiterKind
+
+Object = Mapping[str, Any]
+Verdict = Literal["admit", "wait", "fail"]
+
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+"""Priority of the built-in system-cluster-critical class; at or above it a pod is critical."""
+MIRROR_POD = "kubernetes.io/config.mirror"
+CONFIG_SOURCE = "kubernetes.io/config.source"
+KOORDINATOR_QOS = "koordinator.sh/qosClass"
+
+
+class WaitReason(StrEnum):
+    """Why a job stays Pending this round: each names its rule, mostly by its config key."""
+
+    NODE_FIT = "NodeFit"
+    ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+    EXPECTED_REPLICAS = "ExpectedReplicas"
+    BLOCKED_BY_PDB = PodMigrationJobReason.BLOCKED_BY_PDB.value
+    MAX_MIGRATING_PER_WORKLOAD = "MaxMigratingPerWorkload"
+    MAX_UNAVAILABLE_PER_WORKLOAD = "MaxUnavailablePerWorkload"
+    MAX_MIGRATING_PER_NODE = "MaxMigratingPerNode"
+    MAX_MIGRATING_PER_NAMESPACE = "MaxMigratingPerNamespace"
+    OBJECT_LIMITERS = "ObjectLimiters"
+    EVICT_QPS = "EvictQPS"
+    FLOW_CONTROL_QPS = "FlowControlQPS"
+
+
+class Decision(NamedTuple):
+    """What becomes of one Pending job this round."""
+
+    job: Object
+    verdict: Verdict
+    reason: str = ""
+    message: str = ""
+    pod: Object | None = None
+
+
+@dataclass(frozen=True)
+class TokenBucket:
+    """A token bucket as of `updated`; a new bucket is full."""
+
+    tokens: float = math.inf
+    updated: datetime | None = None
+
+    def refilled(self, *, qps: float, burst: int, now: datetime) -> float:
+        """Tokens at `now`: one more every 1/qps seconds, never more than `burst`."""
+        elapsed = 0.0 if self.updated is None else max(0.0, (now - self.updated).total_seconds())
+        return min(float(burst), self.tokens + elapsed * qps)
+
+
+@dataclass(frozen=True)
+class LimiterState:
+    """The rate limiters, carried from one round to the next by the caller."""
+
+    evictions: TokenBucket = TokenBucket()
+    """evictQPS/evictBurst."""
+    admissions: TokenBucket = TokenBucket()
+    """flowControlQPS/flowControlBurst."""
+    workload_admissions: Mapping[str, tuple[datetime, ...]] = field(default_factory=dict)
+    """objectLimiters.workload: when jobs of each workload (by UID) were admitted, within
+    the window."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything one round looks at: API objects as the API server sends them."""
+
+    pending: Sequence[Object]
+    """PodMigrationJobs in phase Pending (paused ones are skipped)."""
+    in_flight: Sequence[Object]
+    """PodMigrationJobs in phase Running."""
+    history: Sequence[Object] = ()
+    """Finished PodMigrationJobs (Succeeded, Failed, Aborted), for sorting."""
+    pods: Mapping[str, Object]
+    """Pods by "namespace/name"."""
+    workload_of: Mapping[str, str]
+    """Pod UID → UID of its top-level workload (the Deployment above a ReplicaSet)."""
+    workloads: Mapping[str, Object] = field(default_factory=dict)
+    """Workload UID → the workload object; its spec.replicas is the expected replicas."""
+    pods_of_workload: Mapping[str, Sequence[Object]] = field(default_factory=dict)
+    """Workload UID → its pods; read only for owners whose status reports no
+    availableReplicas."""
+    pdbs: Sequence[Object] = ()
+    """PodDisruptionBudgets (policy/v1)."""
+    nodes: Mapping[str, Object] = field(default_factory=dict)
+    """Nodes by name; only nodeFit reads them."""
+    free: Mapping[str, Resources] = field(default_factory=dict)
+    """Node name → allocatable minus the requests of its pods; only nodeFit reads it."""
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+    """PriorityClass name → value; only priorityThreshold.name reads it."""
+    args: MigrationControllerArgs
+    limiter: LimiterState = LimiterState()
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Arbitration:
+    decisions: list[Decision]
+    """One per Pending job that is not paused."""
+    limiter: LimiterState
+    """The rate limiters after this round, for the next."""
+
+
+def arbitrate(snapshot: Snapshot) -> Arbitration:
+    """Decide for every Pending, unpaused job: admit, wait (with the reason), or fail.
+
+    With `arbitrationArgs.enabled: false` every job is admitted with no limit, order or
+    rate, except that a missing pod or a pod Berth must never move still fails the job:
+    those checks say what Berth may touch, not how fast.
+    """
+    round_ = _Round(snapshot)
+    decisions: list[Decision] = []
+    candidates: list[_Candidate] = []
+    for job in snapshot.pending:
+        if (job.get("spec") or {}).get("paused"):
+            continue
+        found = round_.candidate(job)
+        if isinstance(found, Decision):
+            decisions.append(found)
+        else:
+            candidates.append(found)
+    if not snapshot.args.arbitration_args.enabled:
+        decisions += [round_.decide(candidate, checks=()) for candidate in candidates]
+        return Arbitration(decisions, snapshot.limiter)
+    candidates.sort(key=attrgetter("order"))
+    for candidate in candidates:
+        checks = round_.bypass_checks if candidate.bypass else round_.checks
+        decisions.append(round_.decide(candidate, checks=checks))
+    return Arbitration(decisions, round_.limiter())
+
+
+# ----- candidates, workloads and the round ------------------------------------------------
+
+@dataclass(slots=True)
+class _Workload:
+    """A workload as the limits see it; `available` drops as its pods are admitted."""
+
+    title: str
+    expected: int
+    available: int
+    max_migrating: int
+    max_unavailable: int
+    rollout: str | None
+    """Why it is rolling out, or None."""
+
+
+class _Candidate:
+    """A Pending job whose pod exists, with the parts of the pod the checks read.
+
+    `key` is the pod's namespace/name; `healthy` means Running, Ready and not terminating
+    (its eviction takes a replica away); `bypass` means the pod carries
+    descheduler.alpha.kubernetes.io/evict, which lifts the limits.
+    """
+
+    __slots__ = ("annotations", "bypass", "cost", "healthy", "job", "key", "labels",
+                 "metadata", "node", "order", "pdbs", "pod", "priority", "reservation_first",
+                 "spec", "status", "workload", "workload_uid")
+
+    def __init__(self, job: Object, *, key: str, pod: Object, workload_uid: str | None) -> None:
+        self.job, self.key, self.pod, self.workload_uid = job, key, pod, workload_uid
+        self.metadata: Object = (metadata := pod["metadata"])
+        self.spec: Object = (spec := pod.get("spec") or {})
+        self.status: Object = pod.get("status") or {}
+        self.labels: Mapping[str, str] = metadata.get("labels") or {}
+        self.annotations: Mapping[str, str] = (annotations := metadata.get("annotations") or {})
+        self.node: str = spec.get("nodeName") or ""
+        self.reservation_first = (job.get("spec") or {}).get("mode") != _EVICT_DIRECTLY
+        self.cost = _eviction_cost(annotations)
+        self.priority: int = spec.get("priority") or 0
+        self.healthy = _healthy(pod)
+        self.bypass = keys.DESCHEDULER_EVICT in annotations
+        self.workload: _Workload | None = None
+        self.order: tuple[Any, ...] = ()
+        self.pdbs: list[Object] | None = None
+
+
+_EVICT_DIRECTLY = PodMigrationJobMode.EVICT_DIRECTLY.value
+
+
+class _Round:
+    """Indexes built once per round, and the counts that grow as jobs are admitted."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.args = args = snapshot.args
+        self.migrating: set[str] = set()
+        """Pods (namespace/name) of Running jobs and of jobs admitted this round."""
+        self.per_node: defaultdict[str, int] = defaultdict(int)
+        self.per_namespace: defaultdict[str, int] = defaultdict(int)
+        self.per_workload: defaultdict[str, int] = defaultdict(int)
+        self.healthy_in_flight: defaultdict[str, int] = defaultdict(int)
+        """Per workload, Running jobs' pods that its status still counts as available."""
+        self.workloads: dict[str, _Workload] = {}
+        self.pdbs = _PdbIndex(snapshot.pdbs)
+        for job in snapshot.in_flight:
+            self._count_in_flight(job)
+        self.failures: defaultdict[str, int] = defaultdict(int)
+        self.migrations: defaultdict[str, int] = defaultdict(int)
+        for job in snapshot.history:
+            if (job.get("status") or {}).get("phase") == PodMigrationJobPhase.FAILED:
+                self.failures[_pod_key(job)] += 1
+            workload = _annotations(job).get(keys.WORKLOAD)
+            if workload:
+                self.migrations[workload] += 1
+        self.label_selector = (args.label_selector.model_dump(mode="json", exclude_none=True)
+                               if args.label_selector else {})
+        threshold = args.priority_threshold
+        self.priority_threshold: int | None = None
+        """priorityThreshold's value; None when it names a PriorityClass that is missing."""
+        if threshold is not None:
+            self.priority_threshold = (threshold.value if threshold.name is None
+                                       else snapshot.priority_classes.get(threshold.name))
+        self.node_fit = _NodeFit(snapshot) if args.node_fit else None
+        self.object_limiter = (args.object_limiters or {}).get(ObjectLimiterKind.WORKLOAD)
+        self.window = _recent(snapshot.limiter.workload_admissions, now=snapshot.now,
+                              duration=self.object_limiter.duration
+                              if self.object_limiter else None)
+        """objectLimiters.workload: admissions of each workload within the window."""
+        self.evict_tokens = snapshot.limiter.evictions.refilled(
+            qps=args.evict_qps, burst=args.evict_burst, now=snapshot.now)
+        self.flow_tokens = snapshot.limiter.admissions.refilled(
+            qps=args.flow_control_qps or 0.0, burst=args.flow_control_burst or 1,
+            now=snapshot.now)
+        self.forbidden = _forbidden_checks(args)
+        safety, limits = _limit_checks(args)
+        self.checks = safety + limits
+        self.bypass_checks = safety + tuple(c for c in limits if c not in _BYPASSED)
+
+    def _count_in_flight(self, job: Object) -> None:
+        """Count a Running job against its node, namespace, workload and PDBs."""
+        key = _pod_key(job)
+        annotations = _annotations(job)
+        pod = self.snapshot.pods.get(key)
+        if pod is not None and annotations.get(keys.POD_UID, pod["metadata"]["uid"]) != \
+                pod["metadata"]["uid"]:
+            pod = None  # a new pod of the same name: the job's pod is gone
+        node = annotations.get(keys.SOURCE_NODE) or (pod or {}).get("spec", {}).get("nodeName")
+        workload = annotations.get(keys.WORKLOAD) or (
+            self.snapshot.workload_of.get(pod["metadata"]["uid"]) if pod else None)
+        self.migrating.add(key)
+        if node:
+            self.per_node[node] += 1
+        self.per_namespace[key.partition("/")[0]] += 1
+        if workload:
+            self.per_workload[workload] += 1
+        if pod is None or not _healthy(pod):
+            return
+        if workload:
+            self.healthy_in_flight[workload] += 1
+        name = pod["metadata"]["name"]
+        for pdb in self.pdbs.covering(pod["metadata"]["namespace"], _labels(pod)):
+            if name not in ((pdb.get("status") or {}).get("disruptedPods") or {}):
+                self.pdbs.left[_object_key(pdb)] -= 1
+
+    def candidate(self, job: Object) -> _Candidate | Decision:
+        """The job's pod and what the checks read of it, or the job's failure."""
+        key = _pod_key(job)
+        pod = self.snapshot.pods.get(key)
+        if pod is None:
+            return Decision(job, "fail", PodMigrationJobReason.MISSING_POD,
+                            f"pod {key} not found")
+        c = _Candidate(job, key=key, pod=pod,
+                       workload_uid=self.snapshot.workload_of.get(pod["metadata"]["uid"]))
+        for check in self.forbidden:
+            message = check(c, self)
+            if message is not None:
+                return Decision(job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
+                                message, pod)
+        if c.workload_uid:
+            c.workload = self.workload(c.workload_uid)
+        c.order = self.order(c)
+        return c
+
+    def workload(self, uid: str) -> _Workload:
+        """The workload's limits and availability, worked out on first use in the round."""
+        found = self.workloads.get(uid)
+        if found is None:
+            found = self.workloads[uid] = self._build_workload(uid)
+        return found
+
+    def _build_workload(self, uid: str) -> _Workload:
+        """Expected replicas, limits, rollout and available replicas.
+
+        Available replicas come from the workload's status (availableReplicas of a
+        Deployment, StatefulSet, ReplicaSet or ReplicationController, which leaves out
+        pods not ready and terminating) less its Running jobs' pods, which are on their way
+        out; this costs nothing per pod. For other owners they are counted from the pods.
+        """
+        obj = self.snapshot.workloads.get(uid)
+        pods = self.snapshot.pods_of_workload.get(uid, ())
+        expected = _replicas_of(obj, pods)
+        if obj is not None and obj.get("kind") in _REPORTS_AVAILABLE:
+            available = ((obj.get("status") or {}).get("availableReplicas") or 0) \
+                - self.healthy_in_flight.get(uid, 0)
+        else:
+            available = sum(1 for pod in pods
+                            if _healthy(pod) and _object_key(pod) not in self.migrating)
+        title = f"workload {uid}" if obj is None else f"{obj.get('kind')} {_object_key(obj)}"
+        args = self.args
+        return _Workload(
+            title=title, expected=expected, available=available,
+            max_migrating=max_per_workload(args.max_migrating_per_workload, expected),
+            max_unavailable=max_per_workload(args.max_unavailable_per_workload, expected),
+            rollout=_rollout_of(obj))
+
+    def covering(self, c: _Candidate) -> list[Object]:
+        if c.pdbs is None:
+            c.pdbs = self.pdbs.covering(c.metadata["namespace"], c.labels)
+        return c.pdbs
+
+    def order(self, c: _Candidate) -> tuple[Any, ...]:
+        """The design's order: QoS, priority, eviction cost, past failures of the pod, past
+        migrations of the workload, replicas migrating now; then the older job, the name."""
+        workload = c.workload_uid or ""
+        metadata = c.job["metadata"]
+        return (_qos_rank(c), -c.priority, c.cost, self.failures.get(c.key, 0),
+                self.migrations.get(workload, 0), self.per_workload.get(workload, 0),
+                metadata.get("creationTimestamp") or "", metadata["name"])
+
+    def decide(self, c: _Candidate, *, checks: Sequence[_Check]) -> Decision:
+        if c.key in self.migrating:
+            return Decision(c.job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
+                            f"pod {c.key} is already being migrated by another job", c.pod)
+        for check in checks:
+            found = check(c, self)
+            if found is not None:
+                return Decision(c.job, "wait", found[0], found[1], c.pod)
+        self._count(c)
+        return Decision(c.job, "admit", pod=c.pod)
+
+    def _count(self, c: _Candidate) -> None:
+        """An admitted job counts at once against every limit for the rest of the round."""
+        self.migrating.add(c.key)
+        self.per_node[c.node] += 1
+        self.per_namespace[c.metadata["namespace"]] += 1
+        if c.workload_uid and c.workload:
+            self.per_workload[c.workload_uid] += 1
+            c.workload.available -= c.healthy
+            if self.object_limiter is not None:
+                self.window.setdefault(c.workload_uid, []).append(self.snapshot.now)
+        if c.healthy:
+            for pdb in self.covering(c):
+                self.pdbs.left[_object_key(pdb)] -= 1
+        self.evict_tokens -= 1
+        self.flow_tokens -= 1
+
+    def limiter(self) -> LimiterState:
+        """The rate limiters' state to hand to the next round."""
+        now, args = self.snapshot.now, self.args
+        return LimiterState(
+            evictions=TokenBucket(self.evict_tokens, now) if args.evict_qps else TokenBucket(),
+            admissions=(TokenBucket(self.flow_tokens, now) if args.flow_control_qps
+                        else TokenBucket()),
+            workload_admissions={uid: tuple(times) for uid, times in self.window.items()})
+
+
+_REPORTS_AVAILABLE = frozenset({"Deployment", "StatefulSet", "ReplicaSet",
+                                "ReplicationController"})
+
+
+def _recent(admissions: Mapping[str, tuple[datetime, ...]], *, now: datetime,
+            duration: timedelta | None) -> dict[str, list[datetime]]:
+    """The admissions within the last `duration`; none without an object limiter."""
+    if duration is None:
+        return {}
+    recent = {uid: [moment for moment in times if moment > now - duration]
+              for uid, times in admissions.items()}
+    return {uid: times for uid, times in recent.items() if times}
+
+
+# ----- forbidden pods: the job fails ------------------------------------------------------
+
+_Forbid = Callable[[_Candidate, _Round], str | None]
+
+
+def _unscheduled(c: _Candidate, r: _Round) -> str | None:
+    """A pod that is on no node has no place to be moved from."""
+    return None if c.node else "pod is not scheduled to a node"
+
+
+def _finished(c: _Candidate, r: _Round) -> str | None:
+    """A terminating or completed pod is leaving anyway; there is nothing to move."""
+    if c.metadata.get("deletionTimestamp"):
+        return "pod is terminating"
+    if c.status.get("phase") == "Succeeded":
+        return "pod has completed"
+    return None
+
+
+def _never(c: _Candidate, r: _Round) -> str | None:
+    """Eviction cost MaxInt32: whoever runs the pod said it must never be migrated."""
+    if c.cost >= keys.EVICTION_COST_NEVER:
+        return f"eviction cost is MaxInt32 ({keys.EVICTION_COST})"
+    return None
+
+
+def _static(c: _Candidate, r: _Round) -> str | None:
+    """A static pod belongs to its kubelet; deleting its mirror pod does not move it."""
+    if MIRROR_POD in c.annotations or c.annotations.get(CONFIG_SOURCE, "api") != "api":
+        return "pod is a static pod (its kubelet runs it from a manifest)"
+    return None
+
+
+def _daemonset(c: _Candidate, r: _Round) -> str | None:
+    """A DaemonSet puts its pod back on the same node: a migration cannot move it."""
+    for owner in c.metadata.get("ownerReferences") or ():
+        if owner.get("kind") == "DaemonSet":
+            return "pod is a DaemonSet pod"
+    return None
+
+
+def _bare(c: _Candidate, r: _Round) -> str | None:
+    """Nothing recreates a pod without owner after its eviction; only a failed one may go,
+    and only with evictFailedBarePods."""
+    if c.metadata.get("ownerReferences"):
+        return None
+    if c.status.get("phase") == "Failed" and r.args.evict_failed_bare_pods:
+        return None
+    return "pod has no owner to recreate it (evictFailedBarePods allows failed ones)"
+
+
+def _namespace(c: _Candidate, r: _Round) -> str | None:
+    """namespaces.include is checked before namespaces.exclude."""
+    namespaces = r.args.namespaces
+    namespace = c.metadata["namespace"]
+    if namespaces and namespaces.include and namespace not in namespaces.include:
+        return f"namespace {namespace} is not in namespaces.include"
+    if namespaces and namespaces.exclude and namespace in namespaces.exclude:
+        return f"namespace {namespace} is in namespaces.exclude"
+    return None
+
+
+def _label_selector(c: _Candidate, r: _Round) -> str | None:
+    """Only pods matching labelSelector migrate."""
+    return None if selector_matches(r.label_selector, c.labels) else \
+        "pod does not match labelSelector"
+
+
+def _system_critical(c: _Candidate, r: _Round) -> str | None:
+    """System-critical pods (priority 2000000000 and above, or a system-* PriorityClass)
+    stay unless evictSystemCriticalPods."""
+    class_name = c.spec.get("priorityClassName") or ""
+    if c.priority >= SYSTEM_CRITICAL_PRIORITY or class_name.startswith("system-"):
+        return "pod is system-critical (evictSystemCriticalPods allows it)"
+    return None
+
+
+def _priority_threshold(c: _Candidate, r: _Round) -> str | None:
+    """Only pods with a priority below priorityThreshold migrate. A threshold naming a
+    PriorityClass that does not exist lets no pod through, and says so."""
+    threshold = r.priority_threshold
+    if threshold is None:
+        name = r.args.priority_threshold.name if r.args.priority_threshold else None
+        return f"PriorityClass {name} of priorityThreshold.name does not exist"
+    if c.priority >= threshold:
+        return f"pod priority {c.priority} is not below priorityThreshold {threshold}"
+    return None
+
+
+def _local_storage(c: _Candidate, r: _Round) -> str | None:
+    """emptyDir and hostPath data stay behind on the node, unless evictLocalStoragePods."""
+    for volume in c.spec.get("volumes") or ():
+        for kind in ("emptyDir", "hostPath"):
+            if kind in volume:
+                return (f"pod uses local storage ({kind} volume {volume.get('name')}; "
+                        "evictLocalStoragePods allows it)")
+    return None
+
+
+def _pvc(c: _Candidate, r: _Round) -> str | None:
+    """ignorePvcPods keeps pods with PersistentVolumeClaims (generic ephemeral volumes are
+    claims too) where they are."""
+    for volume in c.spec.get("volumes") or ():
+        if "persistentVolumeClaim" in volume or "ephemeral" in volume:
+            return f"pod uses a PersistentVolumeClaim (volume {volume.get('name')}; ignorePvcPods)"
+    return None
+
+
+def _scheduler_name(c: _Candidate, r: _Round) -> str | None:
+    """A ReservationFirst job reserves through the pod's own scheduler, which must be one
+    of schedulerNames; an EvictDirectly job reserves nothing."""
+    name = c.spec.get("schedulerName") or "default-scheduler"
+    if not c.reservation_first or name in r.args.scheduler_names:
+        return None
+    return (f"pod's scheduler {name} is not in schedulerNames "
+            f"({', '.join(r.args.scheduler_names)}); use EvictDirectly or add it")
+
+
+def _forbidden_checks(args: MigrationControllerArgs) -> tuple[_Forbid, ...]:
+    """The evictability checks, less those the configuration turns off.
+
+    evictSystemCriticalPods lifts priorityThreshold too: it allows "pods of any priority".
+    """
+    checks = [_unscheduled, _finished, _never, _static, _daemonset, _bare]
+    if args.namespaces and (args.namespaces.include or args.namespaces.exclude):
+        checks.append(_namespace)
+    if args.label_selector is not None:
+        checks.append(_label_selector)
+    threshold = args.priority_threshold
+    if not args.evict_system_critical_pods:
+        checks.append(_system_critical)
+        if threshold is not None and (threshold.value is not None or threshold.name):
+            checks.append(_priority_threshold)
+    if not args.evict_local_storage_pods:
+        checks.append(_local_storage)
+    if args.ignore_pvc_pods:
+        checks.append(_pvc)
+    checks.append(_scheduler_name)
+    return tuple(checks)
+
+
+# ----- limits: the job waits --------------------------------------------------------------
+
+_Wait = tuple[str, str]
+_Check = Callable[[_Candidate, _Round], _Wait | None]
+
+
+def _node_fit(c: _Candidate, r: _Round) -> _Wait | None:
+    """nodeFit: some other node must be able to take the pod now (see `_NodeFit`)."""
+    if r.node_fit is None or r.node_fit.fits_elsewhere(c):
+        return None
+    requests = ", ".join(f"{name} {format_quantity(name, value)}"
+                         for name, value in sorted(pod_requests(c.spec).items()))
+    return WaitReason.NODE_FIT, (
+        "no other node fits the pod (nodeFit): none is Ready and schedulable, matches "
+        "nodeSelector and the pod's node selector and affinity, tolerates its taints and "
+        f"has {requests or 'its requests'} free")
+
+
+def _rollout_in_progress(c: _Candidate, r: _Round) -> _Wait | None:
+    """A workload in the middle of a rollout is already replacing pods; wait for it."""
+    w = c.workload
+    if w is None or w.rollout is None:
+        return None
+    return WaitReason.ROLLOUT_IN_PROGRESS, f"{w.title} is rolling out: {w.rollout}"
+
+
+def _too_few_replicas(c: _Candidate, r: _Round) -> _Wait | None:
+    """Unless skipCheckExpectedReplicas, an EvictDirectly job waits while its workload's
+    limits are not below its expected replicas (a 1-replica workload above all): evicting
+    the pod could leave it none. A ReservationFirst job is exempt: its replacement has a
+    place before the pod goes, and maxUnavailablePerWorkload still applies to it."""
+    w = c.workload
+    if c.reservation_first or w is None or (
+            w.expected > 1 and w.max_migrating < w.expected and w.max_unavailable < w.expected):
+        return None
+    return WaitReason.EXPECTED_REPLICAS, (
+        f"{w.title} has {w.expected} expected replicas, not more than its limits "
+        f"(maxMigrating {w.max_migrating}, maxUnavailable {w.max_unavailable}): evicting "
+        "directly could leave it no pod; scale it up, use ReservationFirst or set "
+        "skipCheckExpectedReplicas")
+
+
+def _pdb(c: _Candidate, r: _Round) -> _Wait | None:
+    """Every PodDisruptionBudget covering a healthy pod must have a disruption left:
+    status.disruptionsAllowed less the migrations whose pods it still counts healthy and
+    has not recorded in status.disruptedPods. An unhealthy pod takes no disruption."""
+    if not c.healthy:
+        return None
+    for pdb in r.covering(c):
+        key = _object_key(pdb)
+        left = r.pdbs.left[key]
+        if left < 1:
+            allowed = r.pdbs.allowed[key]
+            return WaitReason.BLOCKED_BY_PDB, (
+                f"PodDisruptionBudget {key} allows no more disruptions (disruptionsAllowed "
+                f"{allowed}, {allowed - left} taken by migrations)")
+    return None
+
+
+def _workload_migrating(c: _Candidate, r: _Round) -> _Wait | None:
+    """maxMigratingPerWorkload: Running and admitted jobs of the workload."""
+    w = c.workload
+    if w is None or c.workload_uid is None:
+        return None
+    migrating = r.per_workload.get(c.workload_uid, 0)
+    if migrating < w.max_migrating:
+        return None
+    return WaitReason.MAX_MIGRATING_PER_WORKLOAD, (
+        f"{migrating} pods of {w.title} are already migrating "
+        f"(maxMigratingPerWorkload {w.max_migrating} of {w.expected} replicas)")
+
+
+def _workload_unavailable(c: _Candidate, r: _Round) -> _Wait | None:
+    """maxUnavailablePerWorkload: unavailable replicas are the expected ones that are not
+    available (missing, not running, not ready, terminating) or migrating. Moving a pod
+    that is already unavailable makes nothing worse, so only a healthy pod needs room."""
+    w = c.workload
+    if w is None or not c.healthy:
+        return None
+    unavailable = max(0, w.expected - w.available)
+    if unavailable < w.max_unavailable:
+        return None
+    return WaitReason.MAX_UNAVAILABLE_PER_WORKLOAD, (
+        f"{unavailable} of {w.expected} replicas of {w.title} are unavailable or migrating "
+        f"(maxUnavailablePerWorkload {w.max_unavailable})")
+
+
+def _node(c: _Candidate, r: _Round) -> _Wait | None:
+    """maxMigratingPerNode: Running and admitted jobs whose pod is on the node."""
+    limit = r.args.max_migrating_per_node
+    count = r.per_node.get(c.node, 0)
+    if count < limit:
+        return None
+    return WaitReason.MAX_MIGRATING_PER_NODE, (
+        f"{count} migrations already run on node {c.node} (maxMigratingPerNode {limit})")
+
+
+def _namespace_limit(c: _Candidate, r: _Round) -> _Wait | None:
+    """maxMigratingPerNamespace: Running and admitted jobs in the pod's namespace."""
+    limit = r.args.max_migrating_per_namespace
+    namespace = c.metadata["namespace"]
+    count = r.per_namespace.get(namespace, 0)
+    if count < limit:
+        return None
+    return WaitReason.MAX_MIGRATING_PER_NAMESPACE, (
+        f"{count} migrations already run in namespace {namespace} "
+        f"(maxMigratingPerNamespace {limit})")
+
+
+def _object_limiter(c: _Candidate, r: _Round) -> _Wait | None:
+    """objectLimiters.workload: at most maxMigrating of a workload's pods admitted within
+    any window of `duration`; maxMigrating reads as maxMigratingPerWorkload does (a count,
+    a percentage of the replicas, or 0 for the size table)."""
+    limiter, w = r.object_limiter, c.workload
+    if limiter is None or w is None or c.workload_uid is None:
+        return None
+    limit = max_per_workload(limiter.max_migrating, w.expected)
+    count = len(r.window.get(c.workload_uid, ()))
+    if count < limit:
+        return None
+    return WaitReason.OBJECT_LIMITERS, (
+        f"{count} pods of {w.title} started migrating in the last "
+        f"{limiter.duration.total_seconds():g}s (objectLimiters.workload.maxMigrating {limit})")
+
+
+def _rates(c: _Candidate, r: _Round) -> _Wait | None:
+    """evictQPS/evictBurst and flowControlQPS/flowControlBurst as token buckets: one token
+    per admitted job, since each leads to at most one eviction. 0 or unset is no limit."""
+    args = r.args
+    if args.evict_qps and r.evict_tokens < 1:
+        return WaitReason.EVICT_QPS, (
+            f"eviction rate limit reached (evictQPS {args.evict_qps:g}, "
+            f"evictBurst {args.evict_burst})")
+    if args.flow_control_qps and r.flow_tokens < 1:
+        return WaitReason.FLOW_CONTROL_QPS, (
+            f"arbitration rate limit reached (flowControlQPS {args.flow_control_qps:g}, "
+            f"flowControlBurst {args.flow_control_burst or 1})")
+    return None
+
+
+_BYPASSED = frozenset({_workload_migrating, _workload_unavailable, _node, _namespace_limit,
+                       _object_limiter})
+"""The retryable limits that descheduler.alpha.kubernetes.io/evict lifts, as the
+MigrationController lists them. Rollouts, expected replicas, PDBs, nodeFit and the rate
+limits still hold for such a pod."""
+
+
+def _limit_checks(args: MigrationControllerArgs) -> tuple[tuple[_Check, ...],
+                                                          tuple[_Check, ...]]:
+    """The checks that keep a job waiting, in the order their reasons are reported:
+    (those about the pod and its workload's safety, the limits and rates)."""
+    safety: list[_Check] = [_node_fit] if args.node_fit else []
+    safety.append(_rollout_in_progress)
+    if not args.skip_check_expected_replicas:
+        safety.append(_too_few_replicas)
+    safety.append(_pdb)
+    limits: list[_Check] = [_workload_migrating, _workload_unavailable]
+    if args.max_migrating_per_node:
+        limits.append(_node)
+    if args.max_migrating_per_namespace:
+        limits.append(_namespace_limit)
+    if (args.object_limiters or {}).get(ObjectLimiterKind.WORKLOAD):
+        limits.append(_object_limiter)
+    if args.evict_qps or args.flow_control_qps:
+        limits.append(_rates)
+    return tuple(safety), tuple(limits)
+
+
+# ----- workloads --------------------------------------------------------------------------
+
+def max_per_workload(value: int | str, replicas: int) -> int:
+    """maxMigratingPerWorkload / maxUnavailablePerWorkload for a workload of `replicas`.
+
+    A count is taken as it is; a percentage of the replicas is rounded up, as intstr does
+    for maxUnavailable. 0 (or 0%) means by size, as GetMaxUnavailable: 10% above 10
+    replicas, 2 from 4 to 10, else 1.
+    """
+    if value in (0, "0%"):
+        value = "10%" if replicas > 10 else 2 if replicas >= 4 else 1
+    if isinstance(value, str):
+        return -(-int(value[:-1]) * replicas // 100)
+    return value
+
+
+def _replicas_of(workload: Object | None, pods: Sequence[Object]) -> int:
+    """spec.replicas (a Job's spec.parallelism); for an owner Berth does not know, the
+    number of its pods."""
+    spec = (workload or {}).get("spec") or {}
+    for key in ("replicas", "parallelism"):
+        if isinstance(spec.get(key), int):
+            return int(spec[key])
+    return len(pods)
+
+
+def _rollout_of(workload: Object | None) -> str | None:
+    """Why the workload is rolling out, or None.
+
+    As `kubectl rollout status` reads it, less its wait for availability (that is
+    maxUnavailablePerWorkload's business): the controller has not yet observed the latest
+    spec, or (Deployment, StatefulSet) fewer replicas are updated than wanted, or
+    (Deployment) old replicas are still there.
+    """
+    if workload is None:
+        return None
+    metadata, spec = workload["metadata"], workload.get("spec") or {}
+    status = workload.get("status") or {}
+    generation = metadata.get("generation") or 0
+    if (status.get("observedGeneration") or 0) < generation:
+        return f"generation {generation} is not observed yet"
+    if workload.get("kind") not in ("Deployment", "StatefulSet"):
+        return None
+    wanted = spec.get("replicas", 1)
+    updated = status.get("updatedReplicas") or 0
+    if updated < wanted:
+        return f"{updated} of {wanted} replicas updated"
+    old = (status.get("replicas") or 0) - updated
+    if workload["kind"] == "Deployment" and old > 0:
+        return f"{old} old replicas pending termination"
+    return None
+
+
+# ----- PodDisruptionBudgets ---------------------------------------------------------------
+
+class _PdbIndex:
+    """PDBs by namespace and one of their matchLabels, so a pod meets only the few PDBs
+    that may select it; `left` is each one's disruptions still to be had this round."""
+
+    def __init__(self, pdbs: Sequence[Object]) -> None:
+        self.by_label: dict[str, dict[tuple[str, str], list[Object]]] = {}
+        """namespace → (label, value) → PDBs; ("", "") holds those without matchLabels."""
+        self.allowed: dict[str, int] = {}
+        self.left: dict[str, int] = {}
+        for pdb in pdbs:
+            selector = (pdb.get("spec") or {}).get("selector")
+            if selector is None:  # a null selector selects no pod
+                continue
+            labels = selector.get("matchLabels") or {"": ""}
+            index = self.by_label.setdefault(pdb["metadata"]["namespace"], {})
+            index.setdefault(next(iter(labels.items())), []).append(pdb)
+            allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+            self.allowed[_object_key(pdb)] = self.left[_object_key(pdb)] = allowed
+
+    def covering(self, namespace: str, labels: Mapping[str, str]) -> list[Object]:
+        index = self.by_label.get(namespace)
+        if not index:
+            return []
+        found = [pdb for item in (*labels.items(), ("", "")) for pdb in index.get(item, ())]
+        return [pdb for pdb in found if selector_matches(pdb["spec"]["selector"], labels)]
+
+
+# ----- nodeFit ----------------------------------------------------------------------------
+
+class _NodeFit:
+    """Whether another node could take a pod now: Ready, not cordoned, matching
+    `nodeSelector` of the config and the pod's nodeSelector and required node affinity,
+    its NoSchedule/NoExecute taints tolerated, and `free` covering the pod's requests.
+    Preferences, inter-pod affinity, spreading and ports are left to the scheduler, and
+    admissions within the round do not use up `free`. Pods of one controller share a
+    template, so the answer is worked out once per controller."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        selector = parse_selector(snapshot.args.node_selector or "")
+        self.free = snapshot.free
+        self.nodes = [(name, node) for name, node in snapshot.nodes.items()
+                      if _node_ready(node) and selector_matches(selector, _labels(node))]
+        self.fitting: dict[str, tuple[str, ...]] = {}
+
+    def fits_elsewhere(self, c: _Candidate) -> bool:
+        owners = c.metadata.get("ownerReferences") or ()
+        key = next((ref for ref in owners if ref.get("controller")), c.metadata)["uid"]
+        if key not in self.fitting:
+            self.fitting[key] = self._first_two(c.spec)
+        return any(name != c.node for name in self.fitting[key])
+
+    def _first_two(self, spec: Object) -> tuple[str, ...]:
+        """Up to two nodes that fit: one of them is not the pod's own."""
+        requests = pod_requests(spec)
+        selector = {"matchLabels": spec.get("nodeSelector") or {}}
+        terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+                 ).get("nodeSelectorTerms")
+        tolerations = spec.get("tolerations") or ()
+        found: list[str] = []
+        for name, node in self.nodes:
+            labels = _labels(node)
+            if (name in self.free and not fits(requests, self.free[name])
+                    and selector_matches(selector, labels)
+                    and (not terms or any(_term_matches(t, name, labels) for t in terms))
+                    and all(_tolerated(taint, tolerations)
+                            for taint in (node.get("spec") or {}).get("taints") or ()
+                            if taint.get("effect") in ("NoSchedule", "NoExecute"))):
+                found.append(name)
+                if len(found) == 2:
+                    break
+        return tuple(found)
+
+
+def _node_ready(node: Object) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or ())
+
+
+def _term_matches(term: Object, name: str, labels: Mapping[str, str]) -> bool:
+    """A nodeSelectorTerm: all its expressions on labels and fields hold (an empty term
+    matches no node)."""
+    expressions = term.get("matchExpressions") or ()
+    fields = term.get("matchFields") or ()
+    if not expressions and not fields:
+        return False
+    return (all(_requirement(e, labels) for e in expressions)
+            and all(_requirement(f, {"metadata.name": name}) for f in fields))
+
+
+def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration["key"] == taint.get("key"):
+                return True
+        elif (toleration.get("key") == taint.get("key")
+              and (toleration.get("value") or "") == (taint.get("value") or "")):
+            return True
+    return False
+
+
+# ----- label selectors --------------------------------------------------------------------
+
+def selector_matches(selector: Object, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector as the API reads it: all requirements hold, so an empty
+    selector matches everything (unlike `berth.protocol.selector_matches`, which guards
+    Reservation owners and matches nothing when empty)."""
+    for label, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(label) != value:
+            return False
+    return all(_requirement(e, labels) for e in selector.get("matchExpressions") or ())
+
+
+def _requirement(requirement: Object, labels: Mapping[str, str]) -> bool:
+    """One requirement (In, NotIn, Exists, DoesNotExist, and for nodes Gt, Lt)."""
+    value = labels.get(requirement["key"])
+    operator = requirement["operator"]
+    values = requirement.get("values") or ()
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and values:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+_SELECTOR_PART = re.compile(
+    r"^\s*(?:!\s*(?P<absent>[^\s=!(),]+)"
+    r"|(?P<key>[^\s=!(),]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[^\s=!(),]*)"
+    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*$")
+
+
+def parse_selector(text: str) -> dict[str, Any]:
+    """A label selector string as kubectl -l takes it (`pool=general,zone in (a,b),!spot`),
+    as a metav1.LabelSelector dict. Raises ValueError naming the part it cannot read."""
+    expressions: list[dict[str, Any]] = []
+    for part in re.split(r",(?![^()]*\))", text):
+        if not part.strip():
+            continue
+        match = _SELECTOR_PART.match(part)
+        if match is None:
+            raise ValueError(f"{part.strip()!r} is not a label selector requirement")
+        if match["absent"]:
+            expressions.append({"key": match["absent"], "operator": "DoesNotExist"})
+        elif match["op"]:
+            expressions.append({"key": match["key"],
+                                "operator": "NotIn" if match["op"] == "!=" else "In",
+                                "values": [match["value"]]})
+        elif match["set"]:
+            expressions.append({"key": match["key"],
+                                "operator": "In" if match["set"] == "in" else "NotIn",
+                                "values": [v.strip() for v in match["values"].split(",")
+                                           if v.strip()]})
+        else:
+            expressions.append({"key": match["key"], "operator": "Exists"})
+    return {"matchExpressions": expressions}
+
+
+# ----- pods -------------------------------------------------------------------------------
+
+_KOORDINATOR_QOS_RANK = {"LSE": 0, "LSR": 1, "LS": 2, "BE": 3}
+_KUBE_QOS_RANK = {"Guaranteed": 0, "Burstable": 1, "BestEffort": 2}
+
+
+def _qos_rank(c: _Candidate) -> int:
+    """Higher QoS first: the koordinator.sh/qosClass label (LSE > LSR > LS > BE), where a
+    pod without it counts as LS, or BE when it is BestEffort; then the Kubernetes QoS class
+    (Guaranteed > Burstable > BestEffort)."""
+    kube = c.status.get("qosClass") or _kube_qos(c.spec)
+    koordinator = _KOORDINATOR_QOS_RANK.get(c.labels.get(KOORDINATOR_QOS, ""),
+                                            3 if kube == "BestEffort" else 2)
+    return 3 * koordinator + _KUBE_QOS_RANK.get(kube, 1)
+
+
+def _kube_qos(spec: Object) -> str:
+    """The Kubernetes QoS class from cpu and memory requests and limits, for a pod whose
+    status does not carry it yet."""
+    guaranteed, best_effort = True, True
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        for name in ("cpu", "memory"):
+            request, limit = requests.get(name), limits.get(name)
+            if request is not None or limit is not None:
+                best_effort = False
+            if limit is None or (request is not None and request != limit
+                                 and parse_quantity(request) != parse_quantity(limit)):
+                guaranteed = False
+    if best_effort:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _healthy(pod: Object) -> bool:
+    """Running, Ready and not terminating: what a PDB counts as healthy."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+        return False
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def _eviction_cost(annotations: Mapping[str, str]) -> int:
+    """scheduling.koordinator.sh/eviction-cost; unset or not an integer is 0."""
+    try:
+        return int(annotations.get(keys.EVICTION_COST, 0))
+    except ValueError:
+        return 0
+
+
+def _annotations(obj: Object) -> Mapping[str, str]:
+    return obj["metadata"].get("annotations") or {}
+
+
+def _labels(obj: Object) -> Mapping[str, str]:
+    return obj["metadata"].get("labels") or {}
+
+
+def _object_key(obj: Object) -> str:
+    return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+
+
+def _pod_key(job: Object) -> str:
+    ref = (job.get("spec") or {}).get("podRef") or {}
+    return f"{ref.get('namespace')}/{ref.get('name')}"
