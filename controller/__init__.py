@@ -1,1 +1,1 @@
-"""The PodMigrationJob controller: admission, the job state machine, Reservations."""
+"""The PodMigrationJob controller: arbitration, the job state machine, Reservations."""

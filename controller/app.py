@@ -1,7 +1,7 @@
 """The controller process: caches, a work queue, leader election, and the reconcile loops.
 
 Thin wiring around the pure decisions in `controller.jobs`, `controller.reservations` and
-`controller.admission`: read the caches into a view, decide, run the plan, requeue.
+`controller.arbitration`: read the caches into a view, decide, run the plan, requeue.
 Nothing is kept only in memory; a new leader rebuilds everything from the API server.
 """
 
@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,20 +20,23 @@ from typing import Any
 from aiohttp import web
 
 from berth import metrics, protocol
-from berth.api import PodMigrationJobPhase, keys
+from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, keys
 from berth.kube.client import (
+    DEPLOYMENTS,
+    PDBS,
     PODMIGRATIONJOBS,
     PODS,
     REPLICASETS,
     RESERVATIONS,
+    STATEFULSETS,
     Kube,
 )
 from berth.kube.events import Recorder
-from berth.kube.informer import Informer, object_key
+from berth.kube.informer import IndexFunc, Informer, object_key
 from berth.kube.lease import LeaderElector
 from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
-from controller import admission, jobs, reservations
+from controller import arbitration, jobs, reservations
 from controller.actions import Event, Patch, Plan, UpdateStatus
 from controller.executor import Executor
 
@@ -111,8 +114,14 @@ class Controller:
                      "controller": lambda p: _single(
                          (protocol.controller_of(p) or {}).get("uid"))},
             handler=self._on_pod)
-        self.replicasets = Informer(kube, REPLICASETS)
-        self.informers = [self.jobs, self.reservations, self.pods, self.replicasets]
+        by_uid: dict[str, IndexFunc] = {"uid": lambda o: _single(o["metadata"].get("uid"))}
+        self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid)
+        self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid)
+        self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid)
+        self.pdbs = Informer(kube, PDBS)
+        self.informers = [self.jobs, self.reservations, self.pods, self.replicasets,
+                          self.deployments, self.statefulsets, self.pdbs]
+        self.limiter = arbitration.LimiterState()
         self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity))
 
     # ----- events -> keys -------------------------------------------------------------
@@ -242,7 +251,7 @@ class Controller:
                 await self.admit_once()
                 await self.release_stray_gates()
             except Exception:
-                log.exception("admission round failed")
+                log.exception("arbitration round failed")
             await asyncio.sleep(interval)
 
     async def release_stray_gates(self) -> None:
@@ -259,21 +268,26 @@ class Controller:
 
     async def admit_once(self) -> None:
         all_jobs = self.jobs.values()
-        pending = [job for job in all_jobs if admission.is_pending(job)]
+        by_phase: dict[str, list[dict[str, Any]]] = {}
+        for job in all_jobs:
+            phase = (job.get("status") or {}).get("phase") or PodMigrationJobPhase.PENDING
+            by_phase.setdefault(phase, []).append(job)
+        pending = by_phase.get(PodMigrationJobPhase.PENDING, [])
         if not pending:
             return
-        running = [job for job in all_jobs
-                   if (job.get("status") or {}).get("phase") == PodMigrationJobPhase.RUNNING]
-
-        def pod_of(job: Mapping[str, Any]) -> dict[str, Any] | None:
-            ref = job["spec"]["podRef"]
-            return self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
-
         with metrics.ARBITRATION_ROUND_DURATION.time():
-            decisions = admission.admit(pending=pending, running=running, pod_of=pod_of,
-                                        args=self.args)
-        for decision in decisions:
-            plan = _admission_plan(decision)
+            result = arbitration.arbitrate(arbitration.Snapshot(
+                pending=pending, in_flight=by_phase.get(PodMigrationJobPhase.RUNNING, []),
+                history=[job for phase in TERMINAL_PHASES for job in by_phase.get(phase, [])],
+                pods=self.pods.store, workload_of=_WorkloadOf(self),
+                workloads=_Workloads(self), pods_of_workload=_PodsOfWorkload(self),
+                pdbs=self.pdbs.values(), args=self.args, limiter=self.limiter,
+                now=datetime.now(UTC)))
+        self.limiter = result.limiter
+        for decision in result.decisions:
+            pod = decision.pod
+            workload = self._workload_uid(pod) if pod is not None else None
+            plan = _admission_plan(decision, workload_uid=workload)
             if plan.actions:
                 outcome = await self.executor.run(plan)
                 if outcome.done:
@@ -302,6 +316,63 @@ class Controller:
                 task.cancel()
 
 
+class _WorkloadOf(Mapping[str, str]):
+    """Pod UID → top-level workload UID, resolved from the caches when asked."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def __getitem__(self, uid: str) -> str:
+        pod = self.controller._pod_by_uid(uid)
+        workload = self.controller._workload_uid(pod)
+        if workload is None:
+            raise KeyError(uid)
+        return workload
+
+    def __iter__(self) -> Iterator[str]:
+        return (p["metadata"]["uid"] for p in self.controller.pods.store.values())
+
+    def __len__(self) -> int:
+        return len(self.controller.pods.store)
+
+
+class _Workloads(Mapping[str, dict[str, Any]]):
+    """Workload UID → Deployment, StatefulSet or ReplicaSet, from the caches."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.informers = [controller.deployments, controller.statefulsets,
+                          controller.replicasets]
+
+    def __getitem__(self, uid: str) -> dict[str, Any]:
+        for informer in self.informers:
+            found = informer.by_index("uid", uid)
+            if found:
+                return found[0]
+        raise KeyError(uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return (o["metadata"]["uid"] for i in self.informers for o in i.store.values())
+
+    def __len__(self) -> int:
+        return sum(len(i.store) for i in self.informers)
+
+
+class _PodsOfWorkload(Mapping[str, list[dict[str, Any]]]):
+    """Workload UID → the pods it directly controls."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.pods = controller.pods
+
+    def __getitem__(self, uid: str) -> list[dict[str, Any]]:
+        return self.pods.by_index("controller", uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.pods.indexes["controller"])
+
+    def __len__(self) -> int:
+        return len(self.pods.indexes["controller"])
+
+
 def _record_job_writes(before: Mapping[str, Any], plan: Plan) -> None:
     """Feed the job status writes of a plan that ran to the end into the metrics."""
     now = datetime.now(UTC)
@@ -310,8 +381,8 @@ def _record_job_writes(before: Mapping[str, Any], plan: Plan) -> None:
             metrics.record_job_status(before, action.obj, now=now)
 
 
-def _admission_plan(decision: admission.Decision) -> Plan:
-    job = decision.job
+def _admission_plan(decision: arbitration.Decision, *, workload_uid: str | None) -> Plan:
+    job = dict(decision.job)
     status: dict[str, Any] = dict(job.get("status") or {})
     name = job["metadata"]["name"]
     if decision.verdict == "admit":
@@ -321,7 +392,8 @@ def _admission_plan(decision: admission.Decision) -> Plan:
         return Plan().then(
             Patch(PODMIGRATIONJOBS, name, {"metadata": {"annotations": {
                 keys.POD_UID: pod["metadata"]["uid"],
-                keys.SOURCE_NODE: pod["spec"].get("nodeName") or ""}}}),
+                keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
+                keys.WORKLOAD: workload_uid or ""}}}),
             UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
     if decision.verdict == "fail":
         status.update(phase=PodMigrationJobPhase.FAILED, reason=decision.reason,

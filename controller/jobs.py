@@ -108,10 +108,18 @@ def decide(view: JobView) -> Plan:
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
         return _release(view, status)
-    if phase != Phase.RUNNING:
-        return Plan()
     expired = view.now >= deadline(view.job, view.job["spec"].get("ttl"),
                                    view.args.default_job_ttl)
+    if phase != Phase.RUNNING:
+        if not expired:
+            return Plan().again_in(max(0.5, (deadline(
+                view.job, view.job["spec"].get("ttl"), view.args.default_job_ttl) -
+                view.now).total_seconds()))
+        waited = f": {status['reason']}: {status.get('message', '')}" if status.get(
+            "reason") else ""
+        paused = " (paused)" if view.job["spec"].get("paused") else ""
+        return _finish(view, status, phase=Phase.FAILED, reason=Reason.TIMEOUT,
+                       message=f"TTL expired before the job started{paused}{waited}")
     evicting = condition(status, Type.EVICTION) is not None
     if view.job["spec"].get("mode") == PodMigrationJobMode.EVICT_DIRECTLY:
         return _evict_directly(view, status, expired=expired, evicting=evicting)

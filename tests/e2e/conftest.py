@@ -12,7 +12,8 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client, config
@@ -79,3 +80,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and isinstance(handle, Cluster):
         for component in LocalCluster(handle.local.state_dir).components:
             report.sections.append((f"log {component.name}", tail(component.log, 40)))
+
+
+@pytest.fixture
+def restart_controller(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[[str], None]]:
+    """Restart the session's controller with a config file's text; the default comes back."""
+
+    def restart(config: str) -> None:
+        path = tmp_path / "controller-config.yaml"
+        path.write_text(config)
+        current = next(c for c in cluster.local.components if c.name == "berth-controller")
+        cluster.local.stop(current)
+        cluster.local.start_controller(name="berth-controller", config=path)
+
+    yield restart
+    current = next(c for c in cluster.local.components if c.name == "berth-controller")
+    cluster.local.stop(current)
+    cluster.local.start_controller(name="berth-controller")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -53,8 +54,9 @@ def test_no_room_anywhere_waits_then_times_out_without_evicting(
 
 
 def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) -> None:
-    cluster.apply(deployment("direct"), namespace)
-    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "direct", 1), what="the pod")[0]
+    # EvictDirectly keeps the expected-replicas rule: a 1-replica workload would wait.
+    cluster.apply(deployment("direct", replicas=2), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "direct", 2), what="the pods")[0]
     name, manifest = job_manifest(pod, mode="EvictDirectly")
     cluster.apply(manifest)
     job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
@@ -67,7 +69,34 @@ def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) ->
     assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
 
 
-def test_pdb_blocks_the_eviction_until_the_ttl(cluster: Cluster, namespace: str) -> None:
+def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
+        cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("guarded", replicas=2), namespace)
+    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
+    cluster.apply(json.dumps({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "g"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}}}),
+        namespace)
+    cluster.wait(lambda: cluster.get("pdb", "g", "-n", namespace).get("status", {})
+                 .get("currentHealthy") == 2, what="the PDB to count its pods")
+    name, manifest = job_manifest(pods[0], ttl="20s")
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
+        "reason") == "BlockedByPDB" and j, what="arbitration to hold the job for the PDB")
+    assert job["status"].get("phase", "Pending") == "Pending"
+    assert "g" in job["status"]["message"]
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    assert job["status"]["reason"] == "Timeout"
+    assert "BlockedByPDB" in job["status"]["message"]
+    still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
+    assert still["metadata"]["uid"] == pods[0]["metadata"]["uid"]
+    assert not any(leftovers(cluster, namespace).values())
+
+
+def test_pdb_refusing_the_eviction_is_retried_and_reported(
+        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    # With arbitration off, the Eviction API itself refuses: the job says BlockedByPDB.
+    restart_controller("arbitrationArgs:\n  enabled: false\n")
     cluster.apply(deployment("guarded", replicas=2), namespace)
     pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
     cluster.apply(json.dumps({
@@ -103,8 +132,8 @@ def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(
     name, manifest = job_manifest(pod, paused=True)
     cluster.apply(manifest)
     # A later unpaused job on another pod shows the controller has looked at this one.
-    cluster.apply(deployment("other"), namespace)
-    other = cluster.wait(lambda: ready_pods(cluster, namespace, "other", 1), what="other")[0]
+    cluster.apply(deployment("other", replicas=2), namespace)
+    other = cluster.wait(lambda: ready_pods(cluster, namespace, "other", 2), what="other")[0]
     other_name, other_manifest = job_manifest(other, mode="EvictDirectly")
     cluster.apply(other_manifest)
     cluster.wait(lambda: phase_is(cluster, other_name, "Succeeded"), what="the other job")

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -24,26 +23,10 @@ from tests.e2e.migrate import (
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def controller_with(cluster: Cluster, tmp_path: Path) -> Iterator[object]:
-    """Restart the session's controller with a given config; the default one comes back."""
-
-    def restart(config: str) -> None:
-        path = tmp_path / "config.yaml"
-        path.write_text(config)
-        current = next(c for c in cluster.local.components if c.name == "berth-controller")
-        cluster.local.stop(current)
-        cluster.local.start_controller(name="berth-controller", config=path)
-
-    yield restart
-    current = next(c for c in cluster.local.components if c.name == "berth-controller")
-    cluster.local.stop(current)
-    cluster.local.start_controller(name="berth-controller")
-
-
 def test_delete_policy_deletes_even_where_a_pdb_forbids_eviction(
-        cluster: Cluster, namespace: str, controller_with: object) -> None:
-    controller_with("evictionPolicy: Delete\n")  # type: ignore[operator]
+        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    # Arbitration would hold the job for the PDB; off, the policy alone decides.
+    restart_controller("evictionPolicy: Delete\narbitrationArgs:\n  enabled: false\n")
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     cluster.apply(json.dumps({
@@ -60,8 +43,8 @@ def test_delete_policy_deletes_even_where_a_pdb_forbids_eviction(
 
 
 def test_soft_eviction_only_marks_the_pod_and_waits_for_its_removal(
-        cluster: Cluster, namespace: str, controller_with: object) -> None:
-    controller_with("evictionPolicy: SoftEviction\n")  # type: ignore[operator]
+        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    restart_controller("evictionPolicy: SoftEviction\n")
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     name, manifest = job_manifest(pod)

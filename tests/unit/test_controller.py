@@ -11,7 +11,7 @@ from berth.api import keys
 from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
 from berth.resources import parse_quantity, pod_requests
 from berth.settings import MigrationControllerArgs
-from controller import admission, build, jobs, reservations
+from controller import build, jobs, reservations
 from controller.actions import Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
 from tests.unit.builders import (
     T0,
@@ -60,7 +60,7 @@ EVICTING = [{"type": "Eviction", "status": "False", "reason": "Evicting", "messa
 
 # ----- the job state machine --------------------------------------------------------------
 
-def test_pending_job_is_left_to_admission() -> None:
+def test_pending_job_is_left_to_arbitration() -> None:
     assert view_plan(job_obj=job(phase=None), pod_obj=pod()).actions == []
 
 
@@ -348,28 +348,15 @@ def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> N
     assert ph["spec"]["securityContext"]["runAsNonRoot"] is True
 
 
-# ----- admission --------------------------------------------------------------------------
+# ----- pending jobs -----------------------------------------------------------------------
 
-def test_admission_is_first_come_first_served_within_the_node_limit() -> None:
-    pending = [job(f"job-{i}", pod_name=f"web-{i}", phase=None) for i in range(4)]
-    for index, item in enumerate(pending):
-        item["metadata"]["creationTimestamp"] = f"2026-01-01T12:00:0{index}Z"
-    pods = {f"web-{i}": pod(f"web-{i}", node="node-0") for i in range(3)}
-    decisions = admission.admit(
-        pending=pending, running=[],
-        pod_of=lambda j: pods.get(j["spec"]["podRef"]["name"]),
-        args=MigrationControllerArgs(maxMigratingPerNode=2))
-    verdicts = [(d.job["metadata"]["name"], d.verdict) for d in decisions]
-    assert verdicts == [("job-0", "admit"), ("job-1", "admit"), ("job-2", "wait"),
-                        ("job-3", "fail")]
-    assert "maxMigratingPerNode 2" in decisions[2].message
-
-
-def test_pending_job_never_counts_against_its_own_limit() -> None:
-    pending = [job("job-0", phase=None)]
-    decisions = admission.admit(pending=pending, running=[], pod_of=lambda j: pod(),
-                                args=MigrationControllerArgs(maxMigratingPerNode=1))
-    assert decisions[0].verdict == "admit"
+def test_pending_job_times_out_with_the_reason_it_waited() -> None:
+    waiting = job(phase="Pending")
+    waiting["status"].update(reason="MaxMigratingPerNode", message="2 migrations already run")
+    assert view_plan(job_obj=waiting, pod_obj=pod(), now=later(200)).actions == []
+    status = status_of(view_plan(job_obj=waiting, pod_obj=pod(), now=later(301)))
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert "MaxMigratingPerNode" in status["message"]
 
 
 def test_actions_target_the_right_resources() -> None:
