@@ -1,0 +1,133 @@
+"""Arbitration on the real control plane: availability, per-node limits, rollouts."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.e2e.kube import Cluster, is_ready, pods
+from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
+
+pytestmark = pytest.mark.e2e
+
+
+@contextmanager
+def sampling(sample: Callable[[], Any]) -> Iterator[list[Any]]:
+    """Call `sample` in the background, as often as it answers, until the block ends."""
+    samples: list[Any] = []
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            samples.append(sample())
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join(timeout=30)
+
+
+def finished(cluster: Cluster, names: list[str]) -> list[dict[str, Any]] | None:
+    jobs = [job_of(cluster, name) for name in names]
+    done = [j for j in jobs if j.get("status", {}).get("phase") in
+            ("Succeeded", "Failed", "Aborted")]
+    return jobs if len(done) == len(jobs) else None
+
+
+def test_thirty_jobs_never_take_more_than_the_pdb_allows(cluster: Cluster,
+                                                         namespace: str) -> None:
+    replicas = 10
+    cluster.apply(deployment("web", replicas=replicas, cpu="100m"), namespace)
+    cluster.wait(lambda: ready_pods(cluster, namespace, "web", replicas), what="10 pods",
+                 timeout=90)
+    cluster.apply(json.dumps({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+        namespace)
+    cluster.wait(lambda: cluster.get("pdb", "web", "-n", namespace).get("status", {})
+                 .get("currentHealthy") == replicas, what="the PDB to count the pods")
+
+    def unavailable() -> int:
+        current = [p for p in pods(cluster, namespace, "app=web")
+                   if is_ready(p) and not p["metadata"].get("deletionTimestamp")]
+        return replicas - len(current)
+
+    results: list[dict[str, Any]] = []
+    with sampling(unavailable) as samples:
+        for _ in range(3):  # three waves of ten: every pod, then every replacement
+            names = []
+            for pod in cluster.wait(lambda: ready_pods(cluster, namespace, "web", replicas),
+                                    what="all replicas ready"):
+                name, manifest = job_manifest(pod, ttl="5m")
+                cluster.apply(manifest)
+                names.append(name)
+            results += cluster.wait(lambda names=names: finished(cluster, names),
+                                    what="a wave of ten jobs to finish", timeout=240)
+    assert [j["status"]["phase"] for j in results] == ["Succeeded"] * 30, \
+        [j["status"] for j in results if j["status"]["phase"] != "Succeeded"]
+    assert len(samples) > 50
+    assert max(samples) <= 1, f"{max(samples)} pods were unavailable at once"
+
+
+def test_per_node_limit_holds_and_says_why(cluster: Cluster, namespace: str) -> None:
+    node, others = "node-1", ["node-0", "node-2"]
+    for name in others:
+        cluster.kubectl("cordon", name)
+    try:
+        for index in range(12):
+            cluster.apply(deployment(f"app-{index}", cpu="50m"), namespace)
+        cluster.wait(lambda: len([p for p in pods(cluster, namespace) if is_ready(p)]) == 12,
+                     what="12 pods on node-1")
+    finally:
+        for name in others:
+            cluster.kubectl("uncordon", name)
+    targets = pods(cluster, namespace)
+    assert {p["spec"]["nodeName"] for p in targets} == {node}
+    names = []
+    for pod in targets:
+        name, manifest = job_manifest(pod, ttl="5m")
+        cluster.apply(manifest)
+        names.append(name)
+    reasons: set[str] = set()
+
+    def in_flight() -> int:
+        jobs = [job for job in cluster.get("pmj")["items"] if job["metadata"]["name"] in names]
+        reasons.update(job.get("status", {}).get("reason", "") for job in jobs
+                       if job.get("status", {}).get("phase", "Pending") == "Pending")
+        return sum(job.get("status", {}).get("phase") == "Running" for job in jobs)
+
+    with sampling(in_flight) as samples:
+        jobs = cluster.wait(lambda: finished(cluster, names), what="the 12 jobs to finish",
+                            timeout=240)
+    assert [j["status"]["phase"] for j in jobs] == ["Succeeded"] * 12
+    assert max(samples) <= 2, f"{max(samples)} migrations ran on one node at once"
+    assert "MaxMigratingPerNode" in reasons, reasons
+
+
+def test_rollout_in_progress_holds_the_job(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web", replicas=3, cpu="100m"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 3), what="3 pods")[0]
+    # A paused rollout stays in progress: the new template is there, no pod runs it yet.
+    cluster.kubectl("rollout", "pause", "deployment/web", "-n", namespace)
+    cluster.kubectl("set", "env", "deployment/web", "-n", namespace, "ROLLOUT=1")
+    name, manifest = job_manifest(pod, ttl="2m")
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
+        "reason") == "RolloutInProgress" and j, what="arbitration to hold the job")
+    assert job["status"].get("phase", "Pending") == "Pending"
+    assert "web" in job["status"]["message"]
+    cluster.kubectl("rollout", "resume", "deployment/web", "-n", namespace)
+    cluster.kubectl("rollout", "status", "deployment/web", "-n", namespace, "--timeout=60s")
+    # Once the rollout is done the job is no longer held; its pod was one the rollout
+    # replaced, so it ends as MissingPod rather than migrating a pod that is gone.
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                       what="the job to be released")
+    assert job["status"]["reason"] in ("MissingPod", "Complete", ""), job["status"]
