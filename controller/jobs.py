@@ -38,6 +38,7 @@ Reason = PodMigrationJobReason
 Phase = PodMigrationJobPhase
 
 EVICTION_RETRY = 5.0
+CONSUMABLE_SETTLE = 0.5
 WAIT_POLL = 2.0
 
 
@@ -203,14 +204,19 @@ def _start_eviction(view: JobView, status: Object, plan: Plan) -> Plan:
     assert view.pod is not None and view.reservation is not None
     rsv = view.reservation["metadata"]["name"]
     pod = view.pod["metadata"]
+    if protocol.annotations_of(view.reservation).get(keys.CONSUMABLE) != "true":
+        # Open it one pass before evicting: by the time this cache shows the mark, the
+        # webhooks' caches (fed by the same API server) have it too, so the replacement,
+        # created right after the eviction, finds the Reservation open.
+        if plan.actions:  # the ReservationScheduled news of this pass
+            plan.actions.insert(0, _status(view, status))
+        return plan.then(Patch(RESERVATIONS, rsv, {"metadata": {"annotations": {
+            keys.CONSUMABLE: "true"}}})).again_in(CONSUMABLE_SETTLE)
     status = with_condition(status, kind=Type.EVICTION, state="False", reason=Reason.EVICTING,
                             message=f"evicting {pod['namespace']}/{pod['name']}", now=view.now)
     status.update(status=Reason.EVICTING, reason="", message="")
     earlier_events = plan.actions
     plan = Plan()
-    if protocol.annotations_of(view.reservation).get(keys.CONSUMABLE) != "true":
-        plan.then(Patch(RESERVATIONS, rsv,
-                        {"metadata": {"annotations": {keys.CONSUMABLE: "true"}}}))
     plan.then(_status(view, status), *earlier_events,
               Event(view.job, "Evicting", f"Try to evict Pod \"{pod['namespace']}/{pod['name']}\""),
               _evict(view))

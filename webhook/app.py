@@ -23,10 +23,19 @@ import orjson
 from aiohttp import web
 
 from berth import metrics
-from berth.api import keys
+from berth.api import ReservationPhase, keys
 from berth.kube.client import REPLICASETS, RESERVATIONS, Kube, KubeError
 from berth.kube.informer import Informer
-from berth.protocol import Object, controller_of, is_consumable, node_of
+from berth.protocol import (
+    Object,
+    claim_of,
+    controller_of,
+    is_consumable,
+    matches_owner,
+    node_of,
+    owner_uids,
+    phase,
+)
 from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from webhook import review
 from webhook.decide import (
@@ -85,9 +94,17 @@ class Webhook:
         reservations = self.reservations.store
         # Resolving a ReplicaSet's workload costs a GET: only worth it while some
         # Reservation can be claimed at all, which is rare.
-        in_flight = any(is_consumable(r) for r in reservations.values())
+        in_flight = any(is_consumable(r) or _opening(r) for r in reservations.values())
         workload_uid = await self.workload_uid(pod) if in_flight else None
         decision = decide(request, reservations=reservations, workload_uid=workload_uid)
+        if isinstance(decision, Skip) and in_flight:
+            # The controller opens a Reservation just before evicting; the replacement
+            # may come before this cache has seen that. Ask the API server for the ones
+            # about to open that this pod would match.
+            opened = await self.refresh_opening(pod, reservations, workload_uid=workload_uid)
+            if opened:
+                decision = decide(request, reservations={**reservations, **opened},
+                                  workload_uid=workload_uid)
         if isinstance(decision, Skip):
             log.log(logging.INFO if in_flight else logging.DEBUG, "pod %s: %s",
                     describe(pod), decision.reason)
@@ -99,6 +116,24 @@ class Webhook:
                      "re-adding what a later webhook removed" if patch else "nothing to add")
             return "reasserted", patch
         return await self.claim(pod, decision)
+
+    async def refresh_opening(self, pod: Object, reservations: Mapping[str, Object], *,
+                              workload_uid: str | None) -> dict[str, Object]:
+        """Fresh copies of the matching Reservations that this cache shows as not yet
+        open, keeping those the API server says are open now."""
+        opened: dict[str, Object] = {}
+        for name, cached in reservations.items():
+            if not _opening(cached) or not matches_owner(cached, pod,
+                                                         workload_uid=workload_uid):
+                continue
+            try:
+                fresh = await self.kube.get(RESERVATIONS, name)
+            except KubeError as error:
+                log.warning("could not re-read reservation %s: %s", name, error)
+                continue
+            if is_consumable(fresh):
+                opened[name] = fresh
+        return opened
 
     async def workload_uid(self, pod: Object) -> str | None:
         controller = controller_of(pod)
@@ -153,6 +188,12 @@ class Webhook:
                 log.info("reservation %s changed while claiming it; %s", name,
                          "giving up on it" if retry else "re-reading it")
         return None
+
+
+def _opening(reservation: Object) -> bool:
+    """Available and untouched, but not (yet, in this cache) open to a replacement."""
+    return (phase(reservation) == ReservationPhase.AVAILABLE and not is_consumable(reservation)
+            and claim_of(reservation) is None and not owner_uids(reservation))
 
 
 def describe(pod: Object) -> str:

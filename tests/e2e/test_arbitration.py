@@ -77,7 +77,10 @@ def test_thirty_jobs_never_take_more_than_the_pdb_allows(cluster: Cluster,
     assert max(samples) <= 1, f"{max(samples)} pods were unavailable at once"
 
 
-def test_per_node_limit_holds_and_says_why(cluster: Cluster, namespace: str) -> None:
+def test_per_node_limit_holds_and_says_why(
+        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    # No eviction rate limit, so that the per-node limit is what holds the jobs back.
+    restart_controller("evictQPS: 0\n")
     node, others = "node-1", ["node-0", "node-2"]
     for name in others:
         cluster.kubectl("cordon", name)

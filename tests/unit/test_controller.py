@@ -94,14 +94,20 @@ def test_unscheduled_reservation_reports_the_schedulers_message() -> None:
 
 def test_available_reservation_opens_it_then_records_evicting_before_evicting() -> None:
     plan = view_plan(pod_obj=pod(), rsv=reservation(phase="Available", node="node-1"))
-    assert kinds(plan) == ["Patch:reservations", "UpdateStatus:podmigrationjobs",
-                           "Event:ReservationScheduled", "Event:Evicting", "Evict"]
-    opened = plan.actions[0]
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ReservationScheduled",
+                           "Patch:reservations"]
+    opened = plan.actions[-1]
     assert isinstance(opened, Patch)
     assert opened.patch["metadata"]["annotations"][keys.CONSUMABLE] == "true"
-    status = status_of(plan)
-    assert status["nodeName"] == "node-1"
-    assert cond(status, "Eviction")["reason"] == "Evicting"
+    assert status_of(plan)["nodeName"] == "node-1"
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    scheduled = job(conditions=[{"type": "ReservationScheduled", "status": "True",
+                                 "reason": "Scheduled", "message": "reserved on node-1"}])
+    plan = view_plan(job_obj=scheduled, pod_obj=pod(),
+                     rsv=reservation(phase="Available", node="node-1",
+                                     annotations={keys.CONSUMABLE: "true"}))
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:Evicting", "Evict"]
+    assert cond(status_of(plan), "Eviction")["reason"] == "Evicting"
     evict = plan.actions[-1]
     assert isinstance(evict, Evict) and evict.uid == "uid-web-1" and evict.policy == "Eviction"
 
