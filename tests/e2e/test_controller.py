@@ -69,8 +69,8 @@ def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) ->
     assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
 
 
-def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
-        cluster: Cluster, namespace: str) -> None:
+def guarded_pods(cluster: Cluster, namespace: str) -> list[dict]:
+    """Two pods under a PodDisruptionBudget that allows no disruption."""
     cluster.apply(deployment("guarded", replicas=2), namespace)
     pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
     cluster.apply(json.dumps({
@@ -79,6 +79,12 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
         namespace)
     cluster.wait(lambda: cluster.get("pdb", "g", "-n", namespace).get("status", {})
                  .get("currentHealthy") == 2, what="the PDB to count its pods")
+    return list(pods)
+
+
+def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
+        cluster: Cluster, namespace: str) -> None:
+    pods = guarded_pods(cluster, namespace)
     name, manifest = job_manifest(pods[0], ttl="20s")
     cluster.apply(manifest)
     job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
@@ -97,14 +103,7 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
         cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
     # With arbitration off, the Eviction API itself refuses: the job says BlockedByPDB.
     restart_controller("arbitrationArgs:\n  enabled: false\n")
-    cluster.apply(deployment("guarded", replicas=2), namespace)
-    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
-    cluster.apply(json.dumps({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "g"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}}}),
-        namespace)
-    cluster.wait(lambda: cluster.get("pdb", "g", "-n", namespace).get("status", {})
-                 .get("currentHealthy") == 2, what="the PDB to count its pods")
+    pods = guarded_pods(cluster, namespace)
     name, manifest = job_manifest(pods[0], ttl="20s")
     cluster.apply(manifest)
 
