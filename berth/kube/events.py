@@ -51,8 +51,10 @@ class Recorder:
         body = event_body(involved=involved, reason=reason, message=message,
                           event_type=event_type, component=self.component,
                           instance=self.instance, now=datetime.now(UTC))
-        log.info("%s %s/%s: %s", reason, involved.get("kind"),
-                 involved["metadata"]["name"], message)
+        kind, name = involved.get("kind"), involved["metadata"]["name"]
+        about = {"PodMigrationJob": "job", "Reservation": "reservation", "Pod": "pod"}
+        extra = {about[str(kind)]: name} if kind in about else {}
+        log.info("%s %s/%s: %s", reason, kind, name, message, extra=extra)
         try:
             await self.kube.create(EVENTS, body, namespace=body["metadata"]["namespace"])
         except KubeError as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -36,6 +37,13 @@ def standby(cluster: Cluster) -> Iterator[None]:
         cluster.local.start_controller(name="berth-controller")
 
 
+def leader_pid_or_none(cluster: Cluster) -> int | None:
+    try:
+        return leader_pid(cluster)
+    except StopIteration:
+        return None
+
+
 def leader_pid(cluster: Cluster) -> int:
     lease = cluster.get("lease", "berth-controller", "-n", "berth-system")
     holder = lease["spec"]["holderIdentity"]
@@ -44,7 +52,8 @@ def leader_pid(cluster: Cluster) -> int:
 
 
 def test_standby_takes_over_mid_migration_without_repeating_steps(
-        cluster: Cluster, namespace: str, standby: None) -> None:
+        cluster: Cluster, namespace: str, standby: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     first = leader_pid(cluster)
@@ -53,6 +62,11 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
     cluster.wait(lambda: condition(job_of(cluster, name), "ReservationCreated"),
                  what="the migration to start")
     os.killpg(first, signal.SIGKILL)
+    killed = time.monotonic()
+    cluster.wait(lambda: leader_pid_or_none(cluster) not in (None, first),
+                 what="the standby to take the lease", timeout=30)
+    with capsys.disabled():
+        print(f"\nleader killed; standby leading after {time.monotonic() - killed:.1f}s")
     job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
                        what="the standby to finish the migration", timeout=60)
     assert job["status"]["phase"] == "Succeeded", job["status"]
