@@ -23,6 +23,7 @@ from berth import metrics, protocol
 from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, keys
 from berth.kube.client import (
     DEPLOYMENTS,
+    NODES,
     PDBS,
     PODMIGRATIONJOBS,
     PODS,
@@ -34,6 +35,7 @@ from berth.kube.client import (
 from berth.kube.events import Recorder
 from berth.kube.informer import IndexFunc, Informer, object_key
 from berth.kube.lease import LeaderElector
+from berth.resources import Resources, parse_resources, pod_requests, subtract
 from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
 from controller import arbitration, jobs, reservations
@@ -119,8 +121,9 @@ class Controller:
         self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid)
         self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid)
         self.pdbs = Informer(kube, PDBS)
+        self.nodes = Informer(kube, NODES)
         self.informers = [self.jobs, self.reservations, self.pods, self.replicasets,
-                          self.deployments, self.statefulsets, self.pdbs]
+                          self.deployments, self.statefulsets, self.pdbs, self.nodes]
         self.limiter = arbitration.LimiterState()
         self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity))
 
@@ -254,6 +257,16 @@ class Controller:
                 log.exception("arbitration round failed")
             await asyncio.sleep(interval)
 
+    def _free(self) -> dict[str, Resources]:
+        """Allocatable minus the requests of the pods bound there, for nodeFit."""
+        free = {name: parse_resources(node.get("status", {}).get("allocatable"))
+                for name, node in self.nodes.store.items()}
+        for pod in self.pods.store.values():
+            node = pod.get("spec", {}).get("nodeName")
+            if node in free and not protocol.is_terminal_pod(pod):
+                free[node] = subtract(free[node], pod_requests(pod["spec"]))
+        return free
+
     async def release_stray_gates(self) -> None:
         """No pod stays gated by Berth unless a live Reservation holds its claim."""
         now = datetime.now(UTC)
@@ -282,6 +295,8 @@ class Controller:
                 pods=self.pods.store, workload_of=_WorkloadOf(self),
                 workloads=_Workloads(self), pods_of_workload=_PodsOfWorkload(self),
                 pdbs=self.pdbs.values(), args=self.args, limiter=self.limiter,
+                nodes=self.nodes.store if self.args.node_fit else {},
+                free=self._free() if self.args.node_fit else {},
                 now=datetime.now(UTC)))
         self.limiter = result.limiter
         for decision in result.decisions:
