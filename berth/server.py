@@ -35,7 +35,7 @@ def add_health(app: web.Application, ready: Readiness) -> None:
     async def readyz(_: web.Request) -> web.Response:
         if ready():
             return web.Response(text="ok")
-        return web.Response(status=503, text="caches not synced")
+        return web.Response(status=503, text="not ready: caches not synced or no leader known")
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -430,7 +430,10 @@ async def run(*, kubeconfig: Path | None, settings: MigrationControllerArgs | No
     controller = Controller(kube, args, identity=identity)
     elector = LeaderElector(kube, namespace=lease_namespace, name=COMPONENT, identity=identity)
     app = web.Application()
-    add_health(app, lambda: all(i.synced.is_set() for i in controller.informers))
+    # Ready once the caches are synced and the leader is known: this replica leads, or
+    # stands by behind a live holder of the Lease.
+    add_health(app, lambda: all(i.synced.is_set() for i in controller.informers)
+               and elector.holder is not None)
     add_metrics(app)
     server = asyncio.create_task(serve(app, host="0.0.0.0", port=health_port))
     election = asyncio.create_task(elector.run())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 
@@ -37,6 +38,14 @@ def standby(cluster: Cluster) -> Iterator[None]:
         cluster.local.start_controller(name="berth-controller")
 
 
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 def leader_pid_or_none(cluster: Cluster) -> int | None:
     try:
         return leader_pid(cluster)
@@ -57,6 +66,10 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     first = leader_pid(cluster)
+    # Both replicas are ready: one leads, the other knows who does.
+    for component in cluster.local.components:
+        if component.name.startswith("berth-controller"):
+            cluster.wait(lambda c=component: ready(c.port), what=f"{component.name} ready")
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
     cluster.wait(lambda: condition(job_of(cluster, name), "ReservationCreated"),
