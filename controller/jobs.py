@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from berth import protocol
@@ -29,7 +29,15 @@ from berth.kube.client import PODMIGRATIONJOBS, RESERVATIONS
 from berth.settings import MigrationControllerArgs
 from controller.actions import Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
 from controller.build import reservation_for
-from controller.status import condition, deadline, reference, same_condition, with_condition
+from controller.status import (
+    condition,
+    deadline,
+    parse_time,
+    reference,
+    same_condition,
+    timestamp,
+    with_condition,
+)
 
 Object = dict[str, Any]
 
@@ -38,7 +46,7 @@ Reason = PodMigrationJobReason
 Phase = PodMigrationJobPhase
 
 EVICTION_RETRY = 5.0
-CONSUMABLE_SETTLE = 0.5
+CONSUMABLE_SETTLE = timedelta(seconds=1)
 WAIT_POLL = 2.0
 
 
@@ -204,14 +212,20 @@ def _start_eviction(view: JobView, status: Object, plan: Plan) -> Plan:
     assert view.pod is not None and view.reservation is not None
     rsv = view.reservation["metadata"]["name"]
     pod = view.pod["metadata"]
-    if protocol.annotations_of(view.reservation).get(keys.CONSUMABLE) != "true":
-        # Open it one pass before evicting: by the time this cache shows the mark, the
-        # webhooks' caches (fed by the same API server) have it too, so the replacement,
-        # created right after the eviction, finds the Reservation open.
+    annotations = protocol.annotations_of(view.reservation)
+    if annotations.get(keys.CONSUMABLE) != "true":
+        # Open it a moment before evicting, so that the webhooks' caches have seen it open
+        # when the replacement, created right after the eviction, comes to claim it.
         if plan.actions:  # the ReservationScheduled news of this pass
             plan.actions.insert(0, _status(view, status))
         return plan.then(Patch(RESERVATIONS, rsv, {"metadata": {"annotations": {
-            keys.CONSUMABLE: "true"}}})).again_in(CONSUMABLE_SETTLE)
+            keys.CONSUMABLE: "true", keys.OPENED_AT: timestamp(view.now)}}})).again_in(
+            CONSUMABLE_SETTLE.total_seconds())
+    opened = annotations.get(keys.OPENED_AT)
+    if opened and view.now < parse_time(opened) + CONSUMABLE_SETTLE:
+        if plan.actions:
+            plan.actions.insert(0, _status(view, status))
+        return plan.again_in((parse_time(opened) + CONSUMABLE_SETTLE - view.now).total_seconds())
     status = with_condition(status, kind=Type.EVICTION, state="False", reason=Reason.EVICTING,
                             message=f"evicting {pod['namespace']}/{pod['name']}", now=view.now)
     status.update(status=Reason.EVICTING, reason="", message="")

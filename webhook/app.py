@@ -191,9 +191,11 @@ class Webhook:
 
 
 def _opening(reservation: Object) -> bool:
-    """Available and untouched, but not (yet, in this cache) open to a replacement."""
-    return (phase(reservation) == ReservationPhase.AVAILABLE and not is_consumable(reservation)
-            and claim_of(reservation) is None and not owner_uids(reservation))
+    """Live and untouched, but not (yet, in this cache) open to a replacement: this cache
+    may lag behind the Reservation becoming Available and being opened."""
+    return (phase(reservation) in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
+            and not is_consumable(reservation) and claim_of(reservation) is None
+            and not owner_uids(reservation))
 
 
 def describe(pod: Object) -> str:

@@ -48,3 +48,7 @@ the same name (a StatefulSet's) is recognised as a replacement, not the original
 
 SOURCE_NODE: Final = "berth.sh/source-node"
 """PodMigrationJob annotation: the node the pod ran on when the job started."""
+
+OPENED_AT: Final = "berth.sh/opened-at"
+"""Reservation annotation: when it was made consumable (RFC 3339); the eviction waits a
+moment after it, so every webhook's cache has seen the Reservation open."""

@@ -459,3 +459,14 @@ def test_job_template_narrows_the_pods_placement() -> None:
     assert {"key": "metadata.name", "operator": "In", "values": ["node-2"]} in term["matchFields"]
     assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in \
         term["matchFields"]
+
+
+def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
+    scheduled = job(conditions=[{"type": "ReservationScheduled", "status": "True",
+                                 "reason": "Scheduled", "message": "reserved on node-1"}])
+    opened = reservation(phase="Available", node="node-1", annotations={
+        keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"})
+    waiting = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(0.5))
+    assert waiting.actions == [] and waiting.requeue_after
+    go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1))
+    assert kinds(go)[-1] == "Evict"
