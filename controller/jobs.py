@@ -342,7 +342,8 @@ def _unbound_replacement(view: JobView, status: Mapping[str, Any]) -> Object | N
         if metadata.get("uid") == source_uid(view.job) or protocol.pod_claim(pod) or \
                 protocol.placeholder_reservation(pod):
             continue
-        if metadata.get("creationTimestamp", "") >= started:
+        # Timestamps have whole seconds: only a pod from a later second is surely newer.
+        if metadata.get("creationTimestamp", "") > started:
             return pod
     return None
 
