@@ -12,12 +12,9 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
 from berth import metrics
-from berth.dev.cluster import free_port
-from berth.kube.client import Kube
 from berth.ledger import Ledger
 from extender.app import make_app as extender_app
 from extender.decide import Placement
@@ -118,16 +115,6 @@ def test_record_job_status(before: dict[str, Any], after: dict[str, Any],
 
 
 # ----- the webhook ------------------------------------------------------------------------
-
-@pytest.fixture
-async def webhook() -> AsyncIterator[Webhook]:
-    """A webhook whose API server is a closed port: any call it makes fails."""
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{free_port()}"
-    kube = Kube(client.ApiClient(configuration))
-    yield Webhook(kube)
-    await kube.close()
-
 
 @pytest.fixture
 async def webhook_http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:

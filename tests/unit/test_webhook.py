@@ -15,11 +15,8 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from kubernetes_asyncio import client
 
 from berth.api import keys
-from berth.dev.cluster import free_port
-from berth.kube.client import Kube
 from webhook.app import Webhook, make_app
 from webhook.decide import Claim, Reassert, Skip, bind_patch, decide, top_level_workload
 
@@ -328,16 +325,6 @@ def test_reinvocation_after_another_webhook_adds_a_term_pins_it_too() -> None:
 
 
 # ----- the handler -----------------------------------------------------------------------
-
-@pytest.fixture
-async def webhook() -> AsyncIterator[Webhook]:
-    """A webhook whose API server is a closed port: any call it makes fails."""
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{free_port()}"
-    kube = Kube(client.ApiClient(configuration))
-    yield Webhook(kube)
-    await kube.close()
-
 
 @pytest.fixture
 async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
