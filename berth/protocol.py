@@ -115,33 +115,53 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
                 obj.get("namespace", namespace) == namespace:
             return True
         selector = owner.get("labelSelector")
-        if selector and selector_matches(selector, labels_of(pod)):
+        # An empty selector would match every pod: an owner must name its pods.
+        if selector and (selector.get("matchLabels") or selector.get("matchExpressions")) \
+                and selector_matches(selector, labels_of(pod)):
             return True
     return False
 
 
-def selector_matches(selector: Mapping[str, Any], pod_labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector against a label set; an empty selector matches nothing here,
-    so that a Reservation never goes to every pod by accident."""
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not match_labels and not expressions:
-        return False
-    if any(pod_labels.get(key) != value for key, value in match_labels.items()):
-        return False
-    for expression in expressions:
-        key, operator = expression["key"], expression["operator"]
-        values = expression.get("values") or []
-        present = key in pod_labels
-        if operator == "In" and not (present and pod_labels[key] in values):
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector as the API reads it: every requirement holds, so an empty
+    selector matches everything."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
             return False
-        if operator == "NotIn" and present and pod_labels[key] in values:
+    return all(requirement_matches(e, labels) for e in selector.get("matchExpressions") or ())
+
+
+def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One selector requirement: In, NotIn, Exists, DoesNotExist, and for nodes Gt, Lt."""
+    value = labels.get(requirement["key"])
+    operator = requirement["operator"]
+    values = requirement.get("values") or ()
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and values:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
             return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
-    return True
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None) -> str:
+    """UID of the workload a pod belongs to: for a pod of ReplicaSet `replicaset`, the
+    ReplicaSet's own controller (a Deployment's UID stays the same across a rollout);
+    otherwise the pod's controller itself."""
+    if replicaset is not None and replicaset["metadata"].get("uid") == controller.get("uid"):
+        above = controller_of(replicaset)
+        if above is not None:
+            return str(above["uid"])
+    return str(controller["uid"])
 
 
 # ----- pods -------------------------------------------------------------------------------

@@ -167,12 +167,10 @@ class Controller:
         controller = protocol.controller_of(pod or {})
         if controller is None or pod is None:
             return None
-        if controller.get("kind") == "ReplicaSet":
-            rs = self.replicasets.get(f"{pod['metadata']['namespace']}/{controller['name']}")
-            parent = protocol.controller_of(rs or {})
-            if parent is not None:
-                return str(parent["uid"])
-        return str(controller["uid"])
+        replicaset = self.replicasets.get(
+            f"{pod['metadata']['namespace']}/{controller['name']}") \
+            if controller.get("kind") == "ReplicaSet" else None
+        return protocol.top_level_workload(controller, replicaset)
 
     def _reservation_view(self, reservation: dict[str, Any]) -> reservations.ReservationView:
         name = reservation["metadata"]["name"]

@@ -41,6 +41,7 @@ from operator import attrgetter
 from typing import Any, Literal, NamedTuple
 
 from berth.api import PodMigrationJobMode, PodMigrationJobPhase, PodMigrationJobReason, keys
+from berth.protocol import requirement_matches, selector_matches
 from berth.resources import Resources, fits, format_quantity, parse_quantity, pod_requests
 from berth.settings import MigrationControllerArgs, ObjectLimiterKind
 
@@ -865,8 +866,8 @@ def _term_matches(term: Object, name: str, labels: Mapping[str, str]) -> bool:
     fields = term.get("matchFields") or ()
     if not expressions and not fields:
         return False
-    return (all(_requirement(e, labels) for e in expressions)
-            and all(_requirement(f, {"metadata.name": name}) for f in fields))
+    return (all(requirement_matches(e, labels) for e in expressions)
+            and all(requirement_matches(f, {"metadata.name": name}) for f in fields))
 
 
 def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
@@ -883,38 +884,6 @@ def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
 
 
 # ----- label selectors --------------------------------------------------------------------
-
-def selector_matches(selector: Object, labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector as the API reads it: all requirements hold, so an empty
-    selector matches everything (unlike `berth.protocol.selector_matches`, which guards
-    Reservation owners and matches nothing when empty)."""
-    for label, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(label) != value:
-            return False
-    return all(_requirement(e, labels) for e in selector.get("matchExpressions") or ())
-
-
-def _requirement(requirement: Object, labels: Mapping[str, str]) -> bool:
-    """One requirement (In, NotIn, Exists, DoesNotExist, and for nodes Gt, Lt)."""
-    value = labels.get(requirement["key"])
-    operator = requirement["operator"]
-    values = requirement.get("values") or ()
-    if operator == "In":
-        return value in values
-    if operator == "NotIn":
-        return value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
-    return False
-
 
 _SELECTOR_PART = re.compile(
     r"^\s*(?:!\s*(?P<absent>[^\s=!(),]+)"

@@ -35,6 +35,7 @@ from berth.protocol import (
     node_of,
     owner_uids,
     phase,
+    top_level_workload,
 )
 from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from webhook import review
@@ -46,7 +47,6 @@ from webhook.decide import (
     bind_patch,
     decide,
     pod_of,
-    top_level_workload,
 )
 
 log = logging.getLogger(__name__)

@@ -68,7 +68,7 @@ Decision = Skip | Claim | Reassert
 def decide(request: Mapping[str, Any], *, reservations: Mapping[str, Object],
            workload_uid: str | None) -> Decision:
     """The decision for one AdmissionReview `request`, given the cached `reservations` by
-    name. `workload_uid` is the pod's top-level workload (see `top_level_workload`),
+    name. `workload_uid` is the pod's top-level workload (see `berth.protocol.top_level_workload`),
     resolved by the caller because that may need the API server."""
     if request.get("operation") != "CREATE":
         return Skip("not a pod CREATE")
@@ -132,17 +132,6 @@ def pod_of(request: Mapping[str, Any]) -> Object:
     if pod["metadata"].get("namespace") or not request.get("namespace"):
         return pod
     return {**pod, "metadata": {**pod["metadata"], "namespace": request["namespace"]}}
-
-
-def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None) -> str:
-    """UID of the workload a pod belongs to: for a pod of ReplicaSet `replicaset`, the
-    ReplicaSet's own controller (a Deployment's UID stays the same across a rollout);
-    otherwise the pod's controller itself."""
-    if replicaset is not None and replicaset["metadata"].get("uid") == controller.get("uid"):
-        above = controller_of(replicaset)
-        if above is not None:
-            return str(above["uid"])
-    return str(controller["uid"])
 
 
 def bind_patch(pod: Object, *, reservation: Object, token: str) -> Patch:

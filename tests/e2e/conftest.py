@@ -19,6 +19,7 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from berth.dev.cluster import LocalCluster, pid_alive, tail
+from berth.kube.client import Kube
 from tests.e2e.kube import Cluster
 
 BERTH = [sys.executable, "-m", "berth.cli"]
@@ -51,6 +52,14 @@ async def api(cluster: Cluster) -> AsyncIterator[client.ApiClient]:
     api_client = await config.new_client_from_config(config_file=str(cluster.kubeconfig))
     async with api_client:
         yield api_client
+
+
+@pytest.fixture
+async def kube(cluster: Cluster) -> AsyncIterator[Kube]:
+    """Berth's own API client, on the session cluster."""
+    kube = await Kube.connect(cluster.kubeconfig)
+    yield kube
+    await kube.close()
 
 
 @pytest.fixture

@@ -90,9 +90,3 @@ def pods(cluster: Cluster, namespace: str, selector: str = "") -> list[dict[str,
     args = ["pods", "-n", namespace] + (["-l", selector] if selector else [])
     items: list[dict[str, Any]] = cluster.get(*args)["items"]
     return items
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    conditions = pod.get("status", {}).get("conditions", [])
-    return pod.get("status", {}).get("phase") == "Running" and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in conditions)

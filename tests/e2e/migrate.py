@@ -6,7 +6,8 @@ import json
 import uuid
 from typing import Any
 
-from tests.e2e.kube import Cluster, is_ready, pods
+from berth.protocol import is_ready
+from tests.e2e.kube import Cluster, pods
 
 PAUSE = "registry.k8s.io/pause:3.10"
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube import Cluster, is_ready, pods
+from berth.protocol import is_ready
+from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.e2e.kube import Cluster, is_ready, pods
+from berth.protocol import is_ready
+from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import deployment
 
 pytestmark = pytest.mark.e2e

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,13 +12,6 @@ from berth.kube.informer import Informer, pod_node
 from tests.e2e.kube import Cluster
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def kube(cluster: Cluster) -> AsyncIterator[Kube]:
-    kube = await Kube.connect(cluster.kubeconfig)
-    yield kube
-    await kube.close()
 
 
 def pod(name: str, node: str | None = None) -> str:

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from berth.kube.client import PODS, Kube, KubeError
 from tests.e2e.kube import Cluster
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def kube(cluster: Cluster) -> AsyncIterator[Kube]:
-    kube = await Kube.connect(cluster.kubeconfig)
-    yield kube
-    await kube.close()
 
 
 async def test_errors_carry_status_and_reason(cluster: Cluster, namespace: str,

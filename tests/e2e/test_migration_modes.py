@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from berth.kube.client import PODS, Kube
-from tests.e2e.kube import Cluster, is_ready, pods
+from berth.protocol import is_ready
+from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
     PAUSE,
     condition,

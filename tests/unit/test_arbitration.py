@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from berth.api import keys
+from berth.protocol import selector_matches
 from berth.settings import MigrationControllerArgs
 from controller.arbitration import (
     KOORDINATOR_QOS,
@@ -22,7 +23,6 @@ from controller.arbitration import (
     arbitrate,
     max_per_workload,
     parse_selector,
-    selector_matches,
 )
 from tests.unit.builders import T0, job, later, node, pdb, pod, ts, workload
 

@@ -17,8 +17,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from berth.api import keys
+from berth.protocol import top_level_workload
 from webhook.app import Webhook, make_app
-from webhook.decide import Claim, Reassert, Skip, bind_patch, decide, top_level_workload
+from webhook.decide import Claim, Reassert, Skip, bind_patch, decide
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REVIEW: dict[str, Any] = json.loads((DATA / "admission_review_pod_create.json").read_text())
