@@ -18,7 +18,7 @@ binaries: setup
 	$(BERTH) dev build
 
 lint: setup
-	$(VENV)/bin/ruff check berth tests
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 unit: setup

@@ -167,6 +167,8 @@ class MigrationControllerArgs(_Args):
     """Jobs running at once per source node; 0 means no limit."""
     max_migrating_per_namespace: StrictInt = Field(default=0, ge=0)
     """Jobs running at once per namespace; 0 means no limit."""
+    max_migrating_globally: StrictInt = Field(default=0, ge=0)
+    """Jobs running at once in the whole cluster; 0 means no limit."""
     max_migrating_per_workload: IntOrPercent = 0
     """Jobs running at once per workload, a count or a percentage of its replicas. 0 means
     by workload size: 10% above 10 replicas, 2 from 4 to 10 replicas, 1 below 4."""

@@ -27,6 +27,7 @@ from berth.kube.client import (
     PDBS,
     PODMIGRATIONJOBS,
     PODS,
+    PRIORITYCLASSES,
     REPLICASETS,
     RESERVATIONS,
     STATEFULSETS,
@@ -122,9 +123,13 @@ class Controller:
         self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid)
         self.pdbs = Informer(kube, PDBS)
         self.nodes = Informer(kube, NODES)
+        self.priority_classes = Informer(kube, PRIORITYCLASSES)
         self.informers = [self.jobs, self.reservations, self.pods, self.replicasets,
-                          self.deployments, self.statefulsets, self.pdbs, self.nodes]
+                          self.deployments, self.statefulsets, self.pdbs, self.nodes,
+                          self.priority_classes]
         self.limiter = arbitration.LimiterState()
+        self.memo: arbitration.Memo | None = None
+        """What the last arbitration round read, for the next (see arbitration.Memo)."""
         self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity))
 
     # ----- events -> keys -------------------------------------------------------------
@@ -295,11 +300,14 @@ class Controller:
                 pdbs=self.pdbs.values(), args=self.args, limiter=self.limiter,
                 nodes=self.nodes.store if self.args.node_fit else {},
                 free=self._free() if self.args.node_fit else {},
-                now=datetime.now(UTC)))
-        self.limiter = result.limiter
+                priority_classes={name: int(obj.get("value") or 0)
+                                  for name, obj in self.priority_classes.store.items()},
+                memo=self.memo, now=datetime.now(UTC)))
+        self.limiter, self.memo = result.limiter, result.memo
         for decision in result.decisions:
             pod = decision.pod
-            workload = self._workload_uid(pod) if pod is not None else None
+            workload = self._workload_uid(pod) \
+                if pod is not None and decision.verdict == "admit" else None
             plan = _admission_plan(decision, workload_uid=workload)
             if plan.actions:
                 outcome = await self.executor.run(plan)
@@ -330,23 +338,24 @@ class Controller:
 
 
 class _WorkloadOf(Mapping[str, str]):
-    """Pod UID → top-level workload UID, resolved from the caches when asked."""
+    """Controller UID → the workload above it: a ReplicaSet's Deployment, from the caches."""
 
     def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+        self.replicasets = controller.replicasets
 
     def __getitem__(self, uid: str) -> str:
-        pod = self.controller._pod_by_uid(uid)
-        workload = self.controller._workload_uid(pod)
-        if workload is None:
-            raise KeyError(uid)
-        return workload
+        for replicaset in self.replicasets.by_index("uid", uid):
+            above = protocol.controller_of(replicaset)
+            if above is not None:
+                return str(above["uid"])
+        raise KeyError(uid)
 
     def __iter__(self) -> Iterator[str]:
-        return (p["metadata"]["uid"] for p in self.controller.pods.store.values())
+        return (o["metadata"]["uid"] for o in self.replicasets.store.values()
+                if protocol.controller_of(o) is not None)
 
     def __len__(self) -> int:
-        return len(self.controller.pods.store)
+        return sum(1 for _ in self)
 
 
 class _Workloads(Mapping[str, dict[str, Any]]):

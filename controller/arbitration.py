@@ -31,6 +31,7 @@ grows with the jobs, not with jobs times pods or PDBs (see bench/README.md).
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +67,7 @@ class WaitReason(StrEnum):
     MAX_UNAVAILABLE_PER_WORKLOAD = "MaxUnavailablePerWorkload"
     MAX_MIGRATING_PER_NODE = "MaxMigratingPerNode"
     MAX_MIGRATING_PER_NAMESPACE = "MaxMigratingPerNamespace"
+    MAX_MIGRATING_GLOBALLY = "MaxMigratingGlobally"
     OBJECT_LIMITERS = "ObjectLimiters"
     EVICT_QPS = "EvictQPS"
     FLOW_CONTROL_QPS = "FlowControlQPS"
@@ -120,7 +122,8 @@ class Snapshot:
     pods: Mapping[str, Object]
     """Pods by "namespace/name"."""
     workload_of: Mapping[str, str]
-    """Pod UID → UID of its top-level workload (the Deployment above a ReplicaSet)."""
+    """Controller UID → UID of the workload above it (a ReplicaSet's Deployment); any
+    other controller is its own workload, and a pod's workload is its controller's."""
     workloads: Mapping[str, Object] = field(default_factory=dict)
     """Workload UID → the workload object; its spec.replicas is the expected replicas."""
     pods_of_workload: Mapping[str, Sequence[Object]] = field(default_factory=dict)
@@ -136,6 +139,9 @@ class Snapshot:
     """PriorityClass name → value; only priorityThreshold.name reads it."""
     args: MigrationControllerArgs
     limiter: LimiterState = LimiterState()
+    memo: Memo | None = None
+    """What the last round worked out (`Arbitration.memo`), to reuse what has not
+    changed; None works everything out afresh, to the same decisions."""
     now: datetime
 
 
@@ -145,6 +151,32 @@ class Arbitration:
     """One per Pending job that is not paused."""
     limiter: LimiterState
     """The rate limiters after this round, for the next."""
+    memo: Memo
+    """What this round worked out, for the next round's `Snapshot.memo`."""
+
+
+@dataclass(frozen=True)
+class Memo:
+    """What a round read from objects that may not change before the next round.
+
+    The informers replace an object whenever it changes, so a reading is reused only
+    while the very same objects (and the very same configuration) come back: the pod's
+    facts, and for each Pending job whether its pod is forbidden to migrate and its place
+    in the order. A round with a memo decides exactly as one without; it only reads less.
+    """
+
+    args: MigrationControllerArgs | None = None
+    priority_threshold: int | None = None
+    jobs: Mapping[int, _Candidate] = field(default_factory=dict)
+    """The id of a job object → what was read of it and its pod."""
+    facts: Mapping[str, tuple[Object, PodFacts]] = field(default_factory=dict)
+    """Pod UID → (pod object, its facts), for pods of Running jobs."""
+    workloads: Mapping[str, tuple[Object, _Workload]] = field(default_factory=dict)
+    """Workload UID → (workload object, its limits before this round's counts)."""
+    pdbs: _PdbIndex | None = None
+    """The PDBs by label, and which ones cover the pods seen."""
+    history: _History = field(default_factory=lambda: _History(()))
+    """Past failures of each pod and past migrations of each workload."""
 
 
 def arbitrate(snapshot: Snapshot) -> Arbitration:
@@ -156,23 +188,13 @@ def arbitrate(snapshot: Snapshot) -> Arbitration:
     """
     round_ = _Round(snapshot)
     decisions: list[Decision] = []
-    candidates: list[_Candidate] = []
-    for job in snapshot.pending:
-        if (job.get("spec") or {}).get("paused"):
-            continue
-        found = round_.candidate(job)
-        if isinstance(found, Decision):
-            decisions.append(found)
-        else:
-            candidates.append(found)
+    candidates = round_.candidates(snapshot.pending, failed=decisions)
     if not snapshot.args.arbitration_args.enabled:
-        decisions += [round_.decide(candidate, checks=()) for candidate in candidates]
-        return Arbitration(decisions, snapshot.limiter)
+        round_.decide(candidates, limited=False, into=decisions)
+        return Arbitration(decisions, snapshot.limiter, round_.memo())
     candidates.sort(key=attrgetter("order"))
-    for candidate in candidates:
-        checks = round_.bypass_checks if candidate.bypass else round_.checks
-        decisions.append(round_.decide(candidate, checks=checks))
-    return Arbitration(decisions, round_.limiter())
+    round_.decide(candidates, limited=True, into=decisions)
+    return Arbitration(decisions, round_.limiter(), round_.memo())
 
 
 # ----- candidates, workloads and the round ------------------------------------------------
@@ -190,34 +212,83 @@ class _Workload:
     """Why it is rolling out, or None."""
 
 
-class _Candidate:
-    """A Pending job whose pod exists, with the parts of the pod the checks read.
+class PodFacts:
+    """What the checks and the order read of one pod, worked out once per version of it.
 
-    `key` is the pod's namespace/name; `healthy` means Running, Ready and not terminating
-    (its eviction takes a replica away); `bypass` means the pod carries
-    descheduler.alpha.kubernetes.io/evict, which lifts the limits.
+    The informers replace a pod's object whenever it changes, so these are kept from one
+    round to the next beside the very object they were read from (`Arbitration.facts`)
+    and read again only for a new object. Nothing here depends on the configuration.
     """
 
-    __slots__ = ("annotations", "bypass", "cost", "healthy", "job", "key", "labels",
-                 "metadata", "node", "order", "pdbs", "pod", "priority", "reservation_first",
-                 "spec", "status", "workload", "workload_uid")
+    __slots__ = ("bypass", "controller", "cost", "failed", "forbidden", "healthy", "key",
+                 "label_set", "labels", "local_storage", "namespace", "node", "owned", "priority",
+                 "priority_class", "pvc", "qos", "scheduler", "spec", "uid")
 
-    def __init__(self, job: Object, *, key: str, pod: Object, workload_uid: str | None) -> None:
-        self.job, self.key, self.pod, self.workload_uid = job, key, pod, workload_uid
-        self.metadata: Object = (metadata := pod["metadata"])
+    def __init__(self, pod: Object) -> None:
+        metadata: Object = pod["metadata"]
         self.spec: Object = (spec := pod.get("spec") or {})
-        self.status: Object = pod.get("status") or {}
-        self.labels: Mapping[str, str] = metadata.get("labels") or {}
-        self.annotations: Mapping[str, str] = (annotations := metadata.get("annotations") or {})
+        status: Object = pod.get("status") or {}
+        self.namespace: str = metadata["namespace"]
+        self.key = f"{self.namespace}/{metadata['name']}"
+        self.uid: str = metadata["uid"]
+        self.labels: Mapping[str, str] = (labels := metadata.get("labels") or {})
+        self.label_set = frozenset(labels.items())
+        annotations: Mapping[str, str] = metadata.get("annotations") or {}
+        owners: Sequence[Object] = metadata.get("ownerReferences") or ()
+        self.owned = bool(owners)
+        self.controller: str | None = next(
+            (ref["uid"] for ref in owners if ref.get("controller")), None)
+        """The UID of the pod's controller, if it has one."""
         self.node: str = spec.get("nodeName") or ""
-        self.reservation_first = (job.get("spec") or {}).get("mode") != _EVICT_DIRECTLY
         self.cost = _eviction_cost(annotations)
         self.priority: int = spec.get("priority") or 0
+        self.priority_class: str = spec.get("priorityClassName") or ""
+        self.scheduler: str = spec.get("schedulerName") or "default-scheduler"
         self.healthy = _healthy(pod)
+        self.failed = status.get("phase") == "Failed"
         self.bypass = keys.DESCHEDULER_EVICT in annotations
+        self.qos = _qos_rank(labels, status, spec)
+        self.local_storage: str | None = None
+        """Why the pod's data would stay behind (emptyDir, hostPath), or None."""
+        self.pvc: str | None = None
+        """Which volume is a PersistentVolumeClaim (generic ephemeral ones are too), or None."""
+        for volume in spec.get("volumes") or ():
+            for kind in ("emptyDir", "hostPath"):
+                if kind in volume and self.local_storage is None:
+                    self.local_storage = f"{kind} volume {volume.get('name')}"
+            if ("persistentVolumeClaim" in volume or "ephemeral" in volume) and self.pvc is None:
+                self.pvc = f"volume {volume.get('name')}"
+        self.forbidden = _always_forbidden(self, metadata, status, annotations, owners)
+        """Why no configuration lets the pod migrate, or None."""
+
+
+class _Candidate:
+    """A Pending job whose pod exists: the job, its pod (`key` is namespace/name) and the
+    pod's facts, whether the pod is forbidden to migrate (`failure`), and (set each round)
+    its workload and place in the order. What is read of the job and pod holds while they
+    are these very objects (and the configuration the same).
+
+    `facts.healthy` means Running, Ready and not terminating (its eviction takes a replica
+    away); `facts.bypass` means the pod carries descheduler.alpha.kubernetes.io/evict,
+    which lifts the limits.
+    """
+
+    __slots__ = ("age", "facts", "failure", "job", "key", "order", "pdbs", "pod", "rank",
+                 "reservation_first", "workload", "workload_uid")
+
+    def __init__(self, job: Object, *, key: str, pod: Object) -> None:
+        self.job, self.key, self.pod, self.facts = job, key, pod, (f := PodFacts(pod))
+        self.reservation_first = (job.get("spec") or {}).get("mode") != _EVICT_DIRECTLY
+        self.rank = (f.qos, -f.priority, f.cost)
+        """The first keys of the order: higher QoS, then priority, then lower cost first."""
+        self.age = (job["metadata"].get("creationTimestamp") or "", job["metadata"]["name"])
+        """The last keys: the older job first, then the name."""
+        self.failure: Decision | None = None
+        self.workload_uid: str | None = None
         self.workload: _Workload | None = None
         self.order: tuple[Any, ...] = ()
-        self.pdbs: list[Object] | None = None
+        self.pdbs: tuple[_PdbIndex, list[tuple[str, Object]]] | None = None
+        """The PDB index last asked, and the PDBs it said cover the pod."""
 
 
 _EVICT_DIRECTLY = PodMigrationJobMode.EVICT_DIRECTLY.value
@@ -229,33 +300,43 @@ class _Round:
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self.args = args = snapshot.args
-        self.migrating: set[str] = set()
-        """Pods (namespace/name) of Running jobs and of jobs admitted this round."""
-        self.per_node: defaultdict[str, int] = defaultdict(int)
-        self.per_namespace: defaultdict[str, int] = defaultdict(int)
-        self.per_workload: defaultdict[str, int] = defaultdict(int)
-        self.healthy_in_flight: defaultdict[str, int] = defaultdict(int)
-        """Per workload, Running jobs' pods that its status still counts as available."""
-        self.workloads: dict[str, _Workload] = {}
-        self.pdbs = _PdbIndex(snapshot.pdbs)
-        for job in snapshot.in_flight:
-            self._count_in_flight(job)
-        self.failures: defaultdict[str, int] = defaultdict(int)
-        self.migrations: defaultdict[str, int] = defaultdict(int)
-        for job in snapshot.history:
-            if (job.get("status") or {}).get("phase") == PodMigrationJobPhase.FAILED:
-                self.failures[_pod_key(job)] += 1
-            workload = _annotations(job).get(keys.WORKLOAD)
-            if workload:
-                self.migrations[workload] += 1
-        self.label_selector = (args.label_selector.model_dump(mode="json", exclude_none=True)
-                               if args.label_selector else {})
         threshold = args.priority_threshold
         self.priority_threshold: int | None = None
         """priorityThreshold's value; None when it names a PriorityClass that is missing."""
         if threshold is not None:
             self.priority_threshold = (threshold.value if threshold.name is None
                                        else snapshot.priority_classes.get(threshold.name))
+        last = snapshot.memo
+        if last is None or last.args is not args or \
+                last.priority_threshold != self.priority_threshold:
+            last = Memo()
+        self.last = last
+        """What the last round read; only the parts read from the same objects are used."""
+        self.known: dict[int, _Candidate] = {}
+        self.facts: dict[str, tuple[Object, PodFacts]] = {}
+        self.workload_limits: dict[str, tuple[Object, _Workload]] = {}
+        """What this round read, for the next."""
+        self.migrating: set[str] = set()
+        """Pods (namespace/name) of Running jobs and of jobs admitted this round."""
+        self.total = 0
+        """Running jobs and jobs admitted this round."""
+        self.per_node: defaultdict[str, int] = defaultdict(int)
+        self.per_namespace: defaultdict[str, int] = defaultdict(int)
+        self.per_workload: defaultdict[str, int] = defaultdict(int)
+        self.healthy_in_flight: defaultdict[str, int] = defaultdict(int)
+        """Per workload, Running jobs' pods that its status still counts as available."""
+        self.workloads: dict[str, _Workload] = {}
+        self.pdbs = last.pdbs if last.pdbs is not None and last.pdbs.holds(snapshot.pdbs) \
+            else _PdbIndex(snapshot.pdbs)
+        self.left = dict(self.pdbs.allowed)
+        """PDB namespace/name → disruptions still to be had this round."""
+        for job in snapshot.in_flight:
+            self._count_in_flight(job)
+        self.history = last.history if last.history.holds(snapshot.history) \
+            else _History(snapshot.history)
+        self.failures, self.migrations = self.history.failures, self.history.migrations
+        self.label_selector = (args.label_selector.model_dump(mode="json", exclude_none=True)
+                               if args.label_selector else {})
         self.node_fit = _NodeFit(snapshot) if args.node_fit else None
         self.object_limiter = (args.object_limiters or {}).get(ObjectLimiterKind.WORKLOAD)
         self.window = _recent(snapshot.limiter.workload_admissions, now=snapshot.now,
@@ -267,10 +348,22 @@ class _Round:
         self.flow_tokens = snapshot.limiter.admissions.refilled(
             qps=args.flow_control_qps or 0.0, burst=args.flow_control_burst or 1,
             now=snapshot.now)
+        self.evict_qps_wait: _Wait = (WaitReason.EVICT_QPS, (
+            f"eviction rate limit reached (evictQPS {args.evict_qps:g}, "
+            f"evictBurst {args.evict_burst})"))
+        self.flow_control_wait: _Wait = (WaitReason.FLOW_CONTROL_QPS, (
+            f"arbitration rate limit reached (flowControlQPS {args.flow_control_qps or 0:g}, "
+            f"flowControlBurst {args.flow_control_burst or 1})"))
         self.forbidden = _forbidden_checks(args)
         safety, limits = _limit_checks(args)
-        self.checks = safety + limits
-        self.bypass_checks = safety + tuple(c for c in limits if c not in _BYPASSED)
+        self.checks = {
+            (bypass, reservation_first): tuple(
+                check for check in safety + limits
+                if not (bypass and check in _BYPASSED)
+                and not (reservation_first and check is _too_few_replicas))
+            for bypass in (False, True) for reservation_first in (False, True)}
+        """The checks for a job by (its pod bypasses the retryable limits, it reserves
+        first)."""
 
     def _count_in_flight(self, job: Object) -> None:
         """Count a Running job against its node, namespace, workload and PDBs."""
@@ -280,42 +373,97 @@ class _Round:
         if pod is not None and annotations.get(keys.POD_UID, pod["metadata"]["uid"]) != \
                 pod["metadata"]["uid"]:
             pod = None  # a new pod of the same name: the job's pod is gone
-        node = annotations.get(keys.SOURCE_NODE) or (pod or {}).get("spec", {}).get("nodeName")
-        workload = annotations.get(keys.WORKLOAD) or (
-            self.snapshot.workload_of.get(pod["metadata"]["uid"]) if pod else None)
+        facts = self.facts_of(pod) if pod is not None else None
+        node = annotations.get(keys.SOURCE_NODE) or (facts.node if facts else None)
+        workload = annotations.get(keys.WORKLOAD) or (self.workload_uid(facts) if facts else None)
         self.migrating.add(key)
+        self.total += 1
         if node:
             self.per_node[node] += 1
         self.per_namespace[key.partition("/")[0]] += 1
         if workload:
             self.per_workload[workload] += 1
-        if pod is None or not _healthy(pod):
+        if pod is None or facts is None or not facts.healthy:
             return
         if workload:
             self.healthy_in_flight[workload] += 1
         name = pod["metadata"]["name"]
-        for pdb in self.pdbs.covering(pod["metadata"]["namespace"], _labels(pod)):
+        for key, pdb in self.pdbs.covering(facts.namespace, facts.labels, facts.label_set):
             if name not in ((pdb.get("status") or {}).get("disruptedPods") or {}):
-                self.pdbs.left[_object_key(pdb)] -= 1
+                self.left[key] -= 1
 
-    def candidate(self, job: Object) -> _Candidate | Decision:
-        """The job's pod and what the checks read of it, or the job's failure."""
-        key = _pod_key(job)
-        pod = self.snapshot.pods.get(key)
-        if pod is None:
-            return Decision(job, "fail", PodMigrationJobReason.MISSING_POD,
-                            f"pod {key} not found")
-        c = _Candidate(job, key=key, pod=pod,
-                       workload_uid=self.snapshot.workload_of.get(pod["metadata"]["uid"]))
+    def candidates(self, pending: Sequence[Object], *, failed: list[Decision]) -> list[_Candidate]:
+        """The unpaused jobs as candidates, each with its workload and its place in the
+        design's order: QoS, priority, eviction cost, past failures of the pod, past
+        migrations of the workload, replicas migrating now; then the older job, the name.
+        The jobs that fail at once go to `failed`.
+
+        A round reads every Pending job, so this loop keeps to local names and reuses
+        what the last round read from the same job and pod objects (found by identity:
+        the memo holds them, so no other object can take their id).
+        """
+        last, known_now, pods = self.last.jobs, self.known, self.snapshot.pods
+        workload_uid, workloads, workload = self.workload_uid, self.workloads, self.workload
+        failures, migrations, per_workload = self.failures, self.migrations, self.per_workload
+        candidates: list[_Candidate] = []
+        for job in pending:
+            c = last.get(id(job))
+            if c is None or c.job is not job or pods.get(c.key) is not c.pod:
+                if (job.get("spec") or {}).get("paused"):
+                    continue
+                key = _pod_key(job)
+                pod = pods.get(key)
+                if pod is None:
+                    failed.append(Decision(job, "fail", PodMigrationJobReason.MISSING_POD,
+                                           f"pod {key} not found"))
+                    continue
+                c = self._read(job, key, pod)
+            known_now[id(job)] = c
+            if c.failure is not None:
+                failed.append(c.failure)
+                continue
+            c.workload_uid = uid = workload_uid(c.facts)
+            if uid:
+                c.workload = workloads.get(uid) or workload(uid)
+                c.order = (*c.rank, failures.get(c.key, 0), migrations.get(uid, 0),
+                           per_workload.get(uid, 0), *c.age)
+            else:
+                c.workload = None
+                c.order = (*c.rank, failures.get(c.key, 0), 0, 0, *c.age)
+            candidates.append(c)
+        return candidates
+
+    def _read(self, job: Object, key: str, pod: Object) -> _Candidate:
+        """The job as a candidate, and whether its pod is forbidden to migrate."""
+        c = _Candidate(job, key=key, pod=pod)
+        message = c.facts.forbidden
         for check in self.forbidden:
-            message = check(c, self)
             if message is not None:
-                return Decision(job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
-                                message, pod)
-        if c.workload_uid:
-            c.workload = self.workload(c.workload_uid)
-        c.order = self.order(c)
+                break
+            message = check(c, self)
+        if message is not None:
+            c.failure = Decision(job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
+                                 message, pod)
         return c
+
+    def workload_uid(self, facts: PodFacts) -> str | None:
+        """The pod's workload: the one above its controller, or the controller itself."""
+        controller = facts.controller
+        return self.snapshot.workload_of.get(controller, controller) if controller else None
+
+    def facts_of(self, pod: Object) -> PodFacts:
+        """The pod's facts, read again only from an object the last round did not see."""
+        uid = pod["metadata"]["uid"]
+        known = self.last.facts.get(uid)
+        if known is None or known[0] is not pod:
+            known = (pod, PodFacts(pod))
+        self.facts[uid] = known
+        return known[1]
+
+    def memo(self) -> Memo:
+        return Memo(args=self.args, priority_threshold=self.priority_threshold,
+                    jobs=self.known, facts=self.facts, workloads=self.workload_limits,
+                    pdbs=self.pdbs, history=self.history)
 
     def workload(self, uid: str) -> _Workload:
         """The workload's limits and availability, worked out on first use in the round."""
@@ -333,14 +481,24 @@ class _Round:
         out; this costs nothing per pod. For other owners they are counted from the pods.
         """
         obj = self.snapshot.workloads.get(uid)
-        pods = self.snapshot.pods_of_workload.get(uid, ())
+        if obj is None or obj.get("kind") not in _REPORTS_AVAILABLE:
+            pods = self.snapshot.pods_of_workload.get(uid, ())
+            return self._limits(uid, obj, pods, available=sum(
+                1 for pod in pods if _healthy(pod) and _object_key(pod) not in self.migrating))
+        known = self.last.workloads.get(uid)
+        if known is None or known[0] is not obj:
+            available = (obj.get("status") or {}).get("availableReplicas") or 0
+            replicas = (obj.get("spec") or {}).get("replicas")
+            pods = () if isinstance(replicas, int) else self.snapshot.pods_of_workload.get(uid, ())
+            known = (obj, self._limits(uid, obj, pods, available=available))
+        self.workload_limits[uid] = known
+        w = known[1]
+        return _Workload(w.title, w.expected, w.available - self.healthy_in_flight.get(uid, 0),
+                         w.max_migrating, w.max_unavailable, w.rollout)
+
+    def _limits(self, uid: str, obj: Object | None, pods: Sequence[Object], *,
+                available: int) -> _Workload:
         expected = _replicas_of(obj, pods)
-        if obj is not None and obj.get("kind") in _REPORTS_AVAILABLE:
-            available = ((obj.get("status") or {}).get("availableReplicas") or 0) \
-                - self.healthy_in_flight.get(uid, 0)
-        else:
-            available = sum(1 for pod in pods
-                            if _healthy(pod) and _object_key(pod) not in self.migrating)
         title = f"workload {uid}" if obj is None else f"{obj.get('kind')} {_object_key(obj)}"
         args = self.args
         return _Workload(
@@ -349,44 +507,50 @@ class _Round:
             max_unavailable=max_per_workload(args.max_unavailable_per_workload, expected),
             rollout=_rollout_of(obj))
 
-    def covering(self, c: _Candidate) -> list[Object]:
-        if c.pdbs is None:
-            c.pdbs = self.pdbs.covering(c.metadata["namespace"], c.labels)
-        return c.pdbs
+    def covering(self, c: _Candidate) -> list[tuple[str, Object]]:
+        """The PDBs covering the candidate's pod, kept on it while the index is the same."""
+        known = c.pdbs
+        if known is None or known[0] is not self.pdbs:
+            f = c.facts
+            known = c.pdbs = (self.pdbs, self.pdbs.covering(f.namespace, f.labels, f.label_set))
+        return known[1]
 
-    def order(self, c: _Candidate) -> tuple[Any, ...]:
-        """The design's order: QoS, priority, eviction cost, past failures of the pod, past
-        migrations of the workload, replicas migrating now; then the older job, the name."""
-        workload = c.workload_uid or ""
-        metadata = c.job["metadata"]
-        return (_qos_rank(c), -c.priority, c.cost, self.failures.get(c.key, 0),
-                self.migrations.get(workload, 0), self.per_workload.get(workload, 0),
-                metadata.get("creationTimestamp") or "", metadata["name"])
-
-    def decide(self, c: _Candidate, *, checks: Sequence[_Check]) -> Decision:
-        if c.key in self.migrating:
-            return Decision(c.job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
-                            f"pod {c.key} is already being migrated by another job", c.pod)
-        for check in checks:
-            found = check(c, self)
-            if found is not None:
-                return Decision(c.job, "wait", found[0], found[1], c.pod)
-        self._count(c)
-        return Decision(c.job, "admit", pod=c.pod)
+    def decide(self, candidates: Sequence[_Candidate], *, limited: bool,
+               into: list[Decision]) -> None:
+        """In turn, admit each candidate whose checks all pass (`limited`; else every
+        one), counting it at once; the others wait with the first check that failed."""
+        checks = self.checks if limited else dict.fromkeys(self.checks, ())
+        migrating = self.migrating
+        for c in candidates:
+            if c.facts.key in migrating:
+                into.append(Decision(
+                    c.job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
+                    f"pod {c.facts.key} is already being migrated by another job", c.pod))
+                continue
+            for check in checks[c.facts.bypass, c.reservation_first]:
+                found = check(c, self)
+                if found is not None:
+                    into.append(Decision(c.job, "wait", found[0], found[1], c.pod))
+                    break
+            else:
+                self._count(c)
+                into.append(Decision(c.job, "admit", pod=c.pod))
 
     def _count(self, c: _Candidate) -> None:
         """An admitted job counts at once against every limit for the rest of the round."""
-        self.migrating.add(c.key)
-        self.per_node[c.node] += 1
-        self.per_namespace[c.metadata["namespace"]] += 1
+        f = c.facts
+        self.migrating.add(f.key)
+        self.total += 1
+        self.per_node[f.node] += 1
+        self.per_namespace[f.namespace] += 1
         if c.workload_uid and c.workload:
             self.per_workload[c.workload_uid] += 1
-            c.workload.available -= c.healthy
+            c.workload.available -= f.healthy
             if self.object_limiter is not None:
                 self.window.setdefault(c.workload_uid, []).append(self.snapshot.now)
-        if c.healthy:
-            for pdb in self.covering(c):
-                self.pdbs.left[_object_key(pdb)] -= 1
+        if f.healthy:
+            for key, _ in self.covering(c):
+                self.left[key] -= 1
         self.evict_tokens -= 1
         self.flow_tokens -= 1
 
@@ -419,48 +583,34 @@ def _recent(admissions: Mapping[str, tuple[datetime, ...]], *, now: datetime,
 _Forbid = Callable[[_Candidate, _Round], str | None]
 
 
-def _unscheduled(c: _Candidate, r: _Round) -> str | None:
-    """A pod that is on no node has no place to be moved from."""
-    return None if c.node else "pod is not scheduled to a node"
+def _always_forbidden(f: PodFacts, metadata: Object, status: Object,
+                      annotations: Mapping[str, str], owners: Sequence[Object]) -> str | None:
+    """The rules no configuration lifts, in the order they are reported.
 
-
-def _finished(c: _Candidate, r: _Round) -> str | None:
-    """A terminating or completed pod is leaving anyway; there is nothing to move."""
-    if c.metadata.get("deletionTimestamp"):
+    A pod on no node has no place to be moved from; a terminating or completed pod is
+    leaving anyway; eviction cost MaxInt32 says whoever runs the pod forbids it; a static
+    pod belongs to its kubelet (deleting its mirror pod moves nothing); a DaemonSet puts
+    its pod back on the same node.
+    """
+    if not f.node:
+        return "pod is not scheduled to a node"
+    if metadata.get("deletionTimestamp"):
         return "pod is terminating"
-    if c.status.get("phase") == "Succeeded":
+    if status.get("phase") == "Succeeded":
         return "pod has completed"
-    return None
-
-
-def _never(c: _Candidate, r: _Round) -> str | None:
-    """Eviction cost MaxInt32: whoever runs the pod said it must never be migrated."""
-    if c.cost >= keys.EVICTION_COST_NEVER:
+    if f.cost >= keys.EVICTION_COST_NEVER:
         return f"eviction cost is MaxInt32 ({keys.EVICTION_COST})"
-    return None
-
-
-def _static(c: _Candidate, r: _Round) -> str | None:
-    """A static pod belongs to its kubelet; deleting its mirror pod does not move it."""
-    if MIRROR_POD in c.annotations or c.annotations.get(CONFIG_SOURCE, "api") != "api":
+    if MIRROR_POD in annotations or annotations.get(CONFIG_SOURCE, "api") != "api":
         return "pod is a static pod (its kubelet runs it from a manifest)"
-    return None
-
-
-def _daemonset(c: _Candidate, r: _Round) -> str | None:
-    """A DaemonSet puts its pod back on the same node: a migration cannot move it."""
-    for owner in c.metadata.get("ownerReferences") or ():
-        if owner.get("kind") == "DaemonSet":
-            return "pod is a DaemonSet pod"
+    if any(owner.get("kind") == "DaemonSet" for owner in owners):
+        return "pod is a DaemonSet pod"
     return None
 
 
 def _bare(c: _Candidate, r: _Round) -> str | None:
     """Nothing recreates a pod without owner after its eviction; only a failed one may go,
     and only with evictFailedBarePods."""
-    if c.metadata.get("ownerReferences"):
-        return None
-    if c.status.get("phase") == "Failed" and r.args.evict_failed_bare_pods:
+    if c.facts.owned or (c.facts.failed and r.args.evict_failed_bare_pods):
         return None
     return "pod has no owner to recreate it (evictFailedBarePods allows failed ones)"
 
@@ -468,7 +618,7 @@ def _bare(c: _Candidate, r: _Round) -> str | None:
 def _namespace(c: _Candidate, r: _Round) -> str | None:
     """namespaces.include is checked before namespaces.exclude."""
     namespaces = r.args.namespaces
-    namespace = c.metadata["namespace"]
+    namespace = c.facts.namespace
     if namespaces and namespaces.include and namespace not in namespaces.include:
         return f"namespace {namespace} is not in namespaces.include"
     if namespaces and namespaces.exclude and namespace in namespaces.exclude:
@@ -478,15 +628,15 @@ def _namespace(c: _Candidate, r: _Round) -> str | None:
 
 def _label_selector(c: _Candidate, r: _Round) -> str | None:
     """Only pods matching labelSelector migrate."""
-    return None if selector_matches(r.label_selector, c.labels) else \
+    return None if selector_matches(r.label_selector, c.facts.labels) else \
         "pod does not match labelSelector"
 
 
 def _system_critical(c: _Candidate, r: _Round) -> str | None:
     """System-critical pods (priority 2000000000 and above, or a system-* PriorityClass)
     stay unless evictSystemCriticalPods."""
-    class_name = c.spec.get("priorityClassName") or ""
-    if c.priority >= SYSTEM_CRITICAL_PRIORITY or class_name.startswith("system-"):
+    f = c.facts
+    if f.priority >= SYSTEM_CRITICAL_PRIORITY or f.priority_class.startswith("system-"):
         return "pod is system-critical (evictSystemCriticalPods allows it)"
     return None
 
@@ -498,34 +648,30 @@ def _priority_threshold(c: _Candidate, r: _Round) -> str | None:
     if threshold is None:
         name = r.args.priority_threshold.name if r.args.priority_threshold else None
         return f"PriorityClass {name} of priorityThreshold.name does not exist"
-    if c.priority >= threshold:
-        return f"pod priority {c.priority} is not below priorityThreshold {threshold}"
+    if c.facts.priority >= threshold:
+        return f"pod priority {c.facts.priority} is not below priorityThreshold {threshold}"
     return None
 
 
 def _local_storage(c: _Candidate, r: _Round) -> str | None:
     """emptyDir and hostPath data stay behind on the node, unless evictLocalStoragePods."""
-    for volume in c.spec.get("volumes") or ():
-        for kind in ("emptyDir", "hostPath"):
-            if kind in volume:
-                return (f"pod uses local storage ({kind} volume {volume.get('name')}; "
-                        "evictLocalStoragePods allows it)")
-    return None
+    if c.facts.local_storage is None:
+        return None
+    return f"pod uses local storage ({c.facts.local_storage}; evictLocalStoragePods allows it)"
 
 
 def _pvc(c: _Candidate, r: _Round) -> str | None:
     """ignorePvcPods keeps pods with PersistentVolumeClaims (generic ephemeral volumes are
     claims too) where they are."""
-    for volume in c.spec.get("volumes") or ():
-        if "persistentVolumeClaim" in volume or "ephemeral" in volume:
-            return f"pod uses a PersistentVolumeClaim (volume {volume.get('name')}; ignorePvcPods)"
-    return None
+    if c.facts.pvc is None:
+        return None
+    return f"pod uses a PersistentVolumeClaim ({c.facts.pvc}; ignorePvcPods)"
 
 
 def _scheduler_name(c: _Candidate, r: _Round) -> str | None:
     """A ReservationFirst job reserves through the pod's own scheduler, which must be one
     of schedulerNames; an EvictDirectly job reserves nothing."""
-    name = c.spec.get("schedulerName") or "default-scheduler"
+    name = c.facts.scheduler
     if not c.reservation_first or name in r.args.scheduler_names:
         return None
     return (f"pod's scheduler {name} is not in schedulerNames "
@@ -537,7 +683,7 @@ def _forbidden_checks(args: MigrationControllerArgs) -> tuple[_Forbid, ...]:
 
     evictSystemCriticalPods lifts priorityThreshold too: it allows "pods of any priority".
     """
-    checks = [_unscheduled, _finished, _never, _static, _daemonset, _bare]
+    checks: list[_Forbid] = [_bare]
     if args.namespaces and (args.namespaces.include or args.namespaces.exclude):
         checks.append(_namespace)
     if args.label_selector is not None:
@@ -566,7 +712,7 @@ def _node_fit(c: _Candidate, r: _Round) -> _Wait | None:
     if r.node_fit is None or r.node_fit.fits_elsewhere(c):
         return None
     requests = ", ".join(f"{name} {format_quantity(name, value)}"
-                         for name, value in sorted(pod_requests(c.spec).items()))
+                         for name, value in sorted(pod_requests(c.facts.spec).items()))
     return WaitReason.NODE_FIT, (
         "no other node fits the pod (nodeFit): none is Ready and schedulable, matches "
         "nodeSelector and the pod's node selector and affinity, tolerates its taints and "
@@ -585,7 +731,8 @@ def _too_few_replicas(c: _Candidate, r: _Round) -> _Wait | None:
     """Unless skipCheckExpectedReplicas, an EvictDirectly job waits while its workload's
     limits are not below its expected replicas (a 1-replica workload above all): evicting
     the pod could leave it none. A ReservationFirst job is exempt: its replacement has a
-    place before the pod goes, and maxUnavailablePerWorkload still applies to it."""
+    place before the pod goes, and maxUnavailablePerWorkload still applies to it (the
+    round leaves this check out for it)."""
     w = c.workload
     if c.reservation_first or w is None or (
             w.expected > 1 and w.max_migrating < w.expected and w.max_unavailable < w.expected):
@@ -601,11 +748,10 @@ def _pdb(c: _Candidate, r: _Round) -> _Wait | None:
     """Every PodDisruptionBudget covering a healthy pod must have a disruption left:
     status.disruptionsAllowed less the migrations whose pods it still counts healthy and
     has not recorded in status.disruptedPods. An unhealthy pod takes no disruption."""
-    if not c.healthy:
+    if not c.facts.healthy:
         return None
-    for pdb in r.covering(c):
-        key = _object_key(pdb)
-        left = r.pdbs.left[key]
+    for key, _ in r.covering(c):
+        left = r.left[key]
         if left < 1:
             allowed = r.pdbs.allowed[key]
             return WaitReason.BLOCKED_BY_PDB, (
@@ -632,9 +778,9 @@ def _workload_unavailable(c: _Candidate, r: _Round) -> _Wait | None:
     available (missing, not running, not ready, terminating) or migrating. Moving a pod
     that is already unavailable makes nothing worse, so only a healthy pod needs room."""
     w = c.workload
-    if w is None or not c.healthy:
+    if w is None or not c.facts.healthy:
         return None
-    unavailable = max(0, w.expected - w.available)
+    unavailable = w.expected - w.available if w.expected > w.available else 0
     if unavailable < w.max_unavailable:
         return None
     return WaitReason.MAX_UNAVAILABLE_PER_WORKLOAD, (
@@ -645,23 +791,33 @@ def _workload_unavailable(c: _Candidate, r: _Round) -> _Wait | None:
 def _node(c: _Candidate, r: _Round) -> _Wait | None:
     """maxMigratingPerNode: Running and admitted jobs whose pod is on the node."""
     limit = r.args.max_migrating_per_node
-    count = r.per_node.get(c.node, 0)
+    count = r.per_node.get(c.facts.node, 0)
     if count < limit:
         return None
     return WaitReason.MAX_MIGRATING_PER_NODE, (
-        f"{count} migrations already run on node {c.node} (maxMigratingPerNode {limit})")
+        f"{count} migrations already run on node {c.facts.node} (maxMigratingPerNode {limit})")
 
 
 def _namespace_limit(c: _Candidate, r: _Round) -> _Wait | None:
     """maxMigratingPerNamespace: Running and admitted jobs in the pod's namespace."""
     limit = r.args.max_migrating_per_namespace
-    namespace = c.metadata["namespace"]
+    namespace = c.facts.namespace
     count = r.per_namespace.get(namespace, 0)
     if count < limit:
         return None
     return WaitReason.MAX_MIGRATING_PER_NAMESPACE, (
         f"{count} migrations already run in namespace {namespace} "
         f"(maxMigratingPerNamespace {limit})")
+
+
+def _global_limit(c: _Candidate, r: _Round) -> _Wait | None:
+    """maxMigratingGlobally: Running and admitted jobs in the whole cluster. It guards the
+    cluster as the rate limits do, so descheduler.alpha.kubernetes.io/evict does not lift it."""
+    limit = r.args.max_migrating_globally
+    if r.total < limit:
+        return None
+    return WaitReason.MAX_MIGRATING_GLOBALLY, (
+        f"{r.total} migrations already run in the cluster (maxMigratingGlobally {limit})")
 
 
 def _object_limiter(c: _Candidate, r: _Round) -> _Wait | None:
@@ -683,15 +839,10 @@ def _object_limiter(c: _Candidate, r: _Round) -> _Wait | None:
 def _rates(c: _Candidate, r: _Round) -> _Wait | None:
     """evictQPS/evictBurst and flowControlQPS/flowControlBurst as token buckets: one token
     per admitted job, since each leads to at most one eviction. 0 or unset is no limit."""
-    args = r.args
-    if args.evict_qps and r.evict_tokens < 1:
-        return WaitReason.EVICT_QPS, (
-            f"eviction rate limit reached (evictQPS {args.evict_qps:g}, "
-            f"evictBurst {args.evict_burst})")
-    if args.flow_control_qps and r.flow_tokens < 1:
-        return WaitReason.FLOW_CONTROL_QPS, (
-            f"arbitration rate limit reached (flowControlQPS {args.flow_control_qps:g}, "
-            f"flowControlBurst {args.flow_control_burst or 1})")
+    if r.args.evict_qps and r.evict_tokens < 1:
+        return r.evict_qps_wait
+    if r.args.flow_control_qps and r.flow_tokens < 1:
+        return r.flow_control_wait
     return None
 
 
@@ -716,6 +867,8 @@ def _limit_checks(args: MigrationControllerArgs) -> tuple[tuple[_Check, ...],
         limits.append(_node)
     if args.max_migrating_per_namespace:
         limits.append(_namespace_limit)
+    if args.max_migrating_globally:
+        limits.append(_global_limit)
     if (args.object_limiters or {}).get(ObjectLimiterKind.WORKLOAD):
         limits.append(_object_limiter)
     if args.evict_qps or args.flow_control_qps:
@@ -776,33 +929,76 @@ def _rollout_of(workload: Object | None) -> str | None:
     return None
 
 
+class _History:
+    """What the finished jobs say: failed jobs per pod (namespace/name) and migrations
+    per workload (UID), for the order."""
+
+    def __init__(self, jobs: Sequence[Object]) -> None:
+        self.jobs = tuple(jobs)
+        self.failures: dict[str, int] = defaultdict(int)
+        self.migrations: dict[str, int] = defaultdict(int)
+        for job in jobs:
+            if (job.get("status") or {}).get("phase") == PodMigrationJobPhase.FAILED:
+                self.failures[_pod_key(job)] += 1
+            workload = _annotations(job).get(keys.WORKLOAD)
+            if workload:
+                self.migrations[workload] += 1
+
+    def holds(self, jobs: Sequence[Object]) -> bool:
+        """Whether these counts were made from these very objects."""
+        return _same(jobs, self.jobs)
+
+
+def _same(objects: Sequence[Object], known: tuple[Object, ...]) -> bool:
+    return len(objects) == len(known) and all(map(operator.is_, objects, known))
+
+
 # ----- PodDisruptionBudgets ---------------------------------------------------------------
 
 class _PdbIndex:
     """PDBs by namespace and one of their matchLabels, so a pod meets only the few PDBs
-    that may select it; `left` is each one's disruptions still to be had this round."""
+    that may select it. It holds nothing of a round, so a round reuses the last round's
+    index (and the answers it gave) while the PDBs are the very same objects."""
 
     def __init__(self, pdbs: Sequence[Object]) -> None:
-        self.by_label: dict[str, dict[tuple[str, str], list[Object]]] = {}
-        """namespace → (label, value) → PDBs; ("", "") holds those without matchLabels."""
+        self.pdbs = tuple(pdbs)
+        self.by_label: dict[str, dict[tuple[str, str], list[tuple[str, Object]]]] = {}
+        """namespace → (label, value) → (namespace/name, PDB); ("", "") holds those without
+        matchLabels."""
         self.allowed: dict[str, int] = {}
-        self.left: dict[str, int] = {}
+        """namespace/name → status.disruptionsAllowed."""
+        self.answers: dict[tuple[str, frozenset[tuple[str, str]]],
+                           list[tuple[str, Object]]] = {}
         for pdb in pdbs:
             selector = (pdb.get("spec") or {}).get("selector")
             if selector is None:  # a null selector selects no pod
                 continue
             labels = selector.get("matchLabels") or {"": ""}
             index = self.by_label.setdefault(pdb["metadata"]["namespace"], {})
-            index.setdefault(next(iter(labels.items())), []).append(pdb)
-            allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
-            self.allowed[_object_key(pdb)] = self.left[_object_key(pdb)] = allowed
+            key = _object_key(pdb)
+            index.setdefault(next(iter(labels.items())), []).append((key, pdb))
+            self.allowed[key] = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
 
-    def covering(self, namespace: str, labels: Mapping[str, str]) -> list[Object]:
+    def holds(self, pdbs: Sequence[Object]) -> bool:
+        """Whether the index was built from these very objects."""
+        return _same(pdbs, self.pdbs)
+
+    def covering(self, namespace: str, labels: Mapping[str, str],
+                 label_set: frozenset[tuple[str, str]]) -> list[tuple[str, Object]]:
+        """The PDBs selecting a pod with these labels, with their namespace/name
+        (`label_set` is the same labels, hashable: pods with equal labels share the
+        answer)."""
         index = self.by_label.get(namespace)
         if not index:
             return []
-        found = [pdb for item in (*labels.items(), ("", "")) for pdb in index.get(item, ())]
-        return [pdb for pdb in found if selector_matches(pdb["spec"]["selector"], labels)]
+        key = (namespace, label_set)
+        found = self.answers.get(key)
+        if found is None:
+            found = self.answers[key] = [
+                (name, pdb) for item in (*labels.items(), ("", ""))
+                for name, pdb in index.get(item, ())
+                if selector_matches(pdb["spec"]["selector"], labels)]
+        return found
 
 
 # ----- nodeFit ----------------------------------------------------------------------------
@@ -823,11 +1019,11 @@ class _NodeFit:
         self.fitting: dict[str, tuple[str, ...]] = {}
 
     def fits_elsewhere(self, c: _Candidate) -> bool:
-        owners = c.metadata.get("ownerReferences") or ()
-        key = next((ref for ref in owners if ref.get("controller")), c.metadata)["uid"]
+        f = c.facts
+        key = f.controller or f.uid
         if key not in self.fitting:
-            self.fitting[key] = self._first_two(c.spec)
-        return any(name != c.node for name in self.fitting[key])
+            self.fitting[key] = self._first_two(f.spec)
+        return any(name != f.node for name in self.fitting[key])
 
     def _first_two(self, spec: Object) -> tuple[str, ...]:
         """Up to two nodes that fit: one of them is not the pod's own."""
@@ -923,12 +1119,12 @@ _KOORDINATOR_QOS_RANK = {"LSE": 0, "LSR": 1, "LS": 2, "BE": 3}
 _KUBE_QOS_RANK = {"Guaranteed": 0, "Burstable": 1, "BestEffort": 2}
 
 
-def _qos_rank(c: _Candidate) -> int:
+def _qos_rank(labels: Mapping[str, str], status: Object, spec: Object) -> int:
     """Higher QoS first: the koordinator.sh/qosClass label (LSE > LSR > LS > BE), where a
     pod without it counts as LS, or BE when it is BestEffort; then the Kubernetes QoS class
     (Guaranteed > Burstable > BestEffort)."""
-    kube = c.status.get("qosClass") or _kube_qos(c.spec)
-    koordinator = _KOORDINATOR_QOS_RANK.get(c.labels.get(KOORDINATOR_QOS, ""),
+    kube = status.get("qosClass") or _kube_qos(spec)
+    koordinator = _KOORDINATOR_QOS_RANK.get(labels.get(KOORDINATOR_QOS, ""),
                                             3 if kube == "BestEffort" else 2)
     return 3 * koordinator + _KUBE_QOS_RANK.get(kube, 1)
 

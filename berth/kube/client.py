@@ -53,6 +53,7 @@ PDBS = Resource("policy", "v1", "poddisruptionbudgets", namespaced=True)
 REPLICASETS = Resource("apps", "v1", "replicasets", namespaced=True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", namespaced=True)
 STATEFULSETS = Resource("apps", "v1", "statefulsets", namespaced=True)
+PRIORITYCLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 PODMIGRATIONJOBS = Resource("scheduling.koordinator.sh", "v1alpha1", "podmigrationjobs",
                             namespaced=False)
 RESERVATIONS = Resource("scheduling.koordinator.sh", "v1alpha1", "reservations",

@@ -135,3 +135,36 @@ def test_rollout_in_progress_holds_the_job(cluster: Cluster, namespace: str) -> 
     job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
                        what="the job to be released")
     assert job["status"]["reason"] in ("MissingPod", "Complete", ""), job["status"]
+
+
+def test_priority_threshold_reads_the_named_priority_class(
+        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    """priorityThreshold.name is resolved from the PriorityClasses the controller watches:
+    a pod at the threshold's priority is refused, a pod below it migrates."""
+    threshold = f"{namespace}-threshold"
+    cluster.apply(json.dumps({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                              "metadata": {"name": threshold}, "value": 1000}))
+    try:
+        restart_controller(f"evictQPS: 0\npriorityThreshold:\n  name: {threshold}\n")
+        cluster.apply(deployment("low", cpu="50m"), namespace)
+        cluster.apply(deployment("high", cpu="50m",
+                                 spec_extra={"priorityClassName": threshold}), namespace)
+        low = cluster.wait(lambda: ready_pods(cluster, namespace, "low", 1), what="low")[0]
+        high = cluster.wait(lambda: ready_pods(cluster, namespace, "high", 1), what="high")[0]
+        assert high["spec"]["priority"] == 1000
+        names = []
+        for pod in (low, high):
+            name, manifest = job_manifest(pod)
+            cluster.apply(manifest)
+            names.append(name)
+        low_job = cluster.wait(lambda: phase_is(cluster, names[0], "Succeeded", "Failed"),
+                               what="the job of the low-priority pod", timeout=120)
+        high_job = cluster.wait(lambda: phase_is(cluster, names[1], "Succeeded", "Failed"),
+                                what="the job of the pod at the threshold")
+    finally:
+        cluster.kubectl("delete", "priorityclass", threshold, "--ignore-not-found")
+    assert low_job["status"]["phase"] == "Succeeded", low_job["status"]
+    assert (high_job["status"]["phase"], high_job["status"]["reason"]) == (
+        "Failed", "ForbiddenMigratePod")
+    assert "pod priority 1000 is not below priorityThreshold 1000" in \
+        high_job["status"]["message"]

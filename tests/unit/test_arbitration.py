@@ -3,13 +3,16 @@ rate limiters, and the rule that a Pending job never blocks itself."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from berth import protocol
 from berth.api import keys
 from berth.protocol import selector_matches
 from berth.settings import MigrationControllerArgs
@@ -18,6 +21,7 @@ from controller.arbitration import (
     Arbitration,
     Decision,
     LimiterState,
+    Memo,
     Snapshot,
     TokenBucket,
     arbitrate,
@@ -53,6 +57,12 @@ def workload_uid(target: Object) -> str | None:
                 return f"uid-{owner['name'].removesuffix('-rs')}"
             return str(owner["uid"])
     return None
+
+
+def workload_of(pods: Sequence[Object]) -> dict[str, str]:
+    """Controller UID → workload UID, as the controller's caches answer it."""
+    return {controller["uid"]: uid for p in pods
+            if (uid := workload_uid(p)) and (controller := protocol.controller_of(p))}
 
 
 def pending(name: str, target: Object, *, mode: str = "ReservationFirst",
@@ -94,17 +104,22 @@ def decide(jobs: Sequence[Object], *, pods: Sequence[Object],
         uid = workload_uid(member)
         if uid:
             pods_by_workload.setdefault(uid, []).append(member)
-    return arbitrate(Snapshot(
+    snapshot = Snapshot(
         pending=jobs, in_flight=in_flight, history=history,
         pods={f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods},
-        workload_of={p["metadata"]["uid"]: uid for p in pods if (uid := workload_uid(p))},
+        workload_of=workload_of(pods),
         workloads={w["metadata"]["uid"]: w for w in workloads},
         pods_of_workload=pods_by_workload, pdbs=pdbs,
         nodes={n["metadata"]["name"]: n for n in nodes},
         free={name: {"cpu": Decimal(cpu) / 1000} for name, cpu in (free or {}).items()},
         priority_classes=priority_classes or {},
         args=MigrationControllerArgs.model_validate(args),
-        limiter=limiter or LimiterState(), now=now))
+        limiter=limiter or LimiterState(), now=now)
+    result = arbitrate(snapshot)
+    again = arbitrate(replace(snapshot, memo=result.memo))
+    assert again.decisions == result.decisions, "a round reusing the memo decided otherwise"
+    assert again.limiter == result.limiter
+    return result
 
 
 def of(result: Arbitration, name: str = "job-1") -> Decision:
@@ -327,6 +342,30 @@ def test_max_migrating_per_namespace(running_here: int, running_elsewhere: int, 
                                         f"default (maxMigratingPerNamespace {limit})")
 
 
+@pytest.mark.parametrize(("running_jobs", "limit", "verdict"), [
+    (0, 1, "admit"), (1, 1, "wait"), (2, 3, "admit"), (3, 3, "wait"), (5, 0, "admit"),
+])
+def test_max_migrating_globally(running_jobs: int, limit: int, verdict: str) -> None:
+    others = [pod(f"other-{i}", node=f"node-{i + 5}", rs=f"other-{i}-rs",
+                  namespace=f"team-{i}") for i in range(running_jobs)]
+    decision = one(pods=[*pods_of(), *others],
+                   in_flight=[running(f"run-{i}", p) for i, p in enumerate(others)],
+                   maxMigratingGlobally=limit, maxMigratingPerNode=0)
+    assert decision.verdict == verdict
+    if verdict == "wait":
+        assert (decision.reason, decision.message) == (
+            "MaxMigratingGlobally", f"{running_jobs} migrations already run in the cluster "
+                                    f"(maxMigratingGlobally {limit})")
+
+
+def test_max_migrating_globally_counts_admissions_within_the_round() -> None:
+    members = pods_of(count=6, nodes=[f"node-{i}" for i in range(6)])
+    result = decide([pending(f"job-{i}", p) for i, p in enumerate(members)], pods=members,
+                    workloads=[workload(replicas=6)], maxMigratingGlobally=2,
+                    maxMigratingPerWorkload="100%", maxUnavailablePerWorkload="100%")
+    assert sorted(verdicts(result).values()) == ["admit"] * 2 + ["wait"] * 4
+
+
 @pytest.mark.parametrize(("replicas", "limit", "migrating", "verdict"), [
     (3, 0, 0, "admit"), (3, 0, 1, "wait"), (10, 0, 1, "admit"), (10, 0, 2, "wait"),
     (20, 0, 2, "wait"), (21, 0, 2, "admit"), (10, 3, 2, "admit"), (10, "20%", 2, "wait"),
@@ -533,6 +572,8 @@ BYPASS = {keys.DESCHEDULER_EVICT: "true"}
                  id="expected replicas"),
     pytest.param({"evictQPS": 1, "limiter": LimiterState(TokenBucket(0.0, T0))}, "EvictQPS",
                  False, id="evictQPS"),
+    pytest.param({"in_flight": "namespace", "maxMigratingGlobally": 1},
+                 "MaxMigratingGlobally", False, id="maxMigratingGlobally"),
     pytest.param({"emptyDir": True}, "ForbiddenMigratePod", False, id="local storage"),
 ])
 def test_descheduler_evict_annotation_lifts_only_the_retryable_limits(
@@ -846,3 +887,56 @@ def test_parse_selector_rejects(text: str) -> None:
 ])
 def test_selector_matches(selector: Object, labels: dict[str, str], matches: bool) -> None:
     assert selector_matches(selector, labels) is matches
+
+
+# ----- the memo: a round reuses only what it read from the very same objects ---------------
+
+def round_with(memo: Memo | None, *, jobs: Sequence[Object], pods: Sequence[Object],
+               workloads: Sequence[Object], args: MigrationControllerArgs) -> Arbitration:
+    return arbitrate(Snapshot(
+        pending=jobs, in_flight=(), pods={f"default/{p['metadata']['name']}": p for p in pods},
+        workload_of=workload_of(pods),
+        workloads={w["metadata"]["uid"]: w for w in workloads}, args=args, memo=memo, now=T0))
+
+
+def test_memo_rereads_a_replaced_pod() -> None:
+    members, args = pods_of(), MigrationControllerArgs.model_validate(LOOSE)
+    jobs = [pending("job-1", members[0])]
+    first = round_with(None, jobs=jobs, pods=members, workloads=[workload()], args=args)
+    assert of(first).verdict == "admit"
+    changed = tweaked(copy.deepcopy(members[0]),
+                      annotate({keys.EVICTION_COST: str(keys.EVICTION_COST_NEVER)}))
+    second = round_with(first.memo, jobs=jobs, pods=[changed, *members[1:]],
+                        workloads=[workload()], args=args)
+    assert (of(second).verdict, of(second).reason) == ("fail", "ForbiddenMigratePod")
+
+
+def test_memo_rereads_a_replaced_workload() -> None:
+    members, args = pods_of(), MigrationControllerArgs.model_validate(LOOSE)
+    jobs = [pending("job-1", members[0])]
+    first = round_with(None, jobs=jobs, pods=members, workloads=[workload()], args=args)
+    second = round_with(first.memo, jobs=jobs, pods=members,
+                        workloads=[workload(updated=2)], args=args)
+    assert (of(first).verdict, of(second).reason) == ("admit", "RolloutInProgress")
+
+
+def test_memo_is_dropped_with_another_configuration() -> None:
+    members = pods_of()
+    target = tweaked(members[0], tweak(spec__volumes=[{"name": "scratch", "emptyDir": {}}]))
+    jobs = [pending("job-1", target)]
+    allowing = MigrationControllerArgs.model_validate({**LOOSE, "evictLocalStoragePods": True})
+    first = round_with(None, jobs=jobs, pods=members, workloads=[workload()], args=allowing)
+    second = round_with(first.memo, jobs=jobs, pods=members, workloads=[workload()],
+                        args=MigrationControllerArgs.model_validate(LOOSE))
+    assert (of(first).verdict, of(second).reason) == ("admit", "ForbiddenMigratePod")
+    assert "emptyDir volume scratch" in of(second).message
+
+
+def test_memo_keeps_only_what_the_round_read() -> None:
+    members, args = pods_of(), MigrationControllerArgs.model_validate(LOOSE)
+    jobs = [pending("job-1", members[0]), pending("job-2", members[1])]
+    first = round_with(None, jobs=jobs, pods=members, workloads=[workload()], args=args)
+    second = round_with(first.memo, jobs=jobs[1:], pods=members, workloads=[workload()],
+                        args=args)
+    assert [c.job for c in first.memo.jobs.values()] == jobs
+    assert [c.job for c in second.memo.jobs.values()] == jobs[1:]

@@ -119,6 +119,7 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "nodes"): READ,
         ("", "namespaces"): READ,
         ("policy", "poddisruptionbudgets"): READ,
+        ("scheduling.k8s.io", "priorityclasses"): READ,
         ("", "events"): {"create", "patch"},
         ("events.k8s.io", "events"): {"create", "patch"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update"},
@@ -330,7 +331,7 @@ SEED_KEYS = {
     "schedulerNames", "evictQPS", "evictBurst", "evictionPolicy", "defaultDeleteOptions",
     "arbitrationArgs",
 }
-BERTH_KEYS = {"placeholderImage"}
+BERTH_KEYS = {"placeholderImage", "maxMigratingGlobally"}
 
 
 def test_controller_config_writes_out_every_key_with_the_design_defaults() -> None:

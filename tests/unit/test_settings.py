@@ -35,6 +35,7 @@ SEED_TABLE: list[tuple[str, Any]] = [
     ("nodeSelector", None),  # the table says "false", but it is a label selector string
     ("maxMigratingPerNode", 2),
     ("maxMigratingPerNamespace", 0),
+    ("maxMigratingGlobally", 0),
     ("maxMigratingPerWorkload", 0),
     ("maxUnavailablePerWorkload", 0),
     ("skipCheckExpectedReplicas", False),
