@@ -11,8 +11,9 @@ design describes:
 2. **Sort** the others: QoS, pod priority, eviction cost, past failures of the pod, past
    migrations of its workload, replicas of its workload migrating now; then the oldest.
 3. **Limit.** In that order a job is admitted if every limit still holds (rollouts,
-   expected replicas, PodDisruptionBudgets, per workload, per node, per namespace, object
-   limiters, rate limits); if one does not, the job waits and its status says which.
+   expected replicas, PodDisruptionBudgets, per workload, per node, per namespace, in the
+   cluster, object limiters, rate limits); if one does not, the job waits and its status
+   says which.
    An admitted job counts at once against the jobs after it. A Pending job never counts
    against anything: only Running jobs and jobs admitted earlier in the round do, so
    N jobs for a node that has room for two admit exactly two, never none.
@@ -25,7 +26,10 @@ API: their state goes in and out as `LimiterState`, and a new leader starts them
 
 A round looks at every Pending job, so it touches each job's pod once, builds its indexes
 (counts per node, namespace and workload, PDBs by label) once, and sorts once: its cost
-grows with the jobs, not with jobs times pods or PDBs (see bench/README.md).
+grows with the jobs, not with jobs times pods or PDBs. Most of what it reads does not
+change from one round to the next, so a round hands a `Memo` to the next: what it read
+from each job, pod, workload, PDB and finished job, reused only for the very same objects
+(the informers replace an object whenever it changes). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -273,12 +277,16 @@ class _Candidate:
     which lifts the limits.
     """
 
-    __slots__ = ("age", "facts", "failure", "job", "key", "order", "pdbs", "pod", "rank",
-                 "reservation_first", "workload", "workload_uid")
+    __slots__ = ("age", "controller", "facts", "failure", "job", "key", "order", "pdbs", "pod",
+                 "rank", "reservation_first", "rules", "workload", "workload_uid")
 
     def __init__(self, job: Object, *, key: str, pod: Object) -> None:
         self.job, self.key, self.pod, self.facts = job, key, pod, (f := PodFacts(pod))
         self.reservation_first = (job.get("spec") or {}).get("mode") != _EVICT_DIRECTLY
+        self.controller = f.controller
+        self.rules = 2 * f.bypass + self.reservation_first
+        """Which checks apply (`_Round.checks`): the pod lifts the retryable limits, the job
+        reserves first."""
         self.rank = (f.qos, -f.priority, f.cost)
         """The first keys of the order: higher QoS, then priority, then lower cost first."""
         self.age = (job["metadata"].get("creationTimestamp") or "", job["metadata"]["name"])
@@ -356,14 +364,12 @@ class _Round:
             f"flowControlBurst {args.flow_control_burst or 1})"))
         self.forbidden = _forbidden_checks(args)
         safety, limits = _limit_checks(args)
-        self.checks = {
-            (bypass, reservation_first): tuple(
-                check for check in safety + limits
-                if not (bypass and check in _BYPASSED)
-                and not (reservation_first and check is _too_few_replicas))
-            for bypass in (False, True) for reservation_first in (False, True)}
-        """The checks for a job by (its pod bypasses the retryable limits, it reserves
-        first)."""
+        self.checks = [
+            tuple(check for check in safety + limits
+                  if not (bypass and check in _BYPASSED)
+                  and not (reservation_first and check is _too_few_replicas))
+            for bypass in (False, True) for reservation_first in (False, True)]
+        """The checks for a job, by `_Candidate.rules`."""
 
     def _count_in_flight(self, job: Object) -> None:
         """Count a Running job against its node, namespace, workload and PDBs."""
@@ -375,7 +381,8 @@ class _Round:
             pod = None  # a new pod of the same name: the job's pod is gone
         facts = self.facts_of(pod) if pod is not None else None
         node = annotations.get(keys.SOURCE_NODE) or (facts.node if facts else None)
-        workload = annotations.get(keys.WORKLOAD) or (self.workload_uid(facts) if facts else None)
+        workload = annotations.get(keys.WORKLOAD) or (
+            self.workload_uid(facts.controller) if facts else None)
         self.migrating.add(key)
         self.total += 1
         if node:
@@ -422,7 +429,7 @@ class _Round:
             if c.failure is not None:
                 failed.append(c.failure)
                 continue
-            c.workload_uid = uid = workload_uid(c.facts)
+            c.workload_uid = uid = workload_uid(c.controller)
             if uid:
                 c.workload = workloads.get(uid) or workload(uid)
                 c.order = (*c.rank, failures.get(c.key, 0), migrations.get(uid, 0),
@@ -446,9 +453,9 @@ class _Round:
                                  message, pod)
         return c
 
-    def workload_uid(self, facts: PodFacts) -> str | None:
-        """The pod's workload: the one above its controller, or the controller itself."""
-        controller = facts.controller
+    def workload_uid(self, controller: str | None) -> str | None:
+        """The workload of a pod with this controller: the one above the controller, or
+        the controller itself."""
         return self.snapshot.workload_of.get(controller, controller) if controller else None
 
     def facts_of(self, pod: Object) -> PodFacts:
@@ -519,15 +526,15 @@ class _Round:
                into: list[Decision]) -> None:
         """In turn, admit each candidate whose checks all pass (`limited`; else every
         one), counting it at once; the others wait with the first check that failed."""
-        checks = self.checks if limited else dict.fromkeys(self.checks, ())
+        checks = self.checks if limited else [()] * len(self.checks)
         migrating = self.migrating
         for c in candidates:
-            if c.facts.key in migrating:
+            if c.key in migrating:
                 into.append(Decision(
                     c.job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
-                    f"pod {c.facts.key} is already being migrated by another job", c.pod))
+                    f"pod {c.key} is already being migrated by another job", c.pod))
                 continue
-            for check in checks[c.facts.bypass, c.reservation_first]:
+            for check in checks[c.rules]:
                 found = check(c, self)
                 if found is not None:
                     into.append(Decision(c.job, "wait", found[0], found[1], c.pod))
