@@ -16,7 +16,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -189,14 +189,19 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def run(snapshot: Snapshot, rounds: int, *, steady: bool
+def run(snapshot: Snapshot, rounds: int, *, steady: bool, churn: float = 0.0
         ) -> tuple[list[float], Counter[str], Counter[str]]:
     """Time `rounds` rounds. Steady: each round gets the memo of the one before, as in the
-    controller (after a first cold round, not timed); else every round starts cold."""
+    controller (after a first cold round, not timed); else every round starts cold.
+    `churn`: before each round that share of the pods and of the pending jobs is replaced
+    by a changed copy, as the informers replace objects that changed."""
     timings, verdicts, reasons = [], Counter[str](), Counter[str]()
+    rng = random.Random(2)
     if steady:
         snapshot = replace(snapshot, memo=arbitrate(snapshot).memo)
     for _ in range(rounds):
+        if churn:
+            snapshot = changed(snapshot, churn, rng)
         gc.collect()
         start = time.perf_counter()
         result = arbitrate(snapshot)
@@ -206,6 +211,23 @@ def run(snapshot: Snapshot, rounds: int, *, steady: bool
         if steady:
             snapshot = replace(snapshot, memo=result.memo)
     return timings, verdicts, reasons
+
+
+def changed(snapshot: Snapshot, share: float, rng: random.Random) -> Snapshot:
+    """The snapshot with `share` of its pods and pending jobs replaced by new objects (a
+    new resourceVersion, as after a status update)."""
+    pods = dict(snapshot.pods)
+    for key in rng.sample(sorted(pods), int(len(pods) * share)):
+        pods[key] = renewed(pods[key])
+    pending = list(snapshot.pending)
+    for index in rng.sample(range(len(pending)), int(len(pending) * share)):
+        pending[index] = renewed(pending[index])
+    return replace(snapshot, pods=pods, pending=pending)
+
+
+def renewed(obj: Mapping[str, Any]) -> Object:
+    version = int(obj["metadata"].get("resourceVersion", "1")) + 1
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
 
 
 def touch(snapshot: Snapshot, rounds: int) -> list[float]:
@@ -256,6 +278,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             timings, verdicts, waits[name] = run(snapshot, options.rounds, steady=steady)
             label = f"{name}{'' if steady else ' (cold)'}"
             print(row(label, options, timings, verdicts))
+    defaults = replace(base, args=MigrationControllerArgs())
+    for churn in (0.01, 0.1):
+        timings, verdicts, _ = run(defaults, options.rounds, steady=True, churn=churn)
+        print(row(f"defaults, {churn:.0%} changed a round", options, timings, verdicts))
     print(row("floor: read pods only", options, touch(base, options.rounds), Counter()))
     print()
     for name, reasons in waits.items():

@@ -220,8 +220,8 @@ class PodFacts:
     """What the checks and the order read of one pod, worked out once per version of it.
 
     The informers replace a pod's object whenever it changes, so these are kept from one
-    round to the next beside the very object they were read from (`Arbitration.facts`)
-    and read again only for a new object. Nothing here depends on the configuration.
+    round to the next beside the very object they were read from (`Memo`) and read again
+    only for a new object. Nothing here depends on the configuration.
     """
 
     __slots__ = ("bypass", "controller", "cost", "failed", "forbidden", "healthy", "key",
@@ -266,28 +266,28 @@ class PodFacts:
         """Why no configuration lets the pod migrate, or None."""
 
 
-class _Candidate:
-    """A Pending job whose pod exists: the job, its pod (`key` is namespace/name) and the
-    pod's facts, whether the pod is forbidden to migrate (`failure`), and (set each round)
-    its workload and place in the order. What is read of the job and pod holds while they
-    are these very objects (and the configuration the same).
+class _Candidate(PodFacts):
+    """A Pending job whose pod exists: the job, its pod and the pod's facts, whether the
+    pod is forbidden to migrate (`failure`), and (set each round) its workload and place
+    in the order. What is read of the job and pod holds while they are these very objects
+    (and the configuration the same).
 
-    `facts.healthy` means Running, Ready and not terminating (its eviction takes a replica
-    away); `facts.bypass` means the pod carries descheduler.alpha.kubernetes.io/evict,
-    which lifts the limits.
+    `healthy` means Running, Ready and not terminating (its eviction takes a replica away);
+    `bypass` means the pod carries descheduler.alpha.kubernetes.io/evict, which lifts the
+    limits.
     """
 
-    __slots__ = ("age", "controller", "facts", "failure", "job", "key", "order", "pdbs", "pod",
-                 "rank", "reservation_first", "rules", "workload", "workload_uid")
+    __slots__ = ("age", "failure", "job", "order", "pdbs", "pod", "rank", "reservation_first",
+                 "rules", "workload", "workload_uid")
 
-    def __init__(self, job: Object, *, key: str, pod: Object) -> None:
-        self.job, self.key, self.pod, self.facts = job, key, pod, (f := PodFacts(pod))
+    def __init__(self, job: Object, *, pod: Object) -> None:
+        super().__init__(pod)
+        self.job, self.pod = job, pod
         self.reservation_first = (job.get("spec") or {}).get("mode") != _EVICT_DIRECTLY
-        self.controller = f.controller
-        self.rules = 2 * f.bypass + self.reservation_first
+        self.rules = 2 * self.bypass + self.reservation_first
         """Which checks apply (`_Round.checks`): the pod lifts the retryable limits, the job
         reserves first."""
-        self.rank = (f.qos, -f.priority, f.cost)
+        self.rank = (self.qos, -self.priority, self.cost)
         """The first keys of the order: higher QoS, then priority, then lower cost first."""
         self.age = (job["metadata"].get("creationTimestamp") or "", job["metadata"]["name"])
         """The last keys: the older job first, then the name."""
@@ -424,7 +424,7 @@ class _Round:
                     failed.append(Decision(job, "fail", PodMigrationJobReason.MISSING_POD,
                                            f"pod {key} not found"))
                     continue
-                c = self._read(job, key, pod)
+                c = self._read(job, pod)
             known_now[id(job)] = c
             if c.failure is not None:
                 failed.append(c.failure)
@@ -440,10 +440,10 @@ class _Round:
             candidates.append(c)
         return candidates
 
-    def _read(self, job: Object, key: str, pod: Object) -> _Candidate:
+    def _read(self, job: Object, pod: Object) -> _Candidate:
         """The job as a candidate, and whether its pod is forbidden to migrate."""
-        c = _Candidate(job, key=key, pod=pod)
-        message = c.facts.forbidden
+        c = _Candidate(job, pod=pod)
+        message = c.forbidden
         for check in self.forbidden:
             if message is not None:
                 break
@@ -518,7 +518,7 @@ class _Round:
         """The PDBs covering the candidate's pod, kept on it while the index is the same."""
         known = c.pdbs
         if known is None or known[0] is not self.pdbs:
-            f = c.facts
+            f = c
             known = c.pdbs = (self.pdbs, self.pdbs.covering(f.namespace, f.labels, f.label_set))
         return known[1]
 
@@ -545,7 +545,7 @@ class _Round:
 
     def _count(self, c: _Candidate) -> None:
         """An admitted job counts at once against every limit for the rest of the round."""
-        f = c.facts
+        f = c
         self.migrating.add(f.key)
         self.total += 1
         self.per_node[f.node] += 1
@@ -617,7 +617,7 @@ def _always_forbidden(f: PodFacts, metadata: Object, status: Object,
 def _bare(c: _Candidate, r: _Round) -> str | None:
     """Nothing recreates a pod without owner after its eviction; only a failed one may go,
     and only with evictFailedBarePods."""
-    if c.facts.owned or (c.facts.failed and r.args.evict_failed_bare_pods):
+    if c.owned or (c.failed and r.args.evict_failed_bare_pods):
         return None
     return "pod has no owner to recreate it (evictFailedBarePods allows failed ones)"
 
@@ -625,7 +625,7 @@ def _bare(c: _Candidate, r: _Round) -> str | None:
 def _namespace(c: _Candidate, r: _Round) -> str | None:
     """namespaces.include is checked before namespaces.exclude."""
     namespaces = r.args.namespaces
-    namespace = c.facts.namespace
+    namespace = c.namespace
     if namespaces and namespaces.include and namespace not in namespaces.include:
         return f"namespace {namespace} is not in namespaces.include"
     if namespaces and namespaces.exclude and namespace in namespaces.exclude:
@@ -635,14 +635,14 @@ def _namespace(c: _Candidate, r: _Round) -> str | None:
 
 def _label_selector(c: _Candidate, r: _Round) -> str | None:
     """Only pods matching labelSelector migrate."""
-    return None if selector_matches(r.label_selector, c.facts.labels) else \
+    return None if selector_matches(r.label_selector, c.labels) else \
         "pod does not match labelSelector"
 
 
 def _system_critical(c: _Candidate, r: _Round) -> str | None:
     """System-critical pods (priority 2000000000 and above, or a system-* PriorityClass)
     stay unless evictSystemCriticalPods."""
-    f = c.facts
+    f = c
     if f.priority >= SYSTEM_CRITICAL_PRIORITY or f.priority_class.startswith("system-"):
         return "pod is system-critical (evictSystemCriticalPods allows it)"
     return None
@@ -655,30 +655,30 @@ def _priority_threshold(c: _Candidate, r: _Round) -> str | None:
     if threshold is None:
         name = r.args.priority_threshold.name if r.args.priority_threshold else None
         return f"PriorityClass {name} of priorityThreshold.name does not exist"
-    if c.facts.priority >= threshold:
-        return f"pod priority {c.facts.priority} is not below priorityThreshold {threshold}"
+    if c.priority >= threshold:
+        return f"pod priority {c.priority} is not below priorityThreshold {threshold}"
     return None
 
 
 def _local_storage(c: _Candidate, r: _Round) -> str | None:
     """emptyDir and hostPath data stay behind on the node, unless evictLocalStoragePods."""
-    if c.facts.local_storage is None:
+    if c.local_storage is None:
         return None
-    return f"pod uses local storage ({c.facts.local_storage}; evictLocalStoragePods allows it)"
+    return f"pod uses local storage ({c.local_storage}; evictLocalStoragePods allows it)"
 
 
 def _pvc(c: _Candidate, r: _Round) -> str | None:
     """ignorePvcPods keeps pods with PersistentVolumeClaims (generic ephemeral volumes are
     claims too) where they are."""
-    if c.facts.pvc is None:
+    if c.pvc is None:
         return None
-    return f"pod uses a PersistentVolumeClaim ({c.facts.pvc}; ignorePvcPods)"
+    return f"pod uses a PersistentVolumeClaim ({c.pvc}; ignorePvcPods)"
 
 
 def _scheduler_name(c: _Candidate, r: _Round) -> str | None:
     """A ReservationFirst job reserves through the pod's own scheduler, which must be one
     of schedulerNames; an EvictDirectly job reserves nothing."""
-    name = c.facts.scheduler
+    name = c.scheduler
     if not c.reservation_first or name in r.args.scheduler_names:
         return None
     return (f"pod's scheduler {name} is not in schedulerNames "
@@ -719,7 +719,7 @@ def _node_fit(c: _Candidate, r: _Round) -> _Wait | None:
     if r.node_fit is None or r.node_fit.fits_elsewhere(c):
         return None
     requests = ", ".join(f"{name} {format_quantity(name, value)}"
-                         for name, value in sorted(pod_requests(c.facts.spec).items()))
+                         for name, value in sorted(pod_requests(c.spec).items()))
     return WaitReason.NODE_FIT, (
         "no other node fits the pod (nodeFit): none is Ready and schedulable, matches "
         "nodeSelector and the pod's node selector and affinity, tolerates its taints and "
@@ -755,7 +755,7 @@ def _pdb(c: _Candidate, r: _Round) -> _Wait | None:
     """Every PodDisruptionBudget covering a healthy pod must have a disruption left:
     status.disruptionsAllowed less the migrations whose pods it still counts healthy and
     has not recorded in status.disruptedPods. An unhealthy pod takes no disruption."""
-    if not c.facts.healthy:
+    if not c.healthy:
         return None
     for key, _ in r.covering(c):
         left = r.left[key]
@@ -785,7 +785,7 @@ def _workload_unavailable(c: _Candidate, r: _Round) -> _Wait | None:
     available (missing, not running, not ready, terminating) or migrating. Moving a pod
     that is already unavailable makes nothing worse, so only a healthy pod needs room."""
     w = c.workload
-    if w is None or not c.facts.healthy:
+    if w is None or not c.healthy:
         return None
     unavailable = w.expected - w.available if w.expected > w.available else 0
     if unavailable < w.max_unavailable:
@@ -798,17 +798,17 @@ def _workload_unavailable(c: _Candidate, r: _Round) -> _Wait | None:
 def _node(c: _Candidate, r: _Round) -> _Wait | None:
     """maxMigratingPerNode: Running and admitted jobs whose pod is on the node."""
     limit = r.args.max_migrating_per_node
-    count = r.per_node.get(c.facts.node, 0)
+    count = r.per_node.get(c.node, 0)
     if count < limit:
         return None
     return WaitReason.MAX_MIGRATING_PER_NODE, (
-        f"{count} migrations already run on node {c.facts.node} (maxMigratingPerNode {limit})")
+        f"{count} migrations already run on node {c.node} (maxMigratingPerNode {limit})")
 
 
 def _namespace_limit(c: _Candidate, r: _Round) -> _Wait | None:
     """maxMigratingPerNamespace: Running and admitted jobs in the pod's namespace."""
     limit = r.args.max_migrating_per_namespace
-    namespace = c.facts.namespace
+    namespace = c.namespace
     count = r.per_namespace.get(namespace, 0)
     if count < limit:
         return None
@@ -1026,7 +1026,7 @@ class _NodeFit:
         self.fitting: dict[str, tuple[str, ...]] = {}
 
     def fits_elsewhere(self, c: _Candidate) -> bool:
-        f = c.facts
+        f = c
         key = f.controller or f.uid
         if key not in self.fitting:
             self.fitting[key] = self._first_two(f.spec)
