@@ -518,8 +518,7 @@ class _Round:
         """The PDBs covering the candidate's pod, kept on it while the index is the same."""
         known = c.pdbs
         if known is None or known[0] is not self.pdbs:
-            f = c
-            known = c.pdbs = (self.pdbs, self.pdbs.covering(f.namespace, f.labels, f.label_set))
+            known = c.pdbs = (self.pdbs, self.pdbs.covering(c.namespace, c.labels, c.label_set))
         return known[1]
 
     def decide(self, candidates: Sequence[_Candidate], *, limited: bool,
@@ -545,17 +544,16 @@ class _Round:
 
     def _count(self, c: _Candidate) -> None:
         """An admitted job counts at once against every limit for the rest of the round."""
-        f = c
-        self.migrating.add(f.key)
+        self.migrating.add(c.key)
         self.total += 1
-        self.per_node[f.node] += 1
-        self.per_namespace[f.namespace] += 1
+        self.per_node[c.node] += 1
+        self.per_namespace[c.namespace] += 1
         if c.workload_uid and c.workload:
             self.per_workload[c.workload_uid] += 1
-            c.workload.available -= f.healthy
+            c.workload.available -= c.healthy
             if self.object_limiter is not None:
                 self.window.setdefault(c.workload_uid, []).append(self.snapshot.now)
-        if f.healthy:
+        if c.healthy:
             for key, _ in self.covering(c):
                 self.left[key] -= 1
         self.evict_tokens -= 1
@@ -642,8 +640,7 @@ def _label_selector(c: _Candidate, r: _Round) -> str | None:
 def _system_critical(c: _Candidate, r: _Round) -> str | None:
     """System-critical pods (priority 2000000000 and above, or a system-* PriorityClass)
     stay unless evictSystemCriticalPods."""
-    f = c
-    if f.priority >= SYSTEM_CRITICAL_PRIORITY or f.priority_class.startswith("system-"):
+    if c.priority >= SYSTEM_CRITICAL_PRIORITY or c.priority_class.startswith("system-"):
         return "pod is system-critical (evictSystemCriticalPods allows it)"
     return None
 
@@ -1026,11 +1023,10 @@ class _NodeFit:
         self.fitting: dict[str, tuple[str, ...]] = {}
 
     def fits_elsewhere(self, c: _Candidate) -> bool:
-        f = c
-        key = f.controller or f.uid
+        key = c.controller or c.uid
         if key not in self.fitting:
-            self.fitting[key] = self._first_two(f.spec)
-        return any(name != f.node for name in self.fitting[key])
+            self.fitting[key] = self._first_two(c.spec)
+        return any(name != c.node for name in self.fitting[key])
 
     def _first_two(self, spec: Object) -> tuple[str, ...]:
         """Up to two nodes that fit: one of them is not the pod's own."""
