@@ -40,7 +40,7 @@ from berth.resources import Resources, parse_resources, pod_requests, subtract
 from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
 from controller import arbitration, jobs, reservations
-from controller.actions import Event, Patch, Plan, UpdateStatus
+from controller.actions import Plan, UpdateStatus
 from controller.executor import Executor
 
 log = logging.getLogger(__name__)
@@ -303,12 +303,15 @@ class Controller:
                 priority_classes={name: int(obj.get("value") or 0)
                                   for name, obj in self.priority_classes.store.items()},
                 memo=self.memo, now=datetime.now(UTC)))
-        self.limiter, self.memo = result.limiter, result.memo
+        self.memo = result.memo
+        if not self.args.dry_run:  # a dry run starts no job, so it takes no token
+            self.limiter = result.limiter
         for decision in result.decisions:
             pod = decision.pod
             workload = self._workload_uid(pod) \
                 if pod is not None and decision.verdict == "admit" else None
-            plan = _admission_plan(decision, workload_uid=workload)
+            plan = jobs.admission(decision, workload_uid=workload,
+                                  dry_run=self.args.dry_run)
             if plan.actions:
                 outcome = await self.executor.run(plan)
                 if outcome.done:
@@ -401,31 +404,6 @@ def _record_job_writes(before: Mapping[str, Any], plan: Plan) -> None:
     for action in plan.actions:
         if isinstance(action, UpdateStatus) and action.resource == PODMIGRATIONJOBS:
             metrics.record_job_status(before, action.obj, now=now)
-
-
-def _admission_plan(decision: arbitration.Decision, *, workload_uid: str | None) -> Plan:
-    job = dict(decision.job)
-    status: dict[str, Any] = dict(job.get("status") or {})
-    name = job["metadata"]["name"]
-    if decision.verdict == "admit":
-        assert decision.pod is not None
-        pod = decision.pod
-        status.update(phase=PodMigrationJobPhase.RUNNING, reason="", message="", status="")
-        return Plan().then(
-            Patch(PODMIGRATIONJOBS, name, {"metadata": {"annotations": {
-                keys.POD_UID: pod["metadata"]["uid"],
-                keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
-                keys.WORKLOAD: workload_uid or ""}}}),
-            UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
-    if decision.verdict == "fail":
-        status.update(phase=PodMigrationJobPhase.FAILED, reason=decision.reason,
-                      message=decision.message, status=decision.reason)
-        return Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}),
-                           Event(job, decision.reason, decision.message, type="Warning"))
-    if (status.get("reason"), status.get("message")) == (decision.reason, decision.message):
-        return Plan()
-    status.update(reason=decision.reason, message=decision.message)
-    return Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
 
 
 async def run(*, kubeconfig: Path | None, settings: MigrationControllerArgs | None,

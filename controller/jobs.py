@@ -28,6 +28,7 @@ from berth.api import (
 from berth.kube.client import PODMIGRATIONJOBS, RESERVATIONS
 from berth.settings import MigrationControllerArgs
 from controller.actions import Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
+from controller.arbitration import Decision
 from controller.build import reservation_for
 from controller.status import (
     condition,
@@ -417,3 +418,44 @@ def eviction_refused(view: JobView, *, status_code: int, message: str) -> Plan:
     if reason == Reason.BLOCKED_BY_PDB:
         plan.then(Event(view.job, "BlockedByPDB", message, type="Warning"))
     return plan.again_in(EVICTION_RETRY)
+
+
+# ----- admission: what arbitration decided, written on the job ----------------------------
+
+DRY_RUN_MESSAGE = ("dryRun: arbitration would start this job now; nothing is reserved or "
+                   "evicted while dryRun is set")
+
+
+def admission(decision: Decision, *, workload_uid: str | None, dry_run: bool) -> Plan:
+    """Write arbitration's decision on a Pending job.
+
+    Admitted: phase Running, with the pod's UID, source node and workload recorded (what
+    the limits count from then on). Failed: phase Failed with the rule, and a Warning
+    event. Waiting: the reason and message in the status, written only when they change.
+    With dryRun an admitted job stays Pending and says so (reason DryRun): nothing starts.
+    """
+    job = dict(decision.job)
+    status: Object = dict(job.get("status") or {})
+    name = job["metadata"]["name"]
+    if decision.verdict == "admit" and not dry_run:
+        assert decision.pod is not None
+        pod = decision.pod
+        status.update(phase=Phase.RUNNING, reason="", message="", status="")
+        return Plan().then(
+            Patch(PODMIGRATIONJOBS, name, {"metadata": {"annotations": {
+                keys.POD_UID: pod["metadata"]["uid"],
+                keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
+                keys.WORKLOAD: workload_uid or ""}}}),
+            UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
+    if decision.verdict == "fail":
+        status.update(phase=Phase.FAILED, reason=decision.reason, message=decision.message,
+                      status=decision.reason)
+        return Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}),
+                           Event(job, decision.reason, decision.message, type="Warning"))
+    reason, message = ((Reason.DRY_RUN.value, DRY_RUN_MESSAGE) if decision.verdict == "admit"
+                       else (decision.reason, decision.message))
+    if (status.get("reason"), status.get("message")) == (reason, message):
+        return Plan()
+    status.update(reason=reason, message=message)
+    plan = Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
+    return plan.then(Event(job, reason, message)) if reason == Reason.DRY_RUN else plan

@@ -76,6 +76,7 @@ class PodMigrationJobReason(StrEnum):
     RESERVATION_EXPIRED = "ReservationExpired"
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
     BLOCKED_BY_PDB = "BlockedByPDB"
+    DRY_RUN = "DryRun"
 
 
 class PodMigrationJobPreemptionOptions(ApiModel):

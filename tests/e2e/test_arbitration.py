@@ -168,3 +168,28 @@ def test_priority_threshold_reads_the_named_priority_class(
         "Failed", "ForbiddenMigratePod")
     assert "pod priority 1000 is not below priorityThreshold 1000" in \
         high_job["status"]["message"]
+
+
+def test_dry_run_decides_and_creates_nothing(
+        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    """With dryRun the job records that arbitration would start it, and nothing happens:
+    no Reservation, no placeholder, the pod untouched. Without dryRun the same job runs."""
+    restart_controller("dryRun: true\nevictQPS: 0\n")
+    cluster.apply(deployment("web", cpu="50m"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="web")[0]
+    name, manifest = job_manifest(pod, ttl="5m")
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
+        "reason") == "DryRun" and j, what="the dry run's decision on the job")
+    assert job["status"].get("phase", "Pending") == "Pending"
+    assert "nothing is reserved or evicted" in job["status"]["message"]
+    events = cluster.get("events", "-A", "--field-selector", f"involvedObject.name={name}")
+    assert "DryRun" in {e["reason"] for e in events["items"]}
+    assert [r for r in cluster.get("reservations")["items"]
+            if r["metadata"]["name"] == job["metadata"]["uid"]] == []
+    assert [p["metadata"]["uid"] for p in pods(cluster, namespace)] == [pod["metadata"]["uid"]]
+
+    restart_controller("dryRun: false\nevictQPS: 0\n")
+    done = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                        what="the job, once dryRun is off", timeout=120)
+    assert (done["status"]["phase"], done["status"]["status"]) == ("Succeeded", "Complete")

@@ -260,7 +260,7 @@ def test_everything_the_pattern_accepts_parses(text: str) -> None:
             ["Timeout", "FailedCreateReservation", "Unschedulable", "MissingPod",
              "MissingReservation", "Preempting", "PreemptComplete", "Evicting", "FailedEvict",
              "EvictComplete", "WaitForPodBindReservation", "WaitForBoundPodReady",
-             "ReservationExpired", "ForbiddenMigratePod", "BlockedByPDB"],
+             "ReservationExpired", "ForbiddenMigratePod", "BlockedByPDB", "DryRun"],
         ),
         (ConditionStatus, ["True", "False", "Unknown"]),
         (ReservationPhase, ["Pending", "Available", "Succeeded", "Failed"]),

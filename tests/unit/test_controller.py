@@ -13,6 +13,7 @@ from berth.resources import parse_quantity, pod_requests
 from berth.settings import MigrationControllerArgs
 from controller import build, jobs, reservations
 from controller.actions import Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
+from controller.arbitration import Decision
 from tests.unit.builders import (
     T0,
     job,
@@ -470,3 +471,52 @@ def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
     assert waiting.actions == [] and waiting.requeue_after
     go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1))
     assert kinds(go)[-1] == "Evict"
+
+
+# ----- admission: arbitration's decision written on the job -------------------------------
+
+def pending_job() -> dict[str, Any]:
+    return job("job-1", phase="Pending", pod_uid=None)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_admission_of_an_admitted_job(dry_run: bool) -> None:
+    target = pod("web-1", node="node-0")
+    decision = Decision(pending_job(), "admit", pod=target)
+    plan = jobs.admission(decision, workload_uid="uid-web", dry_run=dry_run)
+    if not dry_run:
+        assert kinds(plan) == ["Patch:podmigrationjobs", "UpdateStatus:podmigrationjobs"]
+        patch = next(a for a in plan.actions if isinstance(a, Patch))
+        assert patch.patch["metadata"]["annotations"] == {
+            keys.POD_UID: target["metadata"]["uid"], keys.SOURCE_NODE: "node-0",
+            keys.WORKLOAD: "uid-web"}
+        assert status_of(plan)["phase"] == "Running"
+        return
+    # A dry run starts nothing: the job stays Pending and says what would have happened.
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:DryRun"]
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Pending", "DryRun")
+    assert "nothing is reserved or evicted" in status["message"]
+    # Written once: the next round's same decision changes nothing.
+    again = Decision({**decision.job, "status": status}, "admit", pod=target)
+    assert jobs.admission(again, workload_uid="uid-web", dry_run=True).actions == []
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_admission_of_a_failed_job_ends_it_in_either_mode(dry_run: bool) -> None:
+    decision = Decision(pending_job(), "fail", "ForbiddenMigratePod", "pod is a DaemonSet pod")
+    plan = jobs.admission(decision, workload_uid=None, dry_run=dry_run)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ForbiddenMigratePod"]
+    assert (status_of(plan)["phase"], status_of(plan)["message"]) == (
+        "Failed", "pod is a DaemonSet pod")
+
+
+def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
+    decision = Decision(pending_job(), "wait", "MaxMigratingPerNode", "2 migrations already")
+    plan = jobs.admission(decision, workload_uid=None, dry_run=False)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs"]
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Pending", "MaxMigratingPerNode")
+    unchanged = Decision({**decision.job, "status": status}, "wait", "MaxMigratingPerNode",
+                         "2 migrations already")
+    assert jobs.admission(unchanged, workload_uid=None, dry_run=False).actions == []
