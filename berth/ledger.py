@@ -134,6 +134,10 @@ class Ledger:
 
     # ----- questions ------------------------------------------------------------------
 
+    def nodes(self) -> list[str]:
+        """The nodes the ledger has seen."""
+        return list(self._allocatable)
+
     def allocatable(self, node: str) -> Resources | None:
         """The node's allocatable resources; None for a node the ledger has not seen."""
         return self._allocatable.get(node)

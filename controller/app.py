@@ -36,7 +36,8 @@ from berth.kube.client import (
 from berth.kube.events import Recorder
 from berth.kube.informer import IndexFunc, Informer, object_key
 from berth.kube.lease import LeaderElector
-from berth.resources import Resources, parse_resources, pod_requests, subtract
+from berth.ledger import Ledger
+from berth.resources import Resources
 from berth.server import add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
 from controller import arbitration, jobs, reservations
@@ -122,7 +123,9 @@ class Controller:
         self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid)
         self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid)
         self.pdbs = Informer(kube, PDBS)
-        self.nodes = Informer(kube, NODES)
+        self.nodes = Informer(kube, NODES, handler=self._on_node)
+        self.ledger = Ledger() if args.node_fit else None
+        """Free capacity per node, kept up to date by the watches; only nodeFit reads it."""
         self.priority_classes = Informer(kube, PRIORITYCLASSES)
         self.informers = [self.jobs, self.reservations, self.pods, self.replicasets,
                           self.deployments, self.statefulsets, self.pdbs, self.nodes,
@@ -137,13 +140,21 @@ class Controller:
     def _on_job(self, kind: str, job: dict[str, Any]) -> None:
         self.queue.add(f"job/{job['metadata']['name']}")
 
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        if self.ledger is not None:
+            self.ledger.on_node(kind, node)
+
     def _on_reservation(self, kind: str, reservation: dict[str, Any]) -> None:
+        if self.ledger is not None:
+            self.ledger.on_reservation(kind, reservation)
         self.queue.add(f"rsv/{reservation['metadata']['name']}")
         job = protocol.annotations_of(reservation).get(keys.JOB)
         if job:
             self.queue.add(f"job/{job}")
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        if self.ledger is not None:
+            self.ledger.on_pod(kind, pod)
         reservation = protocol.placeholder_reservation(pod)
         if reservation:
             self.queue.add(f"rsv/{reservation}")
@@ -260,16 +271,6 @@ class Controller:
                 log.exception("arbitration round failed")
             await asyncio.sleep(interval)
 
-    def _free(self) -> dict[str, Resources]:
-        """Allocatable minus the requests of the pods bound there, for nodeFit."""
-        free = {name: parse_resources(node.get("status", {}).get("allocatable"))
-                for name, node in self.nodes.store.items()}
-        for pod in self.pods.store.values():
-            node = pod.get("spec", {}).get("nodeName")
-            if node in free and not protocol.is_terminal_pod(pod):
-                free[node] = subtract(free[node], pod_requests(pod["spec"]))
-        return free
-
     async def release_stray_gates(self) -> None:
         """No pod stays gated by Berth unless a live Reservation holds its claim."""
         now = datetime.now(UTC)
@@ -299,7 +300,7 @@ class Controller:
                 workloads=_Workloads(self), pods_of_workload=_PodsOfWorkload(self),
                 pdbs=self.pdbs.values(), args=self.args, limiter=self.limiter,
                 nodes=self.nodes.store if self.args.node_fit else {},
-                free=self._free() if self.args.node_fit else {},
+                free=_Free(self.ledger) if self.ledger is not None else {},
                 priority_classes={name: int(obj.get("value") or 0)
                                   for name, obj in self.priority_classes.store.items()},
                 memo=self.memo, now=datetime.now(UTC)))
@@ -359,6 +360,25 @@ class _WorkloadOf(Mapping[str, str]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class _Free(Mapping[str, Resources]):
+    """Node name → its free capacity, from the ledger (for nodeFit)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def __getitem__(self, node: str) -> Resources:
+        free = self.ledger.free(node)
+        if free is None:
+            raise KeyError(node)
+        return free
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ledger.nodes())
+
+    def __len__(self) -> int:
+        return len(self.ledger.nodes())
 
 
 class _Workloads(Mapping[str, dict[str, Any]]):

@@ -193,3 +193,30 @@ def test_dry_run_decides_and_creates_nothing(
     done = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
                         what="the job, once dryRun is off", timeout=120)
     assert (done["status"]["phase"], done["status"]["status"]) == ("Succeeded", "Complete")
+
+
+def test_node_fit_holds_a_job_until_another_node_fits(
+        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    """nodeFit: while no other node is schedulable the job waits (NodeFit); once one is,
+    with room for the pod as the watches count it, the job runs."""
+    restart_controller("nodeFit: true\nevictQPS: 0\n")
+    cluster.apply(deployment("web", cpu="500m"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="web")[0]
+    others = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]
+              if n["metadata"]["name"] != pod["spec"]["nodeName"]]
+    for node in others:
+        cluster.kubectl("cordon", node)
+    try:
+        name, manifest = job_manifest(pod, ttl="5m")
+        cluster.apply(manifest)
+        job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
+            "reason") == "NodeFit" and j, what="nodeFit to hold the job")
+        assert job["status"].get("phase", "Pending") == "Pending"
+        assert "cpu 500m" in job["status"]["message"]
+    finally:
+        for node in others:
+            cluster.kubectl("uncordon", node)
+    done = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+                        what="the job, once another node fits", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["nodeName"] in others
