@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 COMPONENT = "berth-controller"
 RETRY_AFTER_ERROR = 2.0
 MAX_BACKOFF = 300.0
+ADMISSION_WRITES = 16
+"""Status writes of one arbitration round that may be in flight at once."""
 
 
 def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
@@ -131,6 +133,9 @@ class Controller:
                           self.deployments, self.statefulsets, self.pdbs, self.nodes,
                           self.priority_classes]
         self.limiter = arbitration.LimiterState()
+        self.admitted: dict[str, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+        """Jobs admitted here that the cache has not shown Running yet: name → (the cached
+        job that was admitted, the job as written)."""
         self.memo: arbitration.Memo | None = None
         """What the last arbitration round read, for the next (see arbitration.Memo)."""
         self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity))
@@ -283,10 +288,27 @@ class Controller:
             if plan.actions:
                 await self.executor.run(plan)
 
+    def _jobs_as_admitted(self) -> list[dict[str, Any]]:
+        """The cached jobs, where this controller admitted one that its cache still shows
+        as before, the job as admitted: arbitration must count it Running even if the
+        watch is slow to bring the write back."""
+        found = []
+        for job in self.jobs.values():
+            name = job["metadata"]["name"]
+            admitted = self.admitted.get(name)
+            if admitted is not None:
+                if admitted[0] is job:
+                    job = admitted[1]
+                else:  # the cache has moved on: it shows the write, or a newer change
+                    del self.admitted[name]
+            found.append(job)
+        for name in set(self.admitted) - set(self.jobs.store):
+            del self.admitted[name]
+        return found
+
     async def admit_once(self) -> None:
-        all_jobs = self.jobs.values()
         by_phase: dict[str, list[dict[str, Any]]] = {}
-        for job in all_jobs:
+        for job in self._jobs_as_admitted():
             phase = (job.get("status") or {}).get("phase") or PodMigrationJobPhase.PENDING
             by_phase.setdefault(phase, []).append(job)
         pending = by_phase.get(PodMigrationJobPhase.PENDING, [])
@@ -307,18 +329,33 @@ class Controller:
         self.memo = result.memo
         if not self.args.dry_run:  # a dry run starts no job, so it takes no token
             self.limiter = result.limiter
-        for decision in result.decisions:
+        writes = asyncio.Semaphore(ADMISSION_WRITES)
+
+        async def write(decision: arbitration.Decision) -> None:
             pod = decision.pod
             workload = self._workload_uid(pod) \
                 if pod is not None and decision.verdict == "admit" else None
             plan = jobs.admission(decision, workload_uid=workload,
                                   dry_run=self.args.dry_run)
-            if plan.actions:
+            if not plan.actions:
+                return
+            async with writes:
                 outcome = await self.executor.run(plan)
-                if outcome.done:
-                    _record_job_writes(decision.job, plan)
-                if outcome.done and decision.verdict == "admit":
-                    self.queue.add(f"job/{decision.job['metadata']['name']}")
+            if not outcome.done:
+                return
+            _record_job_writes(decision.job, plan)
+            if decision.verdict == "admit" and not self.args.dry_run:
+                name = decision.job["metadata"]["name"]
+                self.admitted[name] = (decision.job, jobs.as_admitted(decision.job, plan))
+                self.queue.add(f"job/{name}")
+
+        results = await asyncio.gather(*(write(d) for d in result.decisions),
+                                       return_exceptions=True)
+        for decision, error in zip(result.decisions, results, strict=True):
+            if isinstance(error, Exception):
+                log.error("writing arbitration's decision on job %s failed: %s",
+                          decision.job["metadata"]["name"], error,
+                          extra={"job": decision.job["metadata"]["name"]})
 
     async def run(self, elector: LeaderElector) -> None:
         tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
