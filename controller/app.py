@@ -133,9 +133,9 @@ class Controller:
                           self.deployments, self.statefulsets, self.pdbs, self.nodes,
                           self.priority_classes]
         self.limiter = arbitration.LimiterState()
-        self.admitted: dict[str, tuple[Mapping[str, Any], dict[str, Any]]] = {}
-        """Jobs admitted here that the cache has not shown Running yet: name → (the cached
-        job that was admitted, the job as written)."""
+        self.admitted: dict[str, dict[str, Any]] = {}
+        """Jobs admitted here that the cache still shows Pending: name → the job as
+        written."""
         self.memo: arbitration.Memo | None = None
         """What the last arbitration round read, for the next (see arbitration.Memo)."""
         self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity))
@@ -290,16 +290,19 @@ class Controller:
 
     def _jobs_as_admitted(self) -> list[dict[str, Any]]:
         """The cached jobs, where this controller admitted one that its cache still shows
-        as before, the job as admitted: arbitration must count it Running even if the
-        watch is slow to bring the write back."""
+        Pending, the job as admitted: arbitration must count it Running even if the watch
+        is slow to bring the status write back (the annotation patch before it may
+        already be there)."""
         found = []
         for job in self.jobs.values():
             name = job["metadata"]["name"]
             admitted = self.admitted.get(name)
             if admitted is not None:
-                if admitted[0] is job:
-                    job = admitted[1]
-                else:  # the cache has moved on: it shows the write, or a newer change
+                if job["metadata"]["uid"] == admitted["metadata"]["uid"] and (
+                        (job.get("status") or {}).get("phase")
+                        or PodMigrationJobPhase.PENDING) == PodMigrationJobPhase.PENDING:
+                    job = admitted
+                else:  # the cache shows the write, what came after it, or a new job
                     del self.admitted[name]
             found.append(job)
         for name in set(self.admitted) - set(self.jobs.store):
@@ -346,7 +349,7 @@ class Controller:
             _record_job_writes(decision.job, plan)
             if decision.verdict == "admit" and not self.args.dry_run:
                 name = decision.job["metadata"]["name"]
-                self.admitted[name] = (decision.job, jobs.as_admitted(decision.job, plan))
+                self.admitted[name] = jobs.as_admitted(decision.job, plan)
                 self.queue.add(f"job/{name}")
 
         results = await asyncio.gather(*(write(d) for d in result.decisions),
