@@ -32,6 +32,7 @@ from berth.kube.client import (
     RESERVATIONS,
     STATEFULSETS,
     Kube,
+    Resource,
 )
 from berth.kube.events import Recorder
 from berth.kube.informer import IndexFunc, Informer, object_key
@@ -133,12 +134,18 @@ class Controller:
                           self.deployments, self.statefulsets, self.pdbs, self.nodes,
                           self.priority_classes]
         self.limiter = arbitration.LimiterState()
-        self.admitted: dict[str, dict[str, Any]] = {}
-        """Jobs admitted here that the cache still shows Pending: name → the job as
-        written."""
         self.memo: arbitration.Memo | None = None
         """What the last arbitration round read, for the next (see arbitration.Memo)."""
-        self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity))
+        self.caches = {informer.resource.plural: informer for informer in self.informers}
+        self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity),
+                                 written=self._written)
+
+    def _written(self, resource: Resource, obj: dict[str, Any]) -> None:
+        """The caches take this process's own writes at once: the next arbitration round
+        must count a job it admitted as Running even if the watch is slow to show it."""
+        cache = self.caches.get(resource.plural)
+        if cache is not None:
+            cache.assume(obj)
 
     # ----- events -> keys -------------------------------------------------------------
 
@@ -288,30 +295,9 @@ class Controller:
             if plan.actions:
                 await self.executor.run(plan)
 
-    def _jobs_as_admitted(self) -> list[dict[str, Any]]:
-        """The cached jobs, where this controller admitted one that its cache still shows
-        Pending, the job as admitted: arbitration must count it Running even if the watch
-        is slow to bring the status write back (the annotation patch before it may
-        already be there)."""
-        found = []
-        for job in self.jobs.values():
-            name = job["metadata"]["name"]
-            admitted = self.admitted.get(name)
-            if admitted is not None:
-                if job["metadata"]["uid"] == admitted["metadata"]["uid"] and (
-                        (job.get("status") or {}).get("phase")
-                        or PodMigrationJobPhase.PENDING) == PodMigrationJobPhase.PENDING:
-                    job = admitted
-                else:  # the cache shows the write, what came after it, or a new job
-                    del self.admitted[name]
-            found.append(job)
-        for name in set(self.admitted) - set(self.jobs.store):
-            del self.admitted[name]
-        return found
-
     async def admit_once(self) -> None:
         by_phase: dict[str, list[dict[str, Any]]] = {}
-        for job in self._jobs_as_admitted():
+        for job in self.jobs.values():
             phase = (job.get("status") or {}).get("phase") or PodMigrationJobPhase.PENDING
             by_phase.setdefault(phase, []).append(job)
         pending = by_phase.get(PodMigrationJobPhase.PENDING, [])
@@ -332,33 +318,33 @@ class Controller:
         self.memo = result.memo
         if not self.args.dry_run:  # a dry run starts no job, so it takes no token
             self.limiter = result.limiter
-        writes = asyncio.Semaphore(ADMISSION_WRITES)
-
-        async def write(decision: arbitration.Decision) -> None:
+        # Most waiting jobs' statuses already say why: only the changed ones are written.
+        plans = []
+        for decision in result.decisions:
             pod = decision.pod
             workload = self._workload_uid(pod) \
                 if pod is not None and decision.verdict == "admit" else None
-            plan = jobs.admission(decision, workload_uid=workload,
-                                  dry_run=self.args.dry_run)
-            if not plan.actions:
-                return
+            plan = jobs.admission(decision, workload_uid=workload, dry_run=self.args.dry_run)
+            if plan.actions:
+                plans.append((decision, plan))
+        writes = asyncio.Semaphore(ADMISSION_WRITES)
+
+        async def write(decision: arbitration.Decision, plan: Plan) -> None:
             async with writes:
                 outcome = await self.executor.run(plan)
             if not outcome.done:
                 return
             _record_job_writes(decision.job, plan)
             if decision.verdict == "admit" and not self.args.dry_run:
-                name = decision.job["metadata"]["name"]
-                self.admitted[name] = jobs.as_admitted(decision.job, plan)
-                self.queue.add(f"job/{name}")
+                self.queue.add(f"job/{decision.job['metadata']['name']}")
 
-        results = await asyncio.gather(*(write(d) for d in result.decisions),
+        results = await asyncio.gather(*(write(*item) for item in plans),
                                        return_exceptions=True)
-        for decision, error in zip(result.decisions, results, strict=True):
+        for (decision, _), error in zip(plans, results, strict=True):
             if isinstance(error, Exception):
-                log.error("writing arbitration's decision on job %s failed: %s",
-                          decision.job["metadata"]["name"], error,
-                          extra={"job": decision.job["metadata"]["name"]})
+                name = decision.job["metadata"]["name"]
+                log.error("writing arbitration's decision on job %s failed: %s", name, error,
+                          extra={"job": name})
 
     async def run(self, elector: LeaderElector) -> None:
         tasks = [asyncio.create_task(informer.run()) for informer in self.informers]

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from berth import metrics
 from berth.api import keys
-from berth.kube.client import JSON_PATCH, PODS, Kube, KubeError
+from berth.kube.client import JSON_PATCH, PODS, Kube, KubeError, Object, Resource
 from berth.kube.events import Recorder
 from berth.settings import EvictionPolicy
 from controller.actions import Action, Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
@@ -34,9 +35,12 @@ class Outcome:
 
 
 class Executor:
-    def __init__(self, kube: Kube, recorder: Recorder) -> None:
+    def __init__(self, kube: Kube, recorder: Recorder, *,
+                 written: Callable[[Resource, Object], None] | None = None) -> None:
         self.kube = kube
         self.recorder = recorder
+        self.written = written
+        """Told of every object an update returns (patch, status), to keep caches current."""
 
     async def run(self, plan: Plan) -> Outcome:
         versions: dict[tuple[str, str | None, str], str] = {}
@@ -71,6 +75,7 @@ class Executor:
                 subresource=action.subresource,
                 content_type=JSON_PATCH if action.json_patch else "application/merge-patch+json")
             _remember(versions, action.resource.plural, patched)
+            self._written(action.resource, patched)
         elif isinstance(action, UpdateStatus):
             metadata = action.obj["metadata"]
             key = (action.resource.plural, metadata.get("namespace"), metadata["name"])
@@ -79,6 +84,7 @@ class Executor:
             updated = await kube.replace_status(action.resource, {**action.obj,
                                                                   "metadata": metadata})
             _remember(versions, action.resource.plural, updated)
+            self._written(action.resource, updated)
         elif isinstance(action, Delete):
             try:
                 await kube.delete(action.resource, action.name, namespace=action.namespace,
@@ -92,6 +98,10 @@ class Executor:
         elif isinstance(action, Event):
             await self.recorder.record(action.involved, action.reason, action.message,
                                        action.type)
+
+    def _written(self, resource: Resource, obj: Object) -> None:
+        if self.written is not None and obj.get("metadata"):
+            self.written(resource, obj)
 
     async def _evict(self, action: Evict) -> None:
         options = dict(action.delete_options or {})

@@ -460,16 +460,3 @@ def admission(decision: Decision, *, workload_uid: str | None, dry_run: bool) ->
     plan = Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
     return plan.then(Event(job, reason, message)) if reason == Reason.DRY_RUN else plan
 
-
-def as_admitted(job: Mapping[str, Any], plan: Plan) -> Object:
-    """The job as an admission plan writes it: its status, with the annotations patched."""
-    written: Object = dict(job)
-    for action in plan.actions:
-        if isinstance(action, UpdateStatus):
-            written["status"] = action.obj["status"]
-        elif isinstance(action, Patch):
-            metadata = dict(written["metadata"])
-            metadata["annotations"] = {**(metadata.get("annotations") or {}),
-                                       **action.patch["metadata"]["annotations"]}
-            written["metadata"] = metadata
-    return written

@@ -50,6 +50,21 @@ class Informer:
         self.resource_version = ""
         self.relists = 0
 
+    # ----- writes this process made ------------------------------------------------------
+
+    def assume(self, obj: Object) -> None:
+        """Take the object as the API server returned it from this process's own update,
+        when it is newer than the cached one, so that readers see the write at once rather
+        than when the watch brings it; the watch's event for it still reaches the handler.
+        Objects the cache does not hold are left to the watch."""
+        key = object_key(obj)
+        old = self.store.get(key)
+        if old is None or not _newer(obj, old):
+            return
+        self._unindex(key, old)
+        self.store[key] = obj
+        self._index(key, obj)
+
     # ----- reading --------------------------------------------------------------------
 
     def get(self, key: str) -> Object | None:
@@ -126,6 +141,8 @@ class Informer:
     async def _apply(self, kind: str, obj: Object) -> None:
         key = object_key(obj)
         old = self.store.get(key)
+        if kind == "MODIFIED" and old is not None and _newer(old, obj):
+            return  # an own write already assumed is newer than this event
         if old is not None:
             self._unindex(key, old)
         if kind == "DELETED":
@@ -151,6 +168,17 @@ class Informer:
                     keys.discard(key)
                     if not keys:
                         del self.indexes[name][value]
+
+
+def _newer(obj: Object, than: Object) -> bool:
+    """Whether `obj` is a later version of the same object than `than`. The API server's
+    resourceVersions are etcd revisions; what cannot be compared is not newer."""
+    if obj["metadata"].get("uid") != than["metadata"].get("uid"):
+        return False
+    mine, theirs = obj["metadata"].get("resourceVersion"), than["metadata"].get("resourceVersion")
+    if not (mine and theirs and mine.isdigit() and theirs.isdigit()):
+        return False
+    return int(mine) > int(theirs)
 
 
 def pod_node(pod: Object) -> list[str]:

@@ -55,6 +55,14 @@ def phase_is(cluster: Cluster, name: str, *phases: str) -> dict[str, Any] | None
     return job if job.get("status", {}).get("phase") in phases else None
 
 
+def pending_with(cluster: Cluster, name: str, reason: str) -> dict[str, Any] | None:
+    """The job, once it is still Pending and its status gives `reason` (why it waits)."""
+    job = job_of(cluster, name)
+    status = job.get("status", {})
+    return job if (status.get("phase") or "Pending", status.get("reason")) == \
+        ("Pending", reason) else None
+
+
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in job.get("status", {}).get("conditions") or []
                  if c["type"] == kind), {})

@@ -12,7 +12,14 @@ import pytest
 
 from berth.protocol import is_ready
 from tests.e2e.kube import Cluster, pods
-from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
+from tests.e2e.migrate import (
+    deployment,
+    job_manifest,
+    job_of,
+    pending_with,
+    phase_is,
+    ready_pods,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -124,8 +131,8 @@ def test_rollout_in_progress_holds_the_job(cluster: Cluster, namespace: str) -> 
     cluster.kubectl("set", "env", "deployment/web", "-n", namespace, "ROLLOUT=1")
     name, manifest = job_manifest(pod, ttl="2m")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
-        "reason") == "RolloutInProgress" and j, what="arbitration to hold the job")
+    job = cluster.wait(lambda: pending_with(cluster, name, "RolloutInProgress"),
+                       what="arbitration to hold the job")
     assert job["status"].get("phase", "Pending") == "Pending"
     assert "web" in job["status"]["message"]
     cluster.kubectl("rollout", "resume", "deployment/web", "-n", namespace)
@@ -179,8 +186,8 @@ def test_dry_run_decides_and_creates_nothing(
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="web")[0]
     name, manifest = job_manifest(pod, ttl="5m")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
-        "reason") == "DryRun" and j, what="the dry run's decision on the job")
+    job = cluster.wait(lambda: pending_with(cluster, name, "DryRun"),
+                       what="the dry run's decision on the job")
     assert job["status"].get("phase", "Pending") == "Pending"
     assert "nothing is reserved or evicted" in job["status"]["message"]
     events = cluster.get("events", "-A", "--field-selector", f"involvedObject.name={name}")
@@ -209,8 +216,8 @@ def test_node_fit_holds_a_job_until_another_node_fits(
     try:
         name, manifest = job_manifest(pod, ttl="5m")
         cluster.apply(manifest)
-        job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
-            "reason") == "NodeFit" and j, what="nodeFit to hold the job")
+        job = cluster.wait(lambda: pending_with(cluster, name, "NodeFit"),
+                           what="nodeFit to hold the job")
         assert job["status"].get("phase", "Pending") == "Pending"
         assert "cpu 500m" in job["status"]["message"]
     finally:

@@ -15,6 +15,7 @@ from tests.e2e.migrate import (
     job_manifest,
     job_of,
     leftovers,
+    pending_with,
     phase_is,
     ready_pods,
 )
@@ -87,8 +88,8 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
     pods = guarded_pods(cluster, namespace)
     name, manifest = job_manifest(pods[0], ttl="20s")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: (j := job_of(cluster, name)).get("status", {}).get(
-        "reason") == "BlockedByPDB" and j, what="arbitration to hold the job for the PDB")
+    job = cluster.wait(lambda: pending_with(cluster, name, "BlockedByPDB"),
+                       what="arbitration to hold the job for the PDB")
     assert job["status"].get("phase", "Pending") == "Pending"
     assert "g" in job["status"]["message"]
     job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)

@@ -521,17 +521,3 @@ def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
                          "2 migrations already")
     assert jobs.admission(unchanged, workload_uid=None, dry_run=False).actions == []
 
-
-def test_as_admitted_is_the_job_as_the_admission_writes_it() -> None:
-    target = pod("web-1", node="node-0")
-    pending = pending_job()
-    plan = jobs.admission(Decision(pending, "admit", pod=target), workload_uid="uid-web",
-                          dry_run=False)
-    written = jobs.as_admitted(pending, plan)
-    assert written["status"]["phase"] == "Running"
-    assert {k: written["metadata"]["annotations"][k]
-            for k in (keys.POD_UID, keys.SOURCE_NODE, keys.WORKLOAD)} == {
-        keys.POD_UID: target["metadata"]["uid"], keys.SOURCE_NODE: "node-0",
-        keys.WORKLOAD: "uid-web"}
-    assert pending["status"]["phase"] == "Pending"  # the cached job is left as it was
-    assert keys.POD_UID not in (pending["metadata"].get("annotations") or {})
