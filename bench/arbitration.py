@@ -39,12 +39,19 @@ def ts(moment: datetime) -> str:
 def node(name: str, rng: random.Random) -> Object:
     ready = rng.random() > 0.01
     obj: Object = {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                              "topology.kubernetes.io/zone": f"z{rng.randrange(3)}",
-                                              "pool": rng.choice(["general", "general", "mem"])}},
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "topology.kubernetes.io/zone": f"z{rng.randrange(3)}",
+                "pool": rng.choice(["general", "general", "mem"]),
+            },
+        },
         "spec": {"unschedulable": rng.random() < 0.01},
-        "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {
+            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
     if rng.random() < 0.02:
         obj["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
@@ -53,30 +60,46 @@ def node(name: str, rng: random.Random) -> Object:
 
 def workload(kind: str, namespace: str, name: str, replicas: int, *, rolling: bool) -> Object:
     return {
-        "apiVersion": "apps/v1", "kind": kind,
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
-                     "generation": 3},
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "generation": 3,
+        },
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}},
-        "status": {"observedGeneration": 3, "replicas": replicas, "availableReplicas": replicas,
-                   "updatedReplicas": replicas - 1 if rolling else replicas,
-                   "readyReplicas": replicas},
+        "status": {
+            "observedGeneration": 3,
+            "replicas": replicas,
+            "availableReplicas": replicas,
+            "updatedReplicas": replicas - 1 if rolling else replicas,
+            "readyReplicas": replicas,
+        },
     }
 
 
 def pod(owner: Object, index: int, *, node_name: str, rng: random.Random) -> Object:
     namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
-    controller = ({"kind": "ReplicaSet", "name": f"{app}-7d9f", "uid": f"uid-rs-{namespace}-{app}"}
-                  if owner["kind"] == "Deployment" else
-                  {"kind": owner["kind"], "name": app, "uid": owner["metadata"]["uid"]})
+    controller = (
+        {"kind": "ReplicaSet", "name": f"{app}-7d9f", "uid": f"uid-rs-{namespace}-{app}"}
+        if owner["kind"] == "Deployment"
+        else {"kind": owner["kind"], "name": app, "uid": owner["metadata"]["uid"]}
+    )
     cpu = rng.choice(["100m", "250m", "500m", "1"])
     limits = {"cpu": cpu, "memory": "512Mi"} if rng.random() < 0.3 else {"memory": "1Gi"}
     ready = rng.random() > 0.03
     spec: Object = {
-        "nodeName": node_name, "schedulerName": "default-scheduler",
+        "nodeName": node_name,
+        "schedulerName": "default-scheduler",
         "priority": rng.choice([0, 0, 0, 100, 1000]),
-        "containers": [{"name": "app", "image": "app:1",
-                        "resources": {"requests": {"cpu": cpu, "memory": "512Mi"},
-                                      "limits": limits}}],
+        "containers": [
+            {
+                "name": "app",
+                "image": "app:1",
+                "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}, "limits": limits},
+            }
+        ],
         "volumes": [{"name": "token", "projected": {"sources": []}}],
         "nodeSelector": {"pool": "general"} if rng.random() < 0.2 else {},
     }
@@ -89,31 +112,40 @@ def pod(owner: Object, index: int, *, node_name: str, rng: random.Random) -> Obj
     if rng.random() < 0.05:
         annotations[keys.EVICTION_COST] = str(rng.choice([-10, 10, 100, keys.EVICTION_COST_NEVER]))
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{app}-{index}", "namespace": namespace,
-                     "uid": f"uid-pod-{namespace}-{app}-{index}",
-                     "creationTimestamp": ts(NOW - timedelta(days=1)),
-                     "labels": labels, "annotations": annotations,
-                     "ownerReferences": [{"apiVersion": "apps/v1", "controller": True,
-                                          **controller}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{app}-{index}",
+            "namespace": namespace,
+            "uid": f"uid-pod-{namespace}-{app}-{index}",
+            "creationTimestamp": ts(NOW - timedelta(days=1)),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "controller": True, **controller}],
+        },
         "spec": spec,
-        "status": {"phase": "Running", "qosClass": "Guaranteed" if "cpu" in limits else "Burstable",
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {
+            "phase": "Running",
+            "qosClass": "Guaranteed" if "cpu" in limits else "Burstable",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
 
 
 def pdb(owner: Object, rng: random.Random) -> Object:
     namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
     return {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
         "metadata": {"name": f"{app}-pdb", "namespace": namespace},
         "spec": {"selector": {"matchLabels": {"app": app}}, "maxUnavailable": 1},
         "status": {"disruptionsAllowed": rng.choice([0, 1, 1, 2]), "disruptedPods": {}},
     }
 
 
-def job(name: str, target: Object, *, phase: str, created: datetime,
-        workload_uid: str | None = None) -> Object:
+def job(
+    name: str, target: Object, *, phase: str, created: datetime, workload_uid: str | None = None
+) -> Object:
     metadata = target["metadata"]
     annotations = {}
     if phase != "Pending":
@@ -121,12 +153,19 @@ def job(name: str, target: Object, *, phase: str, created: datetime,
         if workload_uid:
             annotations[keys.WORKLOAD] = workload_uid
     return {
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "PodMigrationJob",
-        "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": ts(created),
-                     "annotations": annotations},
-        "spec": {"podRef": {"namespace": metadata["namespace"], "name": metadata["name"]},
-                 "mode": "ReservationFirst" if int(name[4:]) % 10 else "EvictDirectly",
-                 "ttl": "5m"},
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "PodMigrationJob",
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "creationTimestamp": ts(created),
+            "annotations": annotations,
+        },
+        "spec": {
+            "podRef": {"namespace": metadata["namespace"], "name": metadata["name"]},
+            "mode": "ReservationFirst" if int(name[4:]) % 10 else "EvictDirectly",
+            "ttl": "5m",
+        },
         "status": {"phase": phase},
     }
 
@@ -143,42 +182,79 @@ def build(*, jobs: int, nodes: int, pods: int, seed: int = 1) -> Snapshot:
         namespace = f"team-{rng.randrange(50)}"
         kind = "StatefulSet" if rng.random() < 0.1 else "Deployment"
         replicas = min(rng.choice(SIZES), pods - len(all_pods))
-        owner = workload(kind, namespace, f"app-{len(workloads)}", replicas,
-                         rolling=rng.random() < 0.03)
+        owner = workload(
+            kind, namespace, f"app-{len(workloads)}", replicas, rolling=rng.random() < 0.03
+        )
         uid = owner["metadata"]["uid"]
         workloads[uid] = owner
-        pods_of[uid] = [pod(owner, i, node_name=rng.choice(node_names), rng=rng)
-                        for i in range(replicas)]
+        pods_of[uid] = [
+            pod(owner, i, node_name=rng.choice(node_names), rng=rng) for i in range(replicas)
+        ]
         all_pods += pods_of[uid]
         if rng.random() < 0.3:
             pdbs.append(pdb(owner, rng))
     workload_of = {p["metadata"]["uid"]: uid for uid, members in pods_of.items() for p in members}
-    above = {f"uid-rs-{w['metadata']['namespace']}-{w['metadata']['name']}": uid
-             for uid, w in workloads.items() if w["kind"] == "Deployment"}
+    above = {
+        f"uid-rs-{w['metadata']['namespace']}-{w['metadata']['name']}": uid
+        for uid, w in workloads.items()
+        if w["kind"] == "Deployment"
+    }
     used: dict[str, Resources] = {name: {} for name in node_names}
     for member in all_pods:
         node_used = used[member["spec"]["nodeName"]]
         for name, value in pod_requests(member["spec"]).items():
             node_used[name] = node_used.get(name, Decimal(0)) + value
-    free = {name: {resource: parse_quantity(quantity) - used[name].get(resource, Decimal(0))
-                   for resource, quantity in node_objects[name]["status"]["allocatable"].items()}
-            for name in node_names}
+    free = {
+        name: {
+            resource: parse_quantity(quantity) - used[name].get(resource, Decimal(0))
+            for resource, quantity in node_objects[name]["status"]["allocatable"].items()
+        }
+        for name in node_names
+    }
     targets = rng.sample(all_pods, jobs + jobs // 20)
-    pending = [job(f"pmj-{i}", target, phase="Pending",
-                   created=NOW - timedelta(seconds=rng.randrange(3600)))
-               for i, target in enumerate(targets[:jobs])]
-    in_flight = [job(f"pmj-{jobs + i}", target, phase="Running", created=NOW - timedelta(hours=1),
-                     workload_uid=workload_of[target["metadata"]["uid"]])
-                 for i, target in enumerate(targets[jobs:])]
-    history = [job(f"pmj-{2 * jobs + i}", target, created=NOW - timedelta(days=1),
-                   phase=rng.choice(["Succeeded", "Succeeded", "Failed", "Aborted"]),
-                   workload_uid=workload_of[target["metadata"]["uid"]])
-               for i, target in enumerate(rng.sample(all_pods, jobs // 2))]
+    pending = [
+        job(
+            f"pmj-{i}",
+            target,
+            phase="Pending",
+            created=NOW - timedelta(seconds=rng.randrange(3600)),
+        )
+        for i, target in enumerate(targets[:jobs])
+    ]
+    in_flight = [
+        job(
+            f"pmj-{jobs + i}",
+            target,
+            phase="Running",
+            created=NOW - timedelta(hours=1),
+            workload_uid=workload_of[target["metadata"]["uid"]],
+        )
+        for i, target in enumerate(targets[jobs:])
+    ]
+    history = [
+        job(
+            f"pmj-{2 * jobs + i}",
+            target,
+            created=NOW - timedelta(days=1),
+            phase=rng.choice(["Succeeded", "Succeeded", "Failed", "Aborted"]),
+            workload_uid=workload_of[target["metadata"]["uid"]],
+        )
+        for i, target in enumerate(rng.sample(all_pods, jobs // 2))
+    ]
     return Snapshot(
-        pending=pending, in_flight=in_flight, history=history,
+        pending=pending,
+        in_flight=in_flight,
+        history=history,
         pods={f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in all_pods},
-        workload_of=above, workloads=workloads, pods_of_workload=pods_of, pdbs=pdbs,
-        nodes=node_objects, free=free, args=MigrationControllerArgs(), now=NOW)
+        workload_of=above,
+        workloads=workloads,
+        pods_of_workload=pods_of,
+        pdbs=pdbs,
+        nodes=node_objects,
+        free=free,
+        args=MigrationControllerArgs(),
+        now=NOW,
+    )
 
 
 CONFIGS: list[tuple[str, dict[str, Any]]] = [
@@ -189,8 +265,9 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def run(snapshot: Snapshot, rounds: int, *, steady: bool, churn: float = 0.0
-        ) -> tuple[list[float], Counter[str], Counter[str]]:
+def run(
+    snapshot: Snapshot, rounds: int, *, steady: bool, churn: float = 0.0
+) -> tuple[list[float], Counter[str], Counter[str]]:
     """Time `rounds` rounds. Steady: each round gets the memo of the one before, as in the
     controller (after a first cold round, not timed); else every round starts cold.
     `churn`: before each round that share of the pods and of the pending jobs is replaced
@@ -240,8 +317,11 @@ def touch(snapshot: Snapshot, rounds: int) -> list[float]:
             ref = job["spec"]["podRef"]
             pod = snapshot.pods[f"{ref['namespace']}/{ref['name']}"]
             metadata, spec, status = pod["metadata"], pod["spec"], pod["status"]
-            for item in (*(metadata.get("ownerReferences") or ()), *(spec.get("volumes") or ()),
-                         *(status.get("conditions") or ())):
+            for item in (
+                *(metadata.get("ownerReferences") or ()),
+                *(spec.get("volumes") or ()),
+                *(status.get("conditions") or ()),
+            ):
                 item.get("kind")
             metadata.get("labels", {}).get("app")
             metadata.get("annotations", {}).get(keys.EVICTION_COST)
@@ -251,12 +331,15 @@ def touch(snapshot: Snapshot, rounds: int) -> list[float]:
     return timings
 
 
-def row(name: str, options: argparse.Namespace, timings: list[float],
-        verdicts: Counter[str]) -> str:
-    return (f"{name:<32}{options.rounds:>7}{options.jobs:>7}{options.nodes:>7}"
-            f"{options.pods:>7}{min(timings):>8.1f}{statistics.median(timings):>8.1f}"
-            f"{max(timings):>8.1f}{verdicts['admit']:>7}{verdicts['wait']:>7}"
-            f"{verdicts['fail']:>7}")
+def row(
+    name: str, options: argparse.Namespace, timings: list[float], verdicts: Counter[str]
+) -> str:
+    return (
+        f"{name:<32}{options.rounds:>7}{options.jobs:>7}{options.nodes:>7}"
+        f"{options.pods:>7}{min(timings):>8.1f}{statistics.median(timings):>8.1f}"
+        f"{max(timings):>8.1f}{verdicts['admit']:>7}{verdicts['wait']:>7}"
+        f"{verdicts['fail']:>7}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -267,8 +350,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pods", type=int, default=50_000)
     options = parser.parse_args(argv)
     base = build(jobs=options.jobs, nodes=options.nodes, pods=options.pods)
-    header = (f"{'config':<32}{'rounds':>7}{'jobs':>7}{'nodes':>7}{'pods':>7}{'min ms':>8}"
-              f"{'median':>8}{'max ms':>8}{'admit':>7}{'wait':>7}{'fail':>7}")
+    header = (
+        f"{'config':<32}{'rounds':>7}{'jobs':>7}{'nodes':>7}{'pods':>7}{'min ms':>8}"
+        f"{'median':>8}{'max ms':>8}{'admit':>7}{'wait':>7}{'fail':>7}"
+    )
     print(header)
     print("-" * len(header))
     waits = {}

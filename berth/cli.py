@@ -25,8 +25,12 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _dev_up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.state_dir)
-    spec = ClusterSpec(nodes=args.nodes, node_cpu=args.node_cpu, node_memory=args.node_memory,
-                       node_pods=args.node_pods)
+    spec = ClusterSpec(
+        nodes=args.nodes,
+        node_cpu=args.node_cpu,
+        node_memory=args.node_memory,
+        node_pods=args.node_pods,
+    )
     cluster.up(spec)
     for component in cluster.components:
         print(f"{component.name:<24} pid {component.pid:<8} port {component.port}")
@@ -59,8 +63,10 @@ def _dev_demo(args: argparse.Namespace) -> int:
 
     cluster = LocalCluster(args.state_dir)
     if not cluster.running():
-        print(f"berth: no local cluster runs from {cluster.state_dir}; run `berth dev up`",
-              file=sys.stderr)
+        print(
+            f"berth: no local cluster runs from {cluster.state_dir}; run `berth dev up`",
+            file=sys.stderr,
+        )
         return 1
     return asyncio.run(demo.run(cluster.kubeconfig))
 
@@ -79,15 +85,16 @@ def _dev_status(args: argparse.Namespace) -> int:
         return 1
     for component, healthy, seen in report:
         state = "healthy" if healthy else "UNHEALTHY"
-        print(f"{component.name:<24} pid {component.pid:<8} port {component.port:<6} "
-              f"{state}  {seen[:60]}")
+        print(
+            f"{component.name:<24} pid {component.pid:<8} port {component.port:<6} "
+            f"{state}  {seen[:60]}"
+        )
     print(f"kubeconfig: {cluster.kubeconfig}")
     return 0 if all(healthy for _, healthy, _ in report) else 1
 
 
 def _certs(args: argparse.Namespace) -> int:
-    paths = tls.write_serving_set(args.out, dns_names=tuple(args.dns),
-                                  ip_addresses=tuple(args.ip))
+    paths = tls.write_serving_set(args.out, dns_names=tuple(args.dns), ip_addresses=tuple(args.ip))
     for path in paths:
         print(path)
     return 0
@@ -108,8 +115,12 @@ def parser() -> argparse.ArgumentParser:
     dev = commands.add_parser("dev", help="a local control plane for tests and the demo")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     for name, handler, help_text in (
-        ("up", _dev_up, "start etcd, kube-apiserver, kube-controller-manager, "
-                        "kube-scheduler, kwok and fake nodes"),
+        (
+            "up",
+            _dev_up,
+            "start etcd, kube-apiserver, kube-controller-manager, "
+            "kube-scheduler, kwok and fake nodes",
+        ),
         ("down", _dev_down, "stop exactly the processes `up` started"),
         ("status", _dev_status, "show each component and its health"),
         ("env", _dev_env, "print the line that points kubectl at the running cluster"),
@@ -117,17 +128,22 @@ def parser() -> argparse.ArgumentParser:
         ("demo", _dev_demo, "defragment the running cluster with reservation-first migrations"),
     ):
         sub = dev_commands.add_parser(name, help=help_text)
-        sub.add_argument("--state-dir", type=Path, default=None,
-                         help="where state, logs and the kubeconfig live "
-                              "(default: $XDG_STATE_HOME/berth/dev)")
+        sub.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="where state, logs and the kubeconfig live (default: $XDG_STATE_HOME/berth/dev)",
+        )
         sub.set_defaults(handler=handler)
         if name == "up":
             sub.add_argument("--nodes", type=int, default=3, help="fake nodes (default 3)")
             sub.add_argument("--node-cpu", default="8", help="CPU of each node (default 8)")
-            sub.add_argument("--node-memory", default="16Gi",
-                             help="memory of each node (default 16Gi)")
-            sub.add_argument("--node-pods", type=int, default=110,
-                             help="pod capacity of each node (default 110)")
+            sub.add_argument(
+                "--node-memory", default="16Gi", help="memory of each node (default 16Gi)"
+            )
+            sub.add_argument(
+                "--node-pods", type=int, default=110, help="pod capacity of each node (default 110)"
+            )
 
     certs = commands.add_parser("certs", help="make a self-signed CA and a serving certificate")
     certs.add_argument("--out", type=Path, required=True, help="directory for ca/tls files")
@@ -141,8 +157,12 @@ def parser() -> argparse.ArgumentParser:
     migrate.add_parser(commands)
 
     crds = commands.add_parser("crds", help="write the CRDs generated from the API models")
-    crds.add_argument("--out", type=Path, default=Path("manifests/crds"),
-                      help="directory (default manifests/crds)")
+    crds.add_argument(
+        "--out",
+        type=Path,
+        default=Path("manifests/crds"),
+        help="directory (default manifests/crds)",
+    )
     crds.set_defaults(handler=_crds)
     return root
 

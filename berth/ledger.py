@@ -104,10 +104,13 @@ class Ledger:
             touched |= {old.placeholder_for, self._owners.get(old_uid)}
         if kind != DELETED:
             uid = str(metadata["uid"])
-            entry = PodEntry(name=key, node=pod.get("spec", {}).get("nodeName") or None,
-                             requests=pod_requests(pod.get("spec", {})),
-                             placeholder_for=protocol.placeholder_reservation(pod),
-                             terminal=protocol.is_terminal_pod(pod))
+            entry = PodEntry(
+                name=key,
+                node=pod.get("spec", {}).get("nodeName") or None,
+                requests=pod_requests(pod.get("spec", {})),
+                placeholder_for=protocol.placeholder_reservation(pod),
+                terminal=protocol.is_terminal_pod(pod),
+            )
             self._pods[uid] = entry
             self._uids[key] = uid
             self._charge(uid, entry)
@@ -123,11 +126,11 @@ class Ledger:
             if self._owners.get(uid) == name:
                 del self._owners[uid]
         node = protocol.node_of(reservation)
-        if kind != DELETED and node and \
-                protocol.phase(reservation) == ReservationPhase.AVAILABLE:
+        if kind != DELETED and node and protocol.phase(reservation) == ReservationPhase.AVAILABLE:
             owners = frozenset(protocol.owner_uids(reservation))
-            self._reservations[name] = _Reservation(node=node, owners=owners,
-                                                    held=held_by(reservation))
+            self._reservations[name] = _Reservation(
+                node=node, owners=owners, held=held_by(reservation)
+            )
             for uid in owners:
                 self._owners[uid] = name
         self._refresh(name)
@@ -191,8 +194,9 @@ class Ledger:
         if node is not None:
             self._bound[node] = add(self._bound.get(node, {}), entry.requests)
             if entry.placeholder_for is not None:
-                self._bound_placeholders[node] = add(self._bound_placeholders.get(node, {}),
-                                                     entry.requests)
+                self._bound_placeholders[node] = add(
+                    self._bound_placeholders.get(node, {}), entry.requests
+                )
         if entry.placeholder_for is not None and not entry.terminal:
             self._live_placeholders.setdefault(entry.placeholder_for, set()).add(uid)
 
@@ -201,8 +205,9 @@ class Ledger:
         if node is not None:
             self._bound[node] = subtract(self._bound[node], entry.requests)
             if entry.placeholder_for is not None:
-                self._bound_placeholders[node] = subtract(self._bound_placeholders[node],
-                                                          entry.requests)
+                self._bound_placeholders[node] = subtract(
+                    self._bound_placeholders[node], entry.requests
+                )
         if entry.placeholder_for is not None:
             live = self._live_placeholders.get(entry.placeholder_for, set())
             live.discard(uid)
@@ -233,5 +238,7 @@ class Ledger:
         """
         if not reservation.owners:
             return False
-        return not any((owner := self._pods.get(uid)) is not None and owner.node is not None
-                       for uid in reservation.owners)
+        return not any(
+            (owner := self._pods.get(uid)) is not None and owner.node is not None
+            for uid in reservation.owners
+        )

@@ -34,11 +34,13 @@ WEBHOOK_REQUESTS = Counter(
     "claimed), reasserted (called again for a pod that already claimed one), lost (every "
     "matching Reservation went to other pods), skipped (nothing to bind the pod to), "
     "error (the API server failed; the pod was let through unbound), malformed (refused).",
-    ["result"])
+    ["result"],
+)
 
 WEBHOOK_REQUEST_DURATION = Histogram(
     "berth_webhook_request_duration_seconds",
-    "Time to answer a pod admission review, claim included.")
+    "Time to answer a pod admission review, claim included.",
+)
 
 # ----- extender ---------------------------------------------------------------------------
 
@@ -48,31 +50,32 @@ EXTENDER_REQUESTS = Counter(
     "berth_extender_requests_total",
     "kube-scheduler extender requests answered, by verb and result: ok, bad_request (not "
     "the extender/v1 type), not_ready (caches not synced yet).",
-    ["verb", "result"])
+    ["verb", "result"],
+)
 
 EXTENDER_REQUEST_DURATION = Histogram(
     "berth_extender_request_duration_seconds",
     "Time to answer a kube-scheduler extender request, by verb.",
-    ["verb"])
+    ["verb"],
+)
 
 # ----- controller -------------------------------------------------------------------------
 
-JOBS = Gauge(
-    "berth_jobs",
-    "PodMigrationJobs in the leader's cache, by phase.",
-    ["phase"])
+JOBS = Gauge("berth_jobs", "PodMigrationJobs in the leader's cache, by phase.", ["phase"])
 
 JOBS_FINISHED = Counter(
     "berth_jobs_finished_total",
     "PodMigrationJobs the controller ended, by phase and status.reason.",
-    ["phase", "reason"])
+    ["phase", "reason"],
+)
 
 JOB_PHASE_DURATION = Histogram(
     "berth_job_phase_duration_seconds",
     "Time a PodMigrationJob spent in a phase, observed when it left it: Pending until "
     "arbitration admitted or failed it, Running from its first step until it ended.",
     ["phase"],
-    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600))
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600),
+)
 
 EvictionResult = Literal["evicted", "blocked_by_pdb", "failed"]
 
@@ -80,26 +83,28 @@ EVICTIONS = Counter(
     "berth_evictions_total",
     "Evictions the controller attempted, by policy and result: evicted, blocked_by_pdb "
     "(the API server answered 429), failed.",
-    ["policy", "result"])
+    ["policy", "result"],
+)
 
 RESERVATIONS = Gauge(
-    "berth_reservations",
-    "Reservations in the leader's cache, by phase.",
-    ["phase"])
+    "berth_reservations", "Reservations in the leader's cache, by phase.", ["phase"]
+)
 
 WORKQUEUE_DEPTH = Gauge(
-    "berth_workqueue_depth",
-    "Jobs and Reservations waiting in the controller's work queue.")
+    "berth_workqueue_depth", "Jobs and Reservations waiting in the controller's work queue."
+)
 
 ARBITRATION_ROUND_DURATION = Histogram(
     "berth_arbitration_round_duration_seconds",
-    "Time of one admission round: arbitrating the pending jobs and writing the decisions.")
+    "Time of one admission round: arbitrating the pending jobs and writing the decisions.",
+)
 
 RECONCILE_ERRORS = Counter(
     "berth_reconcile_errors_total",
     "Reconcile passes that failed, by the kind of object: job (PodMigrationJob) or rsv "
     "(Reservation).",
-    ["kind"])
+    ["kind"],
+)
 
 
 def observe_jobs(jobs: Iterable[Object]) -> None:
@@ -147,5 +152,11 @@ def _first_step(job: Object) -> datetime | None:
     one tells; a job that ends before any step has none.
     """
     conditions = (job.get("status") or {}).get("conditions") or []
-    return min((datetime.fromisoformat(c["lastTransitionTime"]) for c in conditions
-                if c.get("lastTransitionTime")), default=None)
+    return min(
+        (
+            datetime.fromisoformat(c["lastTransitionTime"])
+            for c in conditions
+            if c.get("lastTransitionTime")
+        ),
+        default=None,
+    )

@@ -25,21 +25,45 @@ POLL = 1.0
 COLUMNS = ("JOB", "PHASE", "STATUS", "NODE", "POD", "NEWPOD", "MESSAGE")
 
 
-def job_for(pod: Mapping[str, Any], *, to: str | None, mode: str, ttl: str,
-            paused: bool) -> Object:
+def job_for(pod: Mapping[str, Any], *, to: str | None, mode: str, ttl: str, paused: bool) -> Object:
     """The PodMigrationJob that moves `pod` (to node `to`, when given)."""
     metadata = pod["metadata"]
     name = f"{metadata['name'][:40]}-{uuid.uuid4().hex[:6]}"
-    spec: Object = {"paused": paused, "ttl": ttl, "mode": mode,
-                    "podRef": {"namespace": metadata["namespace"], "name": metadata["name"],
-                               "uid": metadata["uid"]}}
+    spec: Object = {
+        "paused": paused,
+        "ttl": ttl,
+        "mode": mode,
+        "podRef": {
+            "namespace": metadata["namespace"],
+            "name": metadata["name"],
+            "uid": metadata["uid"],
+        },
+    }
     if to:
         pin = {"key": "metadata.name", "operator": "In", "values": [to]}
-        spec["reservationOptions"] = {"template": {"spec": {"template": {"spec": {
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchFields": [pin]}]}}}}}}}}
-    return {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "PodMigrationJob",
-            "metadata": {"name": name}, "spec": spec}
+        spec["reservationOptions"] = {
+            "template": {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "affinity": {
+                                "nodeAffinity": {
+                                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                                        "nodeSelectorTerms": [{"matchFields": [pin]}]
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    return {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "PodMigrationJob",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def why_not_migratable(pod: Mapping[str, Any]) -> str | None:
@@ -56,8 +80,7 @@ def why_not_migratable(pod: Mapping[str, Any]) -> str | None:
         return "terminating or finished"
     if controller is None:
         return "not managed by a controller: nothing would re-create it"
-    if (metadata.get("annotations") or {}).get(keys.EVICTION_COST) == str(
-            keys.EVICTION_COST_NEVER):
+    if (metadata.get("annotations") or {}).get(keys.EVICTION_COST) == str(keys.EVICTION_COST_NEVER):
         return "eviction cost is MaxInt32"
     return None
 
@@ -75,9 +98,10 @@ def rows(jobs: Iterable[Mapping[str, Any]]) -> list[tuple[str, ...]]:
 
 def table(lines: list[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in [COLUMNS, *lines]) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
-                                                                       strict=True)).rstrip()
-                     for row in [COLUMNS, *lines])
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [COLUMNS, *lines]
+    )
 
 
 async def follow(kube: Kube, names: list[str], *, out: TextIO) -> bool:
@@ -102,12 +126,15 @@ async def follow(kube: Kube, names: list[str], *, out: TextIO) -> bool:
 async def _create(kube: Kube, pods: list[Object], args: argparse.Namespace) -> list[str]:
     names = []
     for pod in pods:
-        job = job_for(pod, to=getattr(args, "to", None), mode=args.mode, ttl=args.ttl,
-                      paused=args.paused)
+        job = job_for(
+            pod, to=getattr(args, "to", None), mode=args.mode, ttl=args.ttl, paused=args.paused
+        )
         await kube.create(PODMIGRATIONJOBS, job)
         names.append(job["metadata"]["name"])
-        print(f"podmigrationjob/{job['metadata']['name']} created for "
-              f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        print(
+            f"podmigrationjob/{job['metadata']['name']} created for "
+            f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        )
     return names
 
 
@@ -117,14 +144,17 @@ async def _run(args: argparse.Namespace) -> int:
         if args.target == "pod":
             pods = [await kube.get(PODS, args.name, args.namespace)]
         else:
-            listed = await kube.list(PODS, namespace=args.namespace,
-                                     field_selector=f"spec.nodeName={args.name}")
+            listed = await kube.list(
+                PODS, namespace=args.namespace, field_selector=f"spec.nodeName={args.name}"
+            )
             pods = []
             for pod in listed.get("items", []):
                 reason = why_not_migratable(pod)
                 if reason:
-                    print(f"skipping {pod['metadata']['namespace']}/{pod['metadata']['name']}: "
-                          f"{reason}")
+                    print(
+                        f"skipping {pod['metadata']['namespace']}/{pod['metadata']['name']}: "
+                        f"{reason}"
+                    )
                 else:
                     pods.append(pod)
             if not pods:
@@ -135,8 +165,9 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         ok = await follow(kube, names, out=sys.stdout)
         if not ok:
-            print("migration failed: see `kubectl describe pmj` for each failed job",
-                  file=sys.stderr)
+            print(
+                "migration failed: see `kubectl describe pmj` for each failed job", file=sys.stderr
+            )
         return 0 if ok else 1
     except KubeError as error:
         print(f"kubectl-migrate: {error.message}", file=sys.stderr)
@@ -152,23 +183,31 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def configure(parser: argparse.ArgumentParser) -> None:
     targets = parser.add_subparsers(dest="target", required=True)
-    for target, help_text in (("pod", "migrate one pod"),
-                              ("node", "migrate every migratable pod on a node")):
+    for target, help_text in (
+        ("pod", "migrate one pod"),
+        ("node", "migrate every migratable pod on a node"),
+    ):
         sub = targets.add_parser(target, help=help_text)
         sub.add_argument("name", help=f"the {target}'s name")
         if target == "pod":
             sub.add_argument("-n", "--namespace", default="default")
             sub.add_argument("--to", metavar="NODE", help="reserve the place on this node")
         else:
-            sub.add_argument("-n", "--namespace", default=None,
-                             help="only pods of this namespace (default: all)")
-        sub.add_argument("--mode", choices=("ReservationFirst", "EvictDirectly"),
-                         default="ReservationFirst")
+            sub.add_argument(
+                "-n", "--namespace", default=None, help="only pods of this namespace (default: all)"
+            )
+        sub.add_argument(
+            "--mode", choices=("ReservationFirst", "EvictDirectly"), default="ReservationFirst"
+        )
         sub.add_argument("--ttl", default="5m", help="job TTL, a Go duration (default 5m)")
         sub.add_argument("--paused", action="store_true", help="create the jobs paused")
         sub.add_argument("--wait", action="store_true", help="follow the jobs until they end")
-        sub.add_argument("--kubeconfig", type=Path, default=None,
-                         help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
+        sub.add_argument(
+            "--kubeconfig",
+            type=Path,
+            default=None,
+            help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)",
+        )
     parser.set_defaults(handler=lambda args: asyncio.run(_run(args)))
 
 

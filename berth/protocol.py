@@ -46,6 +46,7 @@ def controller_of(obj: Object) -> Mapping[str, Any] | None:
 
 # ----- reservations -----------------------------------------------------------------------
 
+
 def phase(reservation: Object) -> str:
     return str(reservation.get("status", {}).get("phase") or ReservationPhase.PENDING)
 
@@ -61,10 +62,12 @@ def claim_of(reservation: Object) -> str | None:
 
 def is_consumable(reservation: Object) -> bool:
     """Available, opened for its replacement, and not yet claimed by any pod."""
-    return (phase(reservation) == ReservationPhase.AVAILABLE
-            and node_of(reservation) is not None
-            and annotations_of(reservation).get(keys.CONSUMABLE) == "true"
-            and claim_of(reservation) is None)
+    return (
+        phase(reservation) == ReservationPhase.AVAILABLE
+        and node_of(reservation) is not None
+        and annotations_of(reservation).get(keys.CONSUMABLE) == "true"
+        and claim_of(reservation) is None
+    )
 
 
 def owner_uids(reservation: Object) -> set[str]:
@@ -111,13 +114,19 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
         if wanted and controller and wanted.get("uid") == controller.get("uid"):
             return True
         obj = owner.get("object")
-        if obj and obj.get("name") == pod.get("metadata", {}).get("name") and \
-                obj.get("namespace", namespace) == namespace:
+        if (
+            obj
+            and obj.get("name") == pod.get("metadata", {}).get("name")
+            and obj.get("namespace", namespace) == namespace
+        ):
             return True
         selector = owner.get("labelSelector")
         # An empty selector would match every pod: an owner must name its pods.
-        if selector and (selector.get("matchLabels") or selector.get("matchExpressions")) \
-                and selector_matches(selector, labels_of(pod)):
+        if (
+            selector
+            and (selector.get("matchLabels") or selector.get("matchExpressions"))
+            and selector_matches(selector, labels_of(pod))
+        ):
             return True
     return False
 
@@ -166,6 +175,7 @@ def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None)
 
 # ----- pods -------------------------------------------------------------------------------
 
+
 def placeholder_reservation(pod: Object) -> str | None:
     """The Reservation a placeholder pod holds capacity for (None for any other pod)."""
     return labels_of(pod).get(keys.RESERVATION_LABEL) or None
@@ -188,4 +198,5 @@ def is_terminal_pod(pod: Object) -> bool:
 def is_ready(pod: Object) -> bool:
     conditions = pod.get("status", {}).get("conditions") or []
     return pod.get("status", {}).get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )

@@ -18,11 +18,21 @@ Resources = dict[str, Decimal]
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
 }
 _QUANTITY = re.compile(
     r"^([+-]?(?:\d+\.?\d*|\.\d+))"  # the number
@@ -77,8 +87,9 @@ def fits(requests: Mapping[str, Decimal], free: Mapping[str, Decimal]) -> list[s
 
     A resource the node does not list at all counts as zero free, as in the scheduler.
     """
-    return [name for name, value in requests.items()
-            if value > 0 and value > free.get(name, Decimal(0))]
+    return [
+        name for name, value in requests.items() if value > 0 and value > free.get(name, Decimal(0))
+    ]
 
 
 def _requests(container: Mapping[str, Any]) -> Resources:
@@ -105,8 +116,13 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
             init_peak = maximum(init_peak, add(_requests(container), sidecars))
     requests = maximum(requests, init_peak)
     pod_level = parse_resources((spec.get("resources") or {}).get("requests"))
-    requests.update({name: value for name, value in pod_level.items()
-                     if name in {"cpu", "memory", "hugepages-1Gi", "hugepages-2Mi"}})
+    requests.update(
+        {
+            name: value
+            for name, value in pod_level.items()
+            if name in {"cpu", "memory", "hugepages-1Gi", "hugepages-2Mi"}
+        }
+    )
     return add(requests, parse_resources(spec.get("overhead")))
 
 

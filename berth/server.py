@@ -57,8 +57,14 @@ def cancel_on_signals() -> None:
         loop.add_signal_handler(signum, main.cancel)
 
 
-async def serve(app: web.Application, *, host: str, port: int,
-                cert_file: Path | None = None, key_file: Path | None = None) -> None:
+async def serve(
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    cert_file: Path | None = None,
+    key_file: Path | None = None,
+) -> None:
     """Serve until cancelled."""
     context = tls_context(cert_file, key_file) if cert_file and key_file else None
     runner = web.AppRunner(app, access_log=None)

@@ -89,6 +89,7 @@ class Plan:
         return self
 
     def again_in(self, seconds: float) -> Plan:
-        self.requeue_after = seconds if self.requeue_after is None else min(
-            self.requeue_after, seconds)
+        self.requeue_after = (
+            seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+        )
         return self

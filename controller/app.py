@@ -105,22 +105,30 @@ class Controller:
         self.args = args
         self.queue = WorkQueue()
         metrics.WORKQUEUE_DEPTH.set_function(lambda: len(self.queue))
-        self.jobs = Informer(kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key},
-                             handler=self._on_job)
+        self.jobs = Informer(
+            kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job
+        )
         self.reservations = Informer(
-            kube, RESERVATIONS,
-            indexes={"claim": lambda r: _single(protocol.claim_of(r)),
-                     "job": lambda r: _single(protocol.annotations_of(r).get(keys.JOB))},
-            handler=self._on_reservation)
+            kube,
+            RESERVATIONS,
+            indexes={
+                "claim": lambda r: _single(protocol.claim_of(r)),
+                "job": lambda r: _single(protocol.annotations_of(r).get(keys.JOB)),
+            },
+            handler=self._on_reservation,
+        )
         self.pods = Informer(
-            kube, PODS,
-            indexes={"reservation": lambda p: _single(protocol.placeholder_reservation(p)),
-                     "claim": lambda p: _single(protocol.pod_claim(p)),
-                     "uid": lambda p: _single(p["metadata"].get("uid")),
-                     "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
-                     "controller": lambda p: _single(
-                         (protocol.controller_of(p) or {}).get("uid"))},
-            handler=self._on_pod)
+            kube,
+            PODS,
+            indexes={
+                "reservation": lambda p: _single(protocol.placeholder_reservation(p)),
+                "claim": lambda p: _single(protocol.pod_claim(p)),
+                "uid": lambda p: _single(p["metadata"].get("uid")),
+                "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
+                "controller": lambda p: _single((protocol.controller_of(p) or {}).get("uid")),
+            },
+            handler=self._on_pod,
+        )
         by_uid: dict[str, IndexFunc] = {"uid": lambda o: _single(o["metadata"].get("uid"))}
         self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid)
         self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid)
@@ -130,15 +138,24 @@ class Controller:
         self.ledger = Ledger() if args.node_fit else None
         """Free capacity per node, kept up to date by the watches; only nodeFit reads it."""
         self.priority_classes = Informer(kube, PRIORITYCLASSES)
-        self.informers = [self.jobs, self.reservations, self.pods, self.replicasets,
-                          self.deployments, self.statefulsets, self.pdbs, self.nodes,
-                          self.priority_classes]
+        self.informers = [
+            self.jobs,
+            self.reservations,
+            self.pods,
+            self.replicasets,
+            self.deployments,
+            self.statefulsets,
+            self.pdbs,
+            self.nodes,
+            self.priority_classes,
+        ]
         self.limiter = arbitration.LimiterState()
         self.memo: arbitration.Memo | None = None
         """What the last arbitration round read, for the next (see arbitration.Memo)."""
         self.caches = {informer.resource.plural: informer for informer in self.informers}
-        self.executor = Executor(kube, Recorder(kube, component=COMPONENT, instance=identity),
-                                 written=self._written)
+        self.executor = Executor(
+            kube, Recorder(kube, component=COMPONENT, instance=identity), written=self._written
+        )
 
     def _written(self, resource: Resource, obj: dict[str, Any]) -> None:
         """The caches take this process's own writes at once: the next arbitration round
@@ -195,9 +212,11 @@ class Controller:
         controller = protocol.controller_of(pod or {})
         if controller is None or pod is None:
             return None
-        replicaset = self.replicasets.get(
-            f"{pod['metadata']['namespace']}/{controller['name']}") \
-            if controller.get("kind") == "ReplicaSet" else None
+        replicaset = (
+            self.replicasets.get(f"{pod['metadata']['namespace']}/{controller['name']}")
+            if controller.get("kind") == "ReplicaSet"
+            else None
+        )
         return protocol.top_level_workload(controller, replicaset)
 
     def _reservation_view(self, reservation: dict[str, Any]) -> reservations.ReservationView:
@@ -206,9 +225,13 @@ class Controller:
         claim = protocol.claim_of(reservation)
         claimers = self.pods.by_index("claim", claim) if claim else []
         return reservations.ReservationView(
-            reservation=reservation, placeholder=placeholders[0] if placeholders else None,
-            claimer=claimers[0] if claimers else None, owner=self._owner(reservation),
-            now=datetime.now(UTC), image=self.args.placeholder_image)
+            reservation=reservation,
+            placeholder=placeholders[0] if placeholders else None,
+            claimer=claimers[0] if claimers else None,
+            owner=self._owner(reservation),
+            now=datetime.now(UTC),
+            image=self.args.placeholder_image,
+        )
 
     def _job_view(self, job: dict[str, Any]) -> jobs.JobView:
         ref = job["spec"]["podRef"]
@@ -219,9 +242,16 @@ class Controller:
             uid = (owner.get("controller") or {}).get("uid")
             if uid:
                 siblings += self.pods.by_index("controller", uid)
-        return jobs.JobView(job=job, pod=pod, reservation=reservation,
-                            owner=self._owner(reservation), workload_uid=self._workload_uid(pod),
-                            now=datetime.now(UTC), args=self.args, siblings=tuple(siblings))
+        return jobs.JobView(
+            job=job,
+            pod=pod,
+            reservation=reservation,
+            owner=self._owner(reservation),
+            workload_uid=self._workload_uid(pod),
+            now=datetime.now(UTC),
+            args=self.args,
+            siblings=tuple(siblings),
+        )
 
     # ----- reconcile ------------------------------------------------------------------
 
@@ -244,8 +274,9 @@ class Controller:
                 _record_job_writes(job, plan)
             if outcome.eviction_refused is not None:
                 refused = outcome.eviction_refused
-                plan = jobs.eviction_refused(view, status_code=refused.status,
-                                             message=refused.message)
+                plan = jobs.eviction_refused(
+                    view, status_code=refused.status, message=refused.message
+                )
                 await self.executor.run(plan)
         if not outcome.done:
             if not outcome.conflict and outcome.eviction_refused is None:
@@ -288,9 +319,18 @@ class Controller:
         now = datetime.now(UTC)
         for pod in self.pods.by_index("gated", "yes"):
             token = protocol.pod_claim(pod)
-            claimed = next((r for r in self.reservations.by_index("claim", token)
-                            if protocol.phase(r) not in ("Succeeded", "Failed")), None) \
-                if token else None
+            claimed = (
+                next(
+                    (
+                        r
+                        for r in self.reservations.by_index("claim", token)
+                        if protocol.phase(r) not in ("Succeeded", "Failed")
+                    ),
+                    None,
+                )
+                if token
+                else None
+            )
             plan = reservations.stray_gate(pod, claimed=claimed, now=now)
             if plan.actions:
                 await self.executor.run(plan)
@@ -304,17 +344,28 @@ class Controller:
         if not pending:
             return
         with metrics.ARBITRATION_ROUND_DURATION.time():
-            result = arbitration.arbitrate(arbitration.Snapshot(
-                pending=pending, in_flight=by_phase.get(PodMigrationJobPhase.RUNNING, []),
-                history=[job for phase in TERMINAL_PHASES for job in by_phase.get(phase, [])],
-                pods=self.pods.store, workload_of=_WorkloadOf(self),
-                workloads=_Workloads(self), pods_of_workload=_PodsOfWorkload(self),
-                pdbs=self.pdbs.values(), args=self.args, limiter=self.limiter,
-                nodes=self.nodes.store if self.args.node_fit else {},
-                free=_Free(self.ledger) if self.ledger is not None else {},
-                priority_classes={name: int(obj.get("value") or 0)
-                                  for name, obj in self.priority_classes.store.items()},
-                memo=self.memo, now=datetime.now(UTC)))
+            result = arbitration.arbitrate(
+                arbitration.Snapshot(
+                    pending=pending,
+                    in_flight=by_phase.get(PodMigrationJobPhase.RUNNING, []),
+                    history=[job for phase in TERMINAL_PHASES for job in by_phase.get(phase, [])],
+                    pods=self.pods.store,
+                    workload_of=_WorkloadOf(self),
+                    workloads=_Workloads(self),
+                    pods_of_workload=_PodsOfWorkload(self),
+                    pdbs=self.pdbs.values(),
+                    args=self.args,
+                    limiter=self.limiter,
+                    nodes=self.nodes.store if self.args.node_fit else {},
+                    free=_Free(self.ledger) if self.ledger is not None else {},
+                    priority_classes={
+                        name: int(obj.get("value") or 0)
+                        for name, obj in self.priority_classes.store.items()
+                    },
+                    memo=self.memo,
+                    now=datetime.now(UTC),
+                )
+            )
         self.memo = result.memo
         if not self.args.dry_run:  # a dry run starts no job, so it takes no token
             self.limiter = result.limiter
@@ -322,8 +373,9 @@ class Controller:
         plans = []
         for decision in result.decisions:
             pod = decision.pod
-            workload = self._workload_uid(pod) \
-                if pod is not None and decision.verdict == "admit" else None
+            workload = (
+                self._workload_uid(pod) if pod is not None and decision.verdict == "admit" else None
+            )
             plan = jobs.admission(decision, workload_uid=workload, dry_run=self.args.dry_run)
             if plan.actions:
                 plans.append((decision, plan))
@@ -338,13 +390,16 @@ class Controller:
             if decision.verdict == "admit" and not self.args.dry_run:
                 self.queue.add(f"job/{decision.job['metadata']['name']}")
 
-        results = await asyncio.gather(*(write(*item) for item in plans),
-                                       return_exceptions=True)
+        results = await asyncio.gather(*(write(*item) for item in plans), return_exceptions=True)
         for (decision, _), error in zip(plans, results, strict=True):
             if isinstance(error, Exception):
                 name = decision.job["metadata"]["name"]
-                log.error("writing arbitration's decision on job %s failed: %s", name, error,
-                          extra={"job": name})
+                log.error(
+                    "writing arbitration's decision on job %s failed: %s",
+                    name,
+                    error,
+                    extra={"job": name},
+                )
 
     async def run(self, elector: LeaderElector) -> None:
         tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
@@ -356,8 +411,9 @@ class Controller:
                 self.queue.add(f"job/{job['metadata']['name']}")
             for reservation in self.reservations.values():
                 self.queue.add(f"rsv/{reservation['metadata']['name']}")
-            workers = [asyncio.create_task(self.work())
-                       for _ in range(self.args.max_concurrent_reconciles)]
+            workers = [
+                asyncio.create_task(self.work()) for _ in range(self.args.max_concurrent_reconciles)
+            ]
             workers.append(asyncio.create_task(self.admit_loop()))
             tasks += workers
             await elector.lost.wait()
@@ -381,8 +437,11 @@ class _WorkloadOf(Mapping[str, str]):
         raise KeyError(uid)
 
     def __iter__(self) -> Iterator[str]:
-        return (o["metadata"]["uid"] for o in self.replicasets.store.values()
-                if protocol.controller_of(o) is not None)
+        return (
+            o["metadata"]["uid"]
+            for o in self.replicasets.store.values()
+            if protocol.controller_of(o) is not None
+        )
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -411,8 +470,7 @@ class _Workloads(Mapping[str, dict[str, Any]]):
     """Workload UID → Deployment, StatefulSet or ReplicaSet, from the caches."""
 
     def __init__(self, controller: Controller) -> None:
-        self.informers = [controller.deployments, controller.statefulsets,
-                          controller.replicasets]
+        self.informers = [controller.deployments, controller.statefulsets, controller.replicasets]
 
     def __getitem__(self, uid: str) -> dict[str, Any]:
         for informer in self.informers:
@@ -452,8 +510,14 @@ def _record_job_writes(before: Mapping[str, Any], plan: Plan) -> None:
             metrics.record_job_status(before, action.obj, now=now)
 
 
-async def run(*, kubeconfig: Path | None, settings: MigrationControllerArgs | None,
-              lease_namespace: str, health_port: int, identity: str | None = None) -> None:
+async def run(
+    *,
+    kubeconfig: Path | None,
+    settings: MigrationControllerArgs | None,
+    lease_namespace: str,
+    health_port: int,
+    identity: str | None = None,
+) -> None:
     cancel_on_signals()
     args = settings or MigrationControllerArgs()
     identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -463,8 +527,10 @@ async def run(*, kubeconfig: Path | None, settings: MigrationControllerArgs | No
     app = web.Application()
     # Ready once the caches are synced and the leader is known: this replica leads, or
     # stands by behind a live holder of the Lease.
-    add_health(app, lambda: all(i.synced.is_set() for i in controller.informers)
-               and elector.holder is not None)
+    add_health(
+        app,
+        lambda: all(i.synced.is_set() for i in controller.informers) and elector.holder is not None,
+    )
     add_metrics(app)
     server = asyncio.create_task(serve(app, host="0.0.0.0", port=health_port))
     election = asyncio.create_task(elector.run())

@@ -203,6 +203,7 @@ def arbitrate(snapshot: Snapshot) -> Arbitration:
 
 # ----- candidates, workloads and the round ------------------------------------------------
 
+
 @dataclass(slots=True)
 class _Workload:
     """A workload as the limits see it; `available` drops as its pods are admitted."""
@@ -224,9 +225,28 @@ class PodFacts:
     only for a new object. Nothing here depends on the configuration.
     """
 
-    __slots__ = ("bypass", "controller", "cost", "failed", "forbidden", "healthy", "key",
-                 "label_set", "labels", "local_storage", "namespace", "node", "owned", "priority",
-                 "priority_class", "pvc", "qos", "scheduler", "spec", "uid")
+    __slots__ = (
+        "bypass",
+        "controller",
+        "cost",
+        "failed",
+        "forbidden",
+        "healthy",
+        "key",
+        "label_set",
+        "labels",
+        "local_storage",
+        "namespace",
+        "node",
+        "owned",
+        "priority",
+        "priority_class",
+        "pvc",
+        "qos",
+        "scheduler",
+        "spec",
+        "uid",
+    )
 
     def __init__(self, pod: Object) -> None:
         metadata: Object = pod["metadata"]
@@ -241,7 +261,8 @@ class PodFacts:
         owners: Sequence[Object] = metadata.get("ownerReferences") or ()
         self.owned = bool(owners)
         self.controller: str | None = next(
-            (ref["uid"] for ref in owners if ref.get("controller")), None)
+            (ref["uid"] for ref in owners if ref.get("controller")), None
+        )
         """The UID of the pod's controller, if it has one."""
         self.node: str = spec.get("nodeName") or ""
         self.cost = _eviction_cost(annotations)
@@ -277,8 +298,19 @@ class _Candidate(PodFacts):
     limits.
     """
 
-    __slots__ = ("age", "failure", "job", "order", "pdbs", "pod", "rank", "reservation_first",
-                 "rules", "workload", "workload_uid")
+    __slots__ = (
+        "age",
+        "failure",
+        "job",
+        "order",
+        "pdbs",
+        "pod",
+        "rank",
+        "reservation_first",
+        "rules",
+        "workload",
+        "workload_uid",
+    )
 
     def __init__(self, job: Object, *, pod: Object) -> None:
         super().__init__(pod)
@@ -312,11 +344,17 @@ class _Round:
         self.priority_threshold: int | None = None
         """priorityThreshold's value; None when it names a PriorityClass that is missing."""
         if threshold is not None:
-            self.priority_threshold = (threshold.value if threshold.name is None
-                                       else snapshot.priority_classes.get(threshold.name))
+            self.priority_threshold = (
+                threshold.value
+                if threshold.name is None
+                else snapshot.priority_classes.get(threshold.name)
+            )
         last = snapshot.memo
-        if last is None or last.args is not args or \
-                last.priority_threshold != self.priority_threshold:
+        if (
+            last is None
+            or last.args is not args
+            or last.priority_threshold != self.priority_threshold
+        ):
             last = Memo()
         self.last = last
         """What the last round read; only the parts read from the same objects are used."""
@@ -334,41 +372,64 @@ class _Round:
         self.healthy_in_flight: defaultdict[str, int] = defaultdict(int)
         """Per workload, Running jobs' pods that its status still counts as available."""
         self.workloads: dict[str, _Workload] = {}
-        self.pdbs = last.pdbs if last.pdbs is not None and last.pdbs.holds(snapshot.pdbs) \
+        self.pdbs = (
+            last.pdbs
+            if last.pdbs is not None and last.pdbs.holds(snapshot.pdbs)
             else _PdbIndex(snapshot.pdbs)
+        )
         self.left = dict(self.pdbs.allowed)
         """PDB namespace/name → disruptions still to be had this round."""
         for job in snapshot.in_flight:
             self._count_in_flight(job)
-        self.history = last.history if last.history.holds(snapshot.history) \
-            else _History(snapshot.history)
+        self.history = (
+            last.history if last.history.holds(snapshot.history) else _History(snapshot.history)
+        )
         self.failures, self.migrations = self.history.failures, self.history.migrations
-        self.label_selector = (args.label_selector.model_dump(mode="json", exclude_none=True)
-                               if args.label_selector else {})
+        self.label_selector = (
+            args.label_selector.model_dump(mode="json", exclude_none=True)
+            if args.label_selector
+            else {}
+        )
         self.node_fit = _NodeFit(snapshot) if args.node_fit else None
         self.object_limiter = (args.object_limiters or {}).get(ObjectLimiterKind.WORKLOAD)
-        self.window = _recent(snapshot.limiter.workload_admissions, now=snapshot.now,
-                              duration=self.object_limiter.duration
-                              if self.object_limiter else None)
+        self.window = _recent(
+            snapshot.limiter.workload_admissions,
+            now=snapshot.now,
+            duration=self.object_limiter.duration if self.object_limiter else None,
+        )
         """objectLimiters.workload: admissions of each workload within the window."""
         self.evict_tokens = snapshot.limiter.evictions.refilled(
-            qps=args.evict_qps, burst=args.evict_burst, now=snapshot.now)
+            qps=args.evict_qps, burst=args.evict_burst, now=snapshot.now
+        )
         self.flow_tokens = snapshot.limiter.admissions.refilled(
-            qps=args.flow_control_qps or 0.0, burst=args.flow_control_burst or 1,
-            now=snapshot.now)
-        self.evict_qps_wait: _Wait = (WaitReason.EVICT_QPS, (
-            f"eviction rate limit reached (evictQPS {args.evict_qps:g}, "
-            f"evictBurst {args.evict_burst})"))
-        self.flow_control_wait: _Wait = (WaitReason.FLOW_CONTROL_QPS, (
-            f"arbitration rate limit reached (flowControlQPS {args.flow_control_qps or 0:g}, "
-            f"flowControlBurst {args.flow_control_burst or 1})"))
+            qps=args.flow_control_qps or 0.0, burst=args.flow_control_burst or 1, now=snapshot.now
+        )
+        self.evict_qps_wait: _Wait = (
+            WaitReason.EVICT_QPS,
+            (
+                f"eviction rate limit reached (evictQPS {args.evict_qps:g}, "
+                f"evictBurst {args.evict_burst})"
+            ),
+        )
+        self.flow_control_wait: _Wait = (
+            WaitReason.FLOW_CONTROL_QPS,
+            (
+                f"arbitration rate limit reached (flowControlQPS {args.flow_control_qps or 0:g}, "
+                f"flowControlBurst {args.flow_control_burst or 1})"
+            ),
+        )
         self.forbidden = _forbidden_checks(args)
         safety, limits = _limit_checks(args)
         self.checks = [
-            tuple(check for check in safety + limits
-                  if not (bypass and check in _BYPASSED)
-                  and not (reservation_first and check is _too_few_replicas))
-            for bypass in (False, True) for reservation_first in (False, True)]
+            tuple(
+                check
+                for check in safety + limits
+                if not (bypass and check in _BYPASSED)
+                and not (reservation_first and check is _too_few_replicas)
+            )
+            for bypass in (False, True)
+            for reservation_first in (False, True)
+        ]
         """The checks for a job, by `_Candidate.rules`."""
 
     def _count_in_flight(self, job: Object) -> None:
@@ -376,13 +437,16 @@ class _Round:
         key = _pod_key(job)
         annotations = _annotations(job)
         pod = self.snapshot.pods.get(key)
-        if pod is not None and annotations.get(keys.POD_UID, pod["metadata"]["uid"]) != \
-                pod["metadata"]["uid"]:
+        if (
+            pod is not None
+            and annotations.get(keys.POD_UID, pod["metadata"]["uid"]) != pod["metadata"]["uid"]
+        ):
             pod = None  # a new pod of the same name: the job's pod is gone
         facts = self.facts_of(pod) if pod is not None else None
         node = annotations.get(keys.SOURCE_NODE) or (facts.node if facts else None)
         workload = annotations.get(keys.WORKLOAD) or (
-            self.workload_uid(facts.controller) if facts else None)
+            self.workload_uid(facts.controller) if facts else None
+        )
         self.migrating.add(key)
         self.total += 1
         if node:
@@ -421,8 +485,11 @@ class _Round:
                 key = _pod_key(job)
                 pod = pods.get(key)
                 if pod is None:
-                    failed.append(Decision(job, "fail", PodMigrationJobReason.MISSING_POD,
-                                           f"pod {key} not found"))
+                    failed.append(
+                        Decision(
+                            job, "fail", PodMigrationJobReason.MISSING_POD, f"pod {key} not found"
+                        )
+                    )
                     continue
                 c = self._read(job, pod)
             known_now[id(job)] = c
@@ -432,8 +499,13 @@ class _Round:
             c.workload_uid = uid = workload_uid(c.controller)
             if uid:
                 c.workload = workloads.get(uid) or workload(uid)
-                c.order = (*c.rank, failures.get(c.key, 0), migrations.get(uid, 0),
-                           per_workload.get(uid, 0), *c.age)
+                c.order = (
+                    *c.rank,
+                    failures.get(c.key, 0),
+                    migrations.get(uid, 0),
+                    per_workload.get(uid, 0),
+                    *c.age,
+                )
             else:
                 c.workload = None
                 c.order = (*c.rank, failures.get(c.key, 0), 0, 0, *c.age)
@@ -449,8 +521,9 @@ class _Round:
                 break
             message = check(c, self)
         if message is not None:
-            c.failure = Decision(job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
-                                 message, pod)
+            c.failure = Decision(
+                job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD, message, pod
+            )
         return c
 
     def workload_uid(self, controller: str | None) -> str | None:
@@ -468,9 +541,15 @@ class _Round:
         return known[1]
 
     def memo(self) -> Memo:
-        return Memo(args=self.args, priority_threshold=self.priority_threshold,
-                    jobs=self.known, facts=self.facts, workloads=self.workload_limits,
-                    pdbs=self.pdbs, history=self.history)
+        return Memo(
+            args=self.args,
+            priority_threshold=self.priority_threshold,
+            jobs=self.known,
+            facts=self.facts,
+            workloads=self.workload_limits,
+            pdbs=self.pdbs,
+            history=self.history,
+        )
 
     def workload(self, uid: str) -> _Workload:
         """The workload's limits and availability, worked out on first use in the round."""
@@ -490,8 +569,14 @@ class _Round:
         obj = self.snapshot.workloads.get(uid)
         if obj is None or obj.get("kind") not in _REPORTS_AVAILABLE:
             pods = self.snapshot.pods_of_workload.get(uid, ())
-            return self._limits(uid, obj, pods, available=sum(
-                1 for pod in pods if _healthy(pod) and _object_key(pod) not in self.migrating))
+            return self._limits(
+                uid,
+                obj,
+                pods,
+                available=sum(
+                    1 for pod in pods if _healthy(pod) and _object_key(pod) not in self.migrating
+                ),
+            )
         known = self.last.workloads.get(uid)
         if known is None or known[0] is not obj:
             available = (obj.get("status") or {}).get("availableReplicas") or 0
@@ -500,19 +585,29 @@ class _Round:
             known = (obj, self._limits(uid, obj, pods, available=available))
         self.workload_limits[uid] = known
         w = known[1]
-        return _Workload(w.title, w.expected, w.available - self.healthy_in_flight.get(uid, 0),
-                         w.max_migrating, w.max_unavailable, w.rollout)
+        return _Workload(
+            w.title,
+            w.expected,
+            w.available - self.healthy_in_flight.get(uid, 0),
+            w.max_migrating,
+            w.max_unavailable,
+            w.rollout,
+        )
 
-    def _limits(self, uid: str, obj: Object | None, pods: Sequence[Object], *,
-                available: int) -> _Workload:
+    def _limits(
+        self, uid: str, obj: Object | None, pods: Sequence[Object], *, available: int
+    ) -> _Workload:
         expected = _replicas_of(obj, pods)
         title = f"workload {uid}" if obj is None else f"{obj.get('kind')} {_object_key(obj)}"
         args = self.args
         return _Workload(
-            title=title, expected=expected, available=available,
+            title=title,
+            expected=expected,
+            available=available,
             max_migrating=max_per_workload(args.max_migrating_per_workload, expected),
             max_unavailable=max_per_workload(args.max_unavailable_per_workload, expected),
-            rollout=_rollout_of(obj))
+            rollout=_rollout_of(obj),
+        )
 
     def covering(self, c: _Candidate) -> list[tuple[str, Object]]:
         """The PDBs covering the candidate's pod, kept on it while the index is the same."""
@@ -521,17 +616,24 @@ class _Round:
             known = c.pdbs = (self.pdbs, self.pdbs.covering(c.namespace, c.labels, c.label_set))
         return known[1]
 
-    def decide(self, candidates: Sequence[_Candidate], *, limited: bool,
-               into: list[Decision]) -> None:
+    def decide(
+        self, candidates: Sequence[_Candidate], *, limited: bool, into: list[Decision]
+    ) -> None:
         """In turn, admit each candidate whose checks all pass (`limited`; else every
         one), counting it at once; the others wait with the first check that failed."""
         checks = self.checks if limited else [()] * len(self.checks)
         migrating = self.migrating
         for c in candidates:
             if c.key in migrating:
-                into.append(Decision(
-                    c.job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
-                    f"pod {c.key} is already being migrated by another job", c.pod))
+                into.append(
+                    Decision(
+                        c.job,
+                        "fail",
+                        PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
+                        f"pod {c.key} is already being migrated by another job",
+                        c.pod,
+                    )
+                )
                 continue
             for check in checks[c.rules]:
                 found = check(c, self)
@@ -564,22 +666,26 @@ class _Round:
         now, args = self.snapshot.now, self.args
         return LimiterState(
             evictions=TokenBucket(self.evict_tokens, now) if args.evict_qps else TokenBucket(),
-            admissions=(TokenBucket(self.flow_tokens, now) if args.flow_control_qps
-                        else TokenBucket()),
-            workload_admissions={uid: tuple(times) for uid, times in self.window.items()})
+            admissions=(
+                TokenBucket(self.flow_tokens, now) if args.flow_control_qps else TokenBucket()
+            ),
+            workload_admissions={uid: tuple(times) for uid, times in self.window.items()},
+        )
 
 
-_REPORTS_AVAILABLE = frozenset({"Deployment", "StatefulSet", "ReplicaSet",
-                                "ReplicationController"})
+_REPORTS_AVAILABLE = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"})
 
 
-def _recent(admissions: Mapping[str, tuple[datetime, ...]], *, now: datetime,
-            duration: timedelta | None) -> dict[str, list[datetime]]:
+def _recent(
+    admissions: Mapping[str, tuple[datetime, ...]], *, now: datetime, duration: timedelta | None
+) -> dict[str, list[datetime]]:
     """The admissions within the last `duration`; none without an object limiter."""
     if duration is None:
         return {}
-    recent = {uid: [moment for moment in times if moment > now - duration]
-              for uid, times in admissions.items()}
+    recent = {
+        uid: [moment for moment in times if moment > now - duration]
+        for uid, times in admissions.items()
+    }
     return {uid: times for uid, times in recent.items() if times}
 
 
@@ -588,8 +694,13 @@ def _recent(admissions: Mapping[str, tuple[datetime, ...]], *, now: datetime,
 _Forbid = Callable[[_Candidate, _Round], str | None]
 
 
-def _always_forbidden(f: PodFacts, metadata: Object, status: Object,
-                      annotations: Mapping[str, str], owners: Sequence[Object]) -> str | None:
+def _always_forbidden(
+    f: PodFacts,
+    metadata: Object,
+    status: Object,
+    annotations: Mapping[str, str],
+    owners: Sequence[Object],
+) -> str | None:
     """The rules no configuration lifts, in the order they are reported.
 
     A pod on no node has no place to be moved from; a terminating or completed pod is
@@ -633,8 +744,9 @@ def _namespace(c: _Candidate, r: _Round) -> str | None:
 
 def _label_selector(c: _Candidate, r: _Round) -> str | None:
     """Only pods matching labelSelector migrate."""
-    return None if selector_matches(r.label_selector, c.labels) else \
-        "pod does not match labelSelector"
+    return (
+        None if selector_matches(r.label_selector, c.labels) else "pod does not match labelSelector"
+    )
 
 
 def _system_critical(c: _Candidate, r: _Round) -> str | None:
@@ -678,8 +790,10 @@ def _scheduler_name(c: _Candidate, r: _Round) -> str | None:
     name = c.scheduler
     if not c.reservation_first or name in r.args.scheduler_names:
         return None
-    return (f"pod's scheduler {name} is not in schedulerNames "
-            f"({', '.join(r.args.scheduler_names)}); use EvictDirectly or add it")
+    return (
+        f"pod's scheduler {name} is not in schedulerNames "
+        f"({', '.join(r.args.scheduler_names)}); use EvictDirectly or add it"
+    )
 
 
 def _forbidden_checks(args: MigrationControllerArgs) -> tuple[_Forbid, ...]:
@@ -715,12 +829,15 @@ def _node_fit(c: _Candidate, r: _Round) -> _Wait | None:
     """nodeFit: some other node must be able to take the pod now (see `_NodeFit`)."""
     if r.node_fit is None or r.node_fit.fits_elsewhere(c):
         return None
-    requests = ", ".join(f"{name} {format_quantity(name, value)}"
-                         for name, value in sorted(pod_requests(c.spec).items()))
+    requests = ", ".join(
+        f"{name} {format_quantity(name, value)}"
+        for name, value in sorted(pod_requests(c.spec).items())
+    )
     return WaitReason.NODE_FIT, (
         "no other node fits the pod (nodeFit): none is Ready and schedulable, matches "
         "nodeSelector and the pod's node selector and affinity, tolerates its taints and "
-        f"has {requests or 'its requests'} free")
+        f"has {requests or 'its requests'} free"
+    )
 
 
 def _rollout_in_progress(c: _Candidate, r: _Round) -> _Wait | None:
@@ -738,14 +855,18 @@ def _too_few_replicas(c: _Candidate, r: _Round) -> _Wait | None:
     place before the pod goes, and maxUnavailablePerWorkload still applies to it (the
     round leaves this check out for it)."""
     w = c.workload
-    if c.reservation_first or w is None or (
-            w.expected > 1 and w.max_migrating < w.expected and w.max_unavailable < w.expected):
+    if (
+        c.reservation_first
+        or w is None
+        or (w.expected > 1 and w.max_migrating < w.expected and w.max_unavailable < w.expected)
+    ):
         return None
     return WaitReason.EXPECTED_REPLICAS, (
         f"{w.title} has {w.expected} expected replicas, not more than its limits "
         f"(maxMigrating {w.max_migrating}, maxUnavailable {w.max_unavailable}): evicting "
         "directly could leave it no pod; scale it up, use ReservationFirst or set "
-        "skipCheckExpectedReplicas")
+        "skipCheckExpectedReplicas"
+    )
 
 
 def _pdb(c: _Candidate, r: _Round) -> _Wait | None:
@@ -760,7 +881,8 @@ def _pdb(c: _Candidate, r: _Round) -> _Wait | None:
             allowed = r.pdbs.allowed[key]
             return WaitReason.BLOCKED_BY_PDB, (
                 f"PodDisruptionBudget {key} allows no more disruptions (disruptionsAllowed "
-                f"{allowed}, {allowed - left} taken by migrations)")
+                f"{allowed}, {allowed - left} taken by migrations)"
+            )
     return None
 
 
@@ -774,7 +896,8 @@ def _workload_migrating(c: _Candidate, r: _Round) -> _Wait | None:
         return None
     return WaitReason.MAX_MIGRATING_PER_WORKLOAD, (
         f"{migrating} pods of {w.title} are already migrating "
-        f"(maxMigratingPerWorkload {w.max_migrating} of {w.expected} replicas)")
+        f"(maxMigratingPerWorkload {w.max_migrating} of {w.expected} replicas)"
+    )
 
 
 def _workload_unavailable(c: _Candidate, r: _Round) -> _Wait | None:
@@ -789,7 +912,8 @@ def _workload_unavailable(c: _Candidate, r: _Round) -> _Wait | None:
         return None
     return WaitReason.MAX_UNAVAILABLE_PER_WORKLOAD, (
         f"{unavailable} of {w.expected} replicas of {w.title} are unavailable or migrating "
-        f"(maxUnavailablePerWorkload {w.max_unavailable})")
+        f"(maxUnavailablePerWorkload {w.max_unavailable})"
+    )
 
 
 def _node(c: _Candidate, r: _Round) -> _Wait | None:
@@ -799,7 +923,8 @@ def _node(c: _Candidate, r: _Round) -> _Wait | None:
     if count < limit:
         return None
     return WaitReason.MAX_MIGRATING_PER_NODE, (
-        f"{count} migrations already run on node {c.node} (maxMigratingPerNode {limit})")
+        f"{count} migrations already run on node {c.node} (maxMigratingPerNode {limit})"
+    )
 
 
 def _namespace_limit(c: _Candidate, r: _Round) -> _Wait | None:
@@ -811,7 +936,8 @@ def _namespace_limit(c: _Candidate, r: _Round) -> _Wait | None:
         return None
     return WaitReason.MAX_MIGRATING_PER_NAMESPACE, (
         f"{count} migrations already run in namespace {namespace} "
-        f"(maxMigratingPerNamespace {limit})")
+        f"(maxMigratingPerNamespace {limit})"
+    )
 
 
 def _global_limit(c: _Candidate, r: _Round) -> _Wait | None:
@@ -821,7 +947,8 @@ def _global_limit(c: _Candidate, r: _Round) -> _Wait | None:
     if r.total < limit:
         return None
     return WaitReason.MAX_MIGRATING_GLOBALLY, (
-        f"{r.total} migrations already run in the cluster (maxMigratingGlobally {limit})")
+        f"{r.total} migrations already run in the cluster (maxMigratingGlobally {limit})"
+    )
 
 
 def _object_limiter(c: _Candidate, r: _Round) -> _Wait | None:
@@ -837,7 +964,8 @@ def _object_limiter(c: _Candidate, r: _Round) -> _Wait | None:
         return None
     return WaitReason.OBJECT_LIMITERS, (
         f"{count} pods of {w.title} started migrating in the last "
-        f"{limiter.duration.total_seconds():g}s (objectLimiters.workload.maxMigrating {limit})")
+        f"{limiter.duration.total_seconds():g}s (objectLimiters.workload.maxMigrating {limit})"
+    )
 
 
 def _rates(c: _Candidate, r: _Round) -> _Wait | None:
@@ -850,15 +978,15 @@ def _rates(c: _Candidate, r: _Round) -> _Wait | None:
     return None
 
 
-_BYPASSED = frozenset({_workload_migrating, _workload_unavailable, _node, _namespace_limit,
-                       _object_limiter})
+_BYPASSED = frozenset(
+    {_workload_migrating, _workload_unavailable, _node, _namespace_limit, _object_limiter}
+)
 """The retryable limits that descheduler.alpha.kubernetes.io/evict lifts, as the
 MigrationController lists them. Rollouts, expected replicas, PDBs, nodeFit and the rate
 limits still hold for such a pod."""
 
 
-def _limit_checks(args: MigrationControllerArgs) -> tuple[tuple[_Check, ...],
-                                                          tuple[_Check, ...]]:
+def _limit_checks(args: MigrationControllerArgs) -> tuple[tuple[_Check, ...], tuple[_Check, ...]]:
     """The checks that keep a job waiting, in the order their reasons are reported:
     (those about the pod and its workload's safety, the limits and rates)."""
     safety: list[_Check] = [_node_fit] if args.node_fit else []
@@ -881,6 +1009,7 @@ def _limit_checks(args: MigrationControllerArgs) -> tuple[tuple[_Check, ...],
 
 
 # ----- workloads --------------------------------------------------------------------------
+
 
 def max_per_workload(value: int | str, replicas: int) -> int:
     """maxMigratingPerWorkload / maxUnavailablePerWorkload for a workload of `replicas`.
@@ -959,6 +1088,7 @@ def _same(objects: Sequence[Object], known: tuple[Object, ...]) -> bool:
 
 # ----- PodDisruptionBudgets ---------------------------------------------------------------
 
+
 class _PdbIndex:
     """PDBs by namespace and one of their matchLabels, so a pod meets only the few PDBs
     that may select it. It holds nothing of a round, so a round reuses the last round's
@@ -971,8 +1101,7 @@ class _PdbIndex:
         matchLabels."""
         self.allowed: dict[str, int] = {}
         """namespace/name → status.disruptionsAllowed."""
-        self.answers: dict[tuple[str, frozenset[tuple[str, str]]],
-                           list[tuple[str, Object]]] = {}
+        self.answers: dict[tuple[str, frozenset[tuple[str, str]]], list[tuple[str, Object]]] = {}
         for pdb in pdbs:
             selector = (pdb.get("spec") or {}).get("selector")
             if selector is None:  # a null selector selects no pod
@@ -987,8 +1116,9 @@ class _PdbIndex:
         """Whether the index was built from these very objects."""
         return _same(pdbs, self.pdbs)
 
-    def covering(self, namespace: str, labels: Mapping[str, str],
-                 label_set: frozenset[tuple[str, str]]) -> list[tuple[str, Object]]:
+    def covering(
+        self, namespace: str, labels: Mapping[str, str], label_set: frozenset[tuple[str, str]]
+    ) -> list[tuple[str, Object]]:
         """The PDBs selecting a pod with these labels, with their namespace/name
         (`label_set` is the same labels, hashable: pods with equal labels share the
         answer)."""
@@ -999,13 +1129,16 @@ class _PdbIndex:
         found = self.answers.get(key)
         if found is None:
             found = self.answers[key] = [
-                (name, pdb) for item in (*labels.items(), ("", ""))
+                (name, pdb)
+                for item in (*labels.items(), ("", ""))
                 for name, pdb in index.get(item, ())
-                if selector_matches(pdb["spec"]["selector"], labels)]
+                if selector_matches(pdb["spec"]["selector"], labels)
+            ]
         return found
 
 
 # ----- nodeFit ----------------------------------------------------------------------------
+
 
 class _NodeFit:
     """Whether another node could take a pod now: Ready, not cordoned, matching
@@ -1018,8 +1151,11 @@ class _NodeFit:
     def __init__(self, snapshot: Snapshot) -> None:
         selector = parse_selector(snapshot.args.node_selector or "")
         self.free = snapshot.free
-        self.nodes = [(name, node) for name, node in snapshot.nodes.items()
-                      if _node_ready(node) and selector_matches(selector, _labels(node))]
+        self.nodes = [
+            (name, node)
+            for name, node in snapshot.nodes.items()
+            if _node_ready(node) and selector_matches(selector, _labels(node))
+        ]
         self.fitting: dict[str, tuple[str, ...]] = {}
 
     def fits_elsewhere(self, c: _Candidate) -> bool:
@@ -1032,19 +1168,27 @@ class _NodeFit:
         """Up to two nodes that fit: one of them is not the pod's own."""
         requests = pod_requests(spec)
         selector = {"matchLabels": spec.get("nodeSelector") or {}}
-        terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-                 ).get("nodeSelectorTerms")
+        terms = (
+            ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+            or {}
+        ).get("nodeSelectorTerms")
         tolerations = spec.get("tolerations") or ()
         found: list[str] = []
         for name, node in self.nodes:
             labels = _labels(node)
-            if (name in self.free and not fits(requests, self.free[name])
-                    and selector_matches(selector, labels)
-                    and (not terms or any(_term_matches(t, name, labels) for t in terms))
-                    and all(_tolerated(taint, tolerations)
-                            for taint in (node.get("spec") or {}).get("taints") or ()
-                            if taint.get("effect") in ("NoSchedule", "NoExecute"))):
+            if (
+                name in self.free
+                and not fits(requests, self.free[name])
+                and selector_matches(selector, labels)
+                and (not terms or any(_term_matches(t, name, labels) for t in terms))
+                and all(
+                    _tolerated(taint, tolerations)
+                    for taint in (node.get("spec") or {}).get("taints") or ()
+                    if taint.get("effect") in ("NoSchedule", "NoExecute")
+                )
+            ):
                 found.append(name)
                 if len(found) == 2:
                     break
@@ -1054,8 +1198,10 @@ class _NodeFit:
 def _node_ready(node: Object) -> bool:
     if (node.get("spec") or {}).get("unschedulable"):
         return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or ())
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
 
 
 def _term_matches(term: Object, name: str, labels: Mapping[str, str]) -> bool:
@@ -1065,8 +1211,9 @@ def _term_matches(term: Object, name: str, labels: Mapping[str, str]) -> bool:
     fields = term.get("matchFields") or ()
     if not expressions and not fields:
         return False
-    return (all(requirement_matches(e, labels) for e in expressions)
-            and all(requirement_matches(f, {"metadata.name": name}) for f in fields))
+    return all(requirement_matches(e, labels) for e in expressions) and all(
+        requirement_matches(f, {"metadata.name": name}) for f in fields
+    )
 
 
 def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
@@ -1076,8 +1223,9 @@ def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
         if toleration.get("operator") == "Exists":
             if not toleration.get("key") or toleration["key"] == taint.get("key"):
                 return True
-        elif (toleration.get("key") == taint.get("key")
-              and (toleration.get("value") or "") == (taint.get("value") or "")):
+        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
             return True
     return False
 
@@ -1087,7 +1235,8 @@ def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
 _SELECTOR_PART = re.compile(
     r"^\s*(?:!\s*(?P<absent>[^\s=!(),]+)"
     r"|(?P<key>[^\s=!(),]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[^\s=!(),]*)"
-    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*$")
+    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*$"
+)
 
 
 def parse_selector(text: str) -> dict[str, Any]:
@@ -1103,14 +1252,21 @@ def parse_selector(text: str) -> dict[str, Any]:
         if match["absent"]:
             expressions.append({"key": match["absent"], "operator": "DoesNotExist"})
         elif match["op"]:
-            expressions.append({"key": match["key"],
-                                "operator": "NotIn" if match["op"] == "!=" else "In",
-                                "values": [match["value"]]})
+            expressions.append(
+                {
+                    "key": match["key"],
+                    "operator": "NotIn" if match["op"] == "!=" else "In",
+                    "values": [match["value"]],
+                }
+            )
         elif match["set"]:
-            expressions.append({"key": match["key"],
-                                "operator": "In" if match["set"] == "in" else "NotIn",
-                                "values": [v.strip() for v in match["values"].split(",")
-                                           if v.strip()]})
+            expressions.append(
+                {
+                    "key": match["key"],
+                    "operator": "In" if match["set"] == "in" else "NotIn",
+                    "values": [v.strip() for v in match["values"].split(",") if v.strip()],
+                }
+            )
         else:
             expressions.append({"key": match["key"], "operator": "Exists"})
     return {"matchExpressions": expressions}
@@ -1127,8 +1283,9 @@ def _qos_rank(labels: Mapping[str, str], status: Object, spec: Object) -> int:
     pod without it counts as LS, or BE when it is BestEffort; then the Kubernetes QoS class
     (Guaranteed > Burstable > BestEffort)."""
     kube = status.get("qosClass") or _kube_qos(spec)
-    koordinator = _KOORDINATOR_QOS_RANK.get(labels.get(KOORDINATOR_QOS, ""),
-                                            3 if kube == "BestEffort" else 2)
+    koordinator = _KOORDINATOR_QOS_RANK.get(
+        labels.get(KOORDINATOR_QOS, ""), 3 if kube == "BestEffort" else 2
+    )
     return 3 * koordinator + _KUBE_QOS_RANK.get(kube, 1)
 
 
@@ -1143,8 +1300,11 @@ def _kube_qos(spec: Object) -> str:
             request, limit = requests.get(name), limits.get(name)
             if request is not None or limit is not None:
                 best_effort = False
-            if limit is None or (request is not None and request != limit
-                                 and parse_quantity(request) != parse_quantity(limit)):
+            if limit is None or (
+                request is not None
+                and request != limit
+                and parse_quantity(request) != parse_quantity(limit)
+            ):
                 guaranteed = False
     if best_effort:
         return "BestEffort"

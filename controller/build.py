@@ -21,8 +21,15 @@ Object = dict[str, Any]
 
 # Pod spec fields that decide where a pod may go; the placeholder copies exactly these.
 PLACEMENT_FIELDS = (
-    "priorityClassName", "priority", "schedulerName", "tolerations", "nodeSelector",
-    "affinity", "topologySpreadConstraints", "runtimeClassName", "preemptionPolicy",
+    "priorityClassName",
+    "priority",
+    "schedulerName",
+    "tolerations",
+    "nodeSelector",
+    "affinity",
+    "topologySpreadConstraints",
+    "runtimeClassName",
+    "preemptionPolicy",
 )
 PLACEHOLDER_PREFIX = "berth-placeholder-"
 
@@ -61,15 +68,24 @@ def merge_placement(pod_spec: Mapping[str, Any], user: Mapping[str, Any]) -> Obj
         result["tolerations"] = [*(pod_spec.get("tolerations") or []), *user["tolerations"]]
     own, extra = _required_terms(pod_spec.get("affinity")), _required_terms(user.get("affinity"))
     if "affinity" in user:
-        affinity: Object = {**copy.deepcopy(dict(pod_spec.get("affinity") or {})),
-                            **copy.deepcopy(dict(user["affinity"]))}
+        affinity: Object = {
+            **copy.deepcopy(dict(pod_spec.get("affinity") or {})),
+            **copy.deepcopy(dict(user["affinity"])),
+        }
         if own and extra:
-            combined = [{key: [*(a.get(key) or []), *(b.get(key) or [])]
-                         for key in ("matchExpressions", "matchFields")
-                         if a.get(key) or b.get(key)} for a in own for b in extra]
+            combined = [
+                {
+                    key: [*(a.get(key) or []), *(b.get(key) or [])]
+                    for key in ("matchExpressions", "matchFields")
+                    if a.get(key) or b.get(key)
+                }
+                for a in own
+                for b in extra
+            ]
             node_affinity = {**(affinity.get("nodeAffinity") or {})}
             node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
-                "nodeSelectorTerms": combined}
+                "nodeSelectorTerms": combined
+            }
             affinity["nodeAffinity"] = node_affinity
         result["affinity"] = affinity
     return result
@@ -82,7 +98,8 @@ def without_pin(affinity: Mapping[str, Any] | None, node: str) -> Object | None:
         return None
     result: Object = copy.deepcopy(dict(affinity))
     required = (result.get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     pin = {"key": "metadata.name", "operator": "In", "values": [node]}
     for term in required.get("nodeSelectorTerms") or []:
         fields = [field for field in term.get("matchFields") or [] if field != pin]
@@ -95,6 +112,7 @@ def without_pin(affinity: Mapping[str, Any] | None, node: str) -> Object | None:
 
 def _containers_for_requests(spec: Mapping[str, Any]) -> Object:
     """The container parts of a pod spec that decide its requests and host ports."""
+
     def strip(container: Mapping[str, Any]) -> Object:
         kept: Object = {"name": container["name"]}
         requests = (container.get("resources") or {}).get("requests")
@@ -115,8 +133,14 @@ def _containers_for_requests(spec: Mapping[str, Any]) -> Object:
     return result
 
 
-def reservation_for(*, job: Mapping[str, Any], pod: Mapping[str, Any], workload_uid: str | None,
-                    ttl: str, template: Mapping[str, Any] | None = None) -> Object:
+def reservation_for(
+    *,
+    job: Mapping[str, Any],
+    pod: Mapping[str, Any],
+    workload_uid: str | None,
+    ttl: str,
+    template: Mapping[str, Any] | None = None,
+) -> Object:
     """The Reservation that holds a place for `pod` elsewhere, named after the job's UID.
 
     `template` is the job's `reservationOptions.template` (a ReservationTemplateSpec): its
@@ -124,20 +148,26 @@ def reservation_for(*, job: Mapping[str, Any], pod: Mapping[str, Any], workload_
     owners, when given, replace the pod's controller.
     """
     spec = pod.get("spec", {})
-    pod_template_spec: Object = {field: copy.deepcopy(spec[field])
-                                 for field in PLACEMENT_FIELDS if spec.get(field) is not None}
+    pod_template_spec: Object = {
+        field: copy.deepcopy(spec[field])
+        for field in PLACEMENT_FIELDS
+        if spec.get(field) is not None
+    }
     pod_template_spec.update(_containers_for_requests(spec))
     user = template or {}
     user_spec = user.get("spec") or {}
     user_pod = (user_spec.get("template") or {}).get("spec") or {}
     pod_template_spec.update(merge_placement(pod_template_spec, user_pod))
     if spec.get("nodeName") and keys.RESERVATION_ALLOCATED in (
-            pod["metadata"].get("annotations") or {}):
-        pod_template_spec["affinity"] = without_pin(pod_template_spec.get("affinity"),
-                                                    spec["nodeName"])
+        pod["metadata"].get("annotations") or {}
+    ):
+        pod_template_spec["affinity"] = without_pin(
+            pod_template_spec.get("affinity"), spec["nodeName"]
+        )
     if spec.get("nodeName"):
-        pod_template_spec["affinity"] = exclude_node(pod_template_spec.get("affinity"),
-                                                     spec["nodeName"])
+        pod_template_spec["affinity"] = exclude_node(
+            pod_template_spec.get("affinity"), spec["nodeName"]
+        )
     namespace = pod["metadata"]["namespace"]
     controller = controller_of(pod)
     owners: list[Object] = copy.deepcopy(user_spec.get("owners") or [])
@@ -157,9 +187,15 @@ def reservation_for(*, job: Mapping[str, Any], pod: Mapping[str, Any], workload_
             "labels": dict(user_meta.get("labels") or {}),
             "annotations": annotations,
             # Deleting the job deletes its Reservation (and so the placeholder) too.
-            "ownerReferences": [{"apiVersion": API_VERSION, "kind": "PodMigrationJob",
-                                 "name": job["metadata"]["name"],
-                                 "uid": job["metadata"]["uid"], "controller": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "PodMigrationJob",
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
         },
         "spec": {
             "template": {"metadata": {"namespace": namespace}, "spec": pod_template_spec},
@@ -182,30 +218,44 @@ def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
     spec = template.get("spec") or {}
     name = reservation["metadata"]["name"]
     requests = allocatable_of(reservation)
-    ports = [port for container in [*(spec.get("initContainers") or []), *spec["containers"]]
-             for port in container.get("ports") or []]
+    ports = [
+        port
+        for container in [*(spec.get("initContainers") or []), *spec["containers"]]
+        for port in container.get("ports") or []
+    ]
     container: Object = {
         "name": "reserve",
         "image": image,
         "resources": {"requests": requests} if requests else {},
         "securityContext": {
-            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
         },
     }
     if ports:
         container["ports"] = ports
-    pod_spec: Object = {field: copy.deepcopy(spec[field])
-                        for field in PLACEMENT_FIELDS if spec.get(field) is not None}
-    pod_spec.update({
-        "containers": [container],
-        "terminationGracePeriodSeconds": 0,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "restartPolicy": "Always",
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-    })
+    pod_spec: Object = {
+        field: copy.deepcopy(spec[field])
+        for field in PLACEMENT_FIELDS
+        if spec.get(field) is not None
+    }
+    pod_spec.update(
+        {
+            "containers": [container],
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "restartPolicy": "Always",
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65535,
+                "runAsGroup": 65535,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+        }
+    )
     pod_spec.pop("priority", None)  # set by admission from priorityClassName
     return {
         "apiVersion": "v1",
@@ -215,11 +265,16 @@ def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
             "namespace": placeholder_namespace(reservation),
             # Only Berth's label: no workload label, so no selector, Service or PDB matches.
             "labels": {keys.RESERVATION_LABEL: name},
-            "ownerReferences": [{
-                "apiVersion": API_VERSION, "kind": "Reservation", "name": name,
-                "uid": reservation["metadata"]["uid"], "controller": True,
-                "blockOwnerDeletion": True,
-            }],
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "Reservation",
+                    "name": name,
+                    "uid": reservation["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": pod_spec,
     }

@@ -14,14 +14,26 @@ from controller.app import run
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("controller", help="run the PodMigrationJob controller")
-    parser.add_argument("--kubeconfig", type=Path, default=None,
-                        help="kubeconfig (default: in-cluster, else ~/.kube/config)")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="MigrationControllerArgs YAML (default: all defaults)")
-    parser.add_argument("--lease-namespace", default="berth-system",
-                        help="namespace of the leader-election Lease (default berth-system)")
-    parser.add_argument("--health-port", type=int, default=8080,
-                        help="port of /healthz and /readyz (default 8080)")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig (default: in-cluster, else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="MigrationControllerArgs YAML (default: all defaults)",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        default="berth-system",
+        help="namespace of the leader-election Lease (default berth-system)",
+    )
+    parser.add_argument(
+        "--health-port", type=int, default=8080, help="port of /healthz and /readyz (default 8080)"
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -29,6 +41,12 @@ def handle(args: argparse.Namespace) -> int:
     settings = load_args(args.config) if args.config else None  # a bad file stops us here
     log.setup()
     with contextlib.suppress(asyncio.CancelledError):  # SIGTERM or SIGINT: a normal stop
-        asyncio.run(run(kubeconfig=args.kubeconfig, settings=settings,
-                        lease_namespace=args.lease_namespace, health_port=args.health_port))
+        asyncio.run(
+            run(
+                kubeconfig=args.kubeconfig,
+                settings=settings,
+                lease_namespace=args.lease_namespace,
+                health_port=args.health_port,
+            )
+        )
     return 0

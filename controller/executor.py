@@ -35,8 +35,13 @@ class Outcome:
 
 
 class Executor:
-    def __init__(self, kube: Kube, recorder: Recorder, *,
-                 written: Callable[[Resource, Object], None] | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        recorder: Recorder,
+        *,
+        written: Callable[[Resource, Object], None] | None = None,
+    ) -> None:
         self.kube = kube
         self.recorder = recorder
         self.written = written
@@ -57,13 +62,13 @@ class Executor:
                 return Outcome(done=False, error=str(error))
         return Outcome()
 
-    async def _one(self, action: Action,
-                   versions: dict[tuple[str, str | None, str], str]) -> None:
+    async def _one(self, action: Action, versions: dict[tuple[str, str | None, str], str]) -> None:
         kube = self.kube
         if isinstance(action, Create):
             try:
-                created = await kube.create(action.resource, action.body,
-                                            namespace=action.namespace)
+                created = await kube.create(
+                    action.resource, action.body, namespace=action.namespace
+                )
             except KubeError as error:
                 if error.conflict and error.reason == "AlreadyExists":
                     return
@@ -71,9 +76,13 @@ class Executor:
             _remember(versions, action.resource.plural, created)
         elif isinstance(action, Patch):
             patched = await kube.patch(
-                action.resource, action.name, action.patch, namespace=action.namespace,
+                action.resource,
+                action.name,
+                action.patch,
+                namespace=action.namespace,
                 subresource=action.subresource,
-                content_type=JSON_PATCH if action.json_patch else "application/merge-patch+json")
+                content_type=JSON_PATCH if action.json_patch else "application/merge-patch+json",
+            )
             _remember(versions, action.resource.plural, patched)
             self._written(action.resource, patched)
         elif isinstance(action, UpdateStatus):
@@ -81,23 +90,28 @@ class Executor:
             key = (action.resource.plural, metadata.get("namespace"), metadata["name"])
             if key in versions:  # this plan already changed the object: build on that
                 metadata = {**metadata, "resourceVersion": versions[key]}
-            updated = await kube.replace_status(action.resource, {**action.obj,
-                                                                  "metadata": metadata})
+            updated = await kube.replace_status(
+                action.resource, {**action.obj, "metadata": metadata}
+            )
             _remember(versions, action.resource.plural, updated)
             self._written(action.resource, updated)
         elif isinstance(action, Delete):
             try:
-                await kube.delete(action.resource, action.name, namespace=action.namespace,
-                                  uid=action.uid, grace_period_seconds=action.grace_period_seconds,
-                                  options=action.options)
+                await kube.delete(
+                    action.resource,
+                    action.name,
+                    namespace=action.namespace,
+                    uid=action.uid,
+                    grace_period_seconds=action.grace_period_seconds,
+                    options=action.options,
+                )
             except KubeError as error:
                 if not error.not_found:
                     raise
         elif isinstance(action, Evict):
             await self._evict(action)
         elif isinstance(action, Event):
-            await self.recorder.record(action.involved, action.reason, action.message,
-                                       action.type)
+            await self.recorder.record(action.involved, action.reason, action.message, action.type)
 
     def _written(self, resource: Resource, obj: Object) -> None:
         if self.written is not None and obj.get("metadata"):
@@ -107,14 +121,23 @@ class Executor:
         options = dict(action.delete_options or {})
         try:
             if action.policy == EvictionPolicy.DELETE:
-                await self.kube.delete(PODS, action.name, namespace=action.namespace,
-                                       uid=action.uid, options=options)
+                await self.kube.delete(
+                    PODS, action.name, namespace=action.namespace, uid=action.uid, options=options
+                )
             elif action.policy == EvictionPolicy.SOFT_EVICTION:
-                value = json.dumps({"timestamp": datetime.now(UTC).isoformat(),
-                                    "reason": "PodMigrationJob", "deleteOptions": options})
-                await self.kube.patch(PODS, action.name, namespace=action.namespace,
-                                      patch={"metadata": {"annotations": {
-                                          keys.SOFT_EVICTION: value}}})
+                value = json.dumps(
+                    {
+                        "timestamp": datetime.now(UTC).isoformat(),
+                        "reason": "PodMigrationJob",
+                        "deleteOptions": options,
+                    }
+                )
+                await self.kube.patch(
+                    PODS,
+                    action.name,
+                    namespace=action.namespace,
+                    patch={"metadata": {"annotations": {keys.SOFT_EVICTION: value}}},
+                )
             else:
                 options.setdefault("preconditions", {"uid": action.uid})
                 await self.kube.evict(action.namespace, action.name, delete_options=options)
@@ -127,15 +150,18 @@ class Executor:
         metrics.EVICTIONS.labels(policy=action.policy, result="evicted").inc()
 
 
-def _remember(versions: dict[tuple[str, str | None, str], str], plural: str,
-              obj: dict[str, Any]) -> None:
+def _remember(
+    versions: dict[tuple[str, str | None, str], str], plural: str, obj: dict[str, Any]
+) -> None:
     metadata = obj.get("metadata") or {}
     if metadata.get("resourceVersion"):
-        versions[(plural, metadata.get("namespace"), metadata["name"])] = \
-            metadata["resourceVersion"]
+        versions[(plural, metadata.get("namespace"), metadata["name"])] = metadata[
+            "resourceVersion"
+        ]
 
 
 def _describe(action: Action) -> str:
     name = getattr(action, "name", "") or (getattr(action, "body", None) or {}).get(
-        "metadata", {}).get("name", "")
+        "metadata", {}
+    ).get("name", "")
     return f"{type(action).__name__} {name}".strip()

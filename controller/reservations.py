@@ -62,13 +62,17 @@ def ungate(pod: Mapping[str, Any]) -> Patch:
     gates = pod["spec"].get("schedulingGates") or []
     index = next(i for i, gate in enumerate(gates) if gate.get("name") == keys.RESERVATION_GATE)
     operations = [
-        {"op": "test", "path": f"/spec/schedulingGates/{index}/name",
-         "value": keys.RESERVATION_GATE},
+        {
+            "op": "test",
+            "path": f"/spec/schedulingGates/{index}/name",
+            "value": keys.RESERVATION_GATE,
+        },
         {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
     ]
     metadata = pod["metadata"]
-    return Patch(PODS, metadata["name"], operations, namespace=metadata["namespace"],
-                 json_patch=True)
+    return Patch(
+        PODS, metadata["name"], operations, namespace=metadata["namespace"], json_patch=True
+    )
 
 
 def _status(view: ReservationView, status: Mapping[str, Any]) -> UpdateStatus:
@@ -90,21 +94,40 @@ def decide(view: ReservationView) -> Plan:
     if phase in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
         return _cleanup(view, plan, released=phase == ReservationPhase.FAILED)
     if view.now >= expires_at(reservation):
-        status = with_condition(status, kind="Ready", state="False", reason="Expired",
-                                message="the Reservation expired", now=view.now)
+        status = with_condition(
+            status,
+            kind="Ready",
+            state="False",
+            reason="Expired",
+            message="the Reservation expired",
+            now=view.now,
+        )
         status["phase"] = ReservationPhase.FAILED
-        return plan.then(_status(view, status),
-                         Event(reservation, "ReservationExpired", f"Reservation {_name(view)!r} "
-                               "expired; its capacity is released"))
+        return plan.then(
+            _status(view, status),
+            Event(
+                reservation,
+                "ReservationExpired",
+                f"Reservation {_name(view)!r} expired; its capacity is released",
+            ),
+        )
     if protocol.owner_uids(reservation):
         return _handover(view, status, plan)
-    if protocol.claim_of(reservation) and view.claimer is not None and \
-            protocol.is_gated(view.claimer):
+    if (
+        protocol.claim_of(reservation)
+        and view.claimer is not None
+        and protocol.is_gated(view.claimer)
+    ):
         status["currentOwners"] = [reference(view.claimer)]
         claimer = view.claimer["metadata"]
-        return plan.then(_status(view, status), Event(
-            reservation, "ReservationClaimed",
-            f"Pod {claimer['namespace']}/{claimer['name']} claimed Reservation {_name(view)!r}"))
+        return plan.then(
+            _status(view, status),
+            Event(
+                reservation,
+                "ReservationClaimed",
+                f"Pod {claimer['namespace']}/{claimer['name']} claimed Reservation {_name(view)!r}",
+            ),
+        )
     return _hold(view, status, plan)
 
 
@@ -113,30 +136,61 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     reservation = view.reservation
     placeholder = view.placeholder
     if placeholder is None:
-        plan.then(Create(PODS, placeholder_for(reservation, image=view.image),
-                         namespace=protocol.placeholder_namespace(reservation)))
+        plan.then(
+            Create(
+                PODS,
+                placeholder_for(reservation, image=view.image),
+                namespace=protocol.placeholder_namespace(reservation),
+            )
+        )
         if protocol.phase(reservation) == ReservationPhase.AVAILABLE:
             # The placeholder vanished (deleted, preempted): the place is no longer held.
             status.update(phase=ReservationPhase.PENDING, nodeName=None)
-            status = with_condition(status, kind="Scheduled", state="False", reason="Lost",
-                                    message="placeholder pod disappeared", now=view.now)
+            status = with_condition(
+                status,
+                kind="Scheduled",
+                state="False",
+                reason="Lost",
+                message="placeholder pod disappeared",
+                now=view.now,
+            )
             plan.then(_status(view, status))
         return plan.again_in(_seconds_until(view))
     node = placeholder["spec"].get("nodeName")
     if node and protocol.phase(reservation) == ReservationPhase.PENDING:
-        status.update(phase=ReservationPhase.AVAILABLE, nodeName=node,
-                      allocatable=allocatable_of(reservation))
-        status = with_condition(status, kind="Scheduled", state="True", reason="Scheduled",
-                                message=f"placeholder bound to {node}", now=view.now)
-        status = with_condition(status, kind="Ready", state="True", reason="Available",
-                                message=f"capacity held on {node}", now=view.now)
+        status.update(
+            phase=ReservationPhase.AVAILABLE, nodeName=node, allocatable=allocatable_of(reservation)
+        )
+        status = with_condition(
+            status,
+            kind="Scheduled",
+            state="True",
+            reason="Scheduled",
+            message=f"placeholder bound to {node}",
+            now=view.now,
+        )
+        status = with_condition(
+            status,
+            kind="Ready",
+            state="True",
+            reason="Available",
+            message=f"capacity held on {node}",
+            now=view.now,
+        )
         return plan.then(_status(view, status))
     if not node:
         message = scheduling_message(placeholder) or "waiting for the scheduler"
-        if not same_condition(status, kind="Scheduled", state="False", reason="Unschedulable",
-                              message=message):
-            status = with_condition(status, kind="Scheduled", state="False",
-                                    reason="Unschedulable", message=message, now=view.now)
+        if not same_condition(
+            status, kind="Scheduled", state="False", reason="Unschedulable", message=message
+        ):
+            status = with_condition(
+                status,
+                kind="Scheduled",
+                state="False",
+                reason="Unschedulable",
+                message=message,
+                now=view.now,
+            )
             plan.then(_status(view, status))
     return plan.again_in(_seconds_until(view))
 
@@ -146,40 +200,74 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
     owner, node = view.owner, protocol.node_of(view.reservation)
     if owner is None:
         status["phase"] = ReservationPhase.FAILED
-        status = with_condition(status, kind="Ready", state="False", reason="OwnerGone",
-                                message="the owner pod was deleted before it was bound",
-                                now=view.now)
+        status = with_condition(
+            status,
+            kind="Ready",
+            state="False",
+            reason="OwnerGone",
+            message="the owner pod was deleted before it was bound",
+            now=view.now,
+        )
         return plan.then(_status(view, status))
     bound = owner["spec"].get("nodeName")
     if bound:
         status["phase"] = ReservationPhase.SUCCEEDED
-        status = with_condition(status, kind="Ready", state="False", reason="Allocated",
-                                message=f"pod {owner['metadata']['name']} bound to {bound}",
-                                now=view.now)
+        status = with_condition(
+            status,
+            kind="Ready",
+            state="False",
+            reason="Allocated",
+            message=f"pod {owner['metadata']['name']} bound to {bound}",
+            now=view.now,
+        )
         return plan.then(_status(view, status))
     if view.placeholder is not None:
         placeholder = view.placeholder["metadata"]
-        return plan.then(Delete(PODS, placeholder["name"], namespace=placeholder["namespace"],
-                                uid=placeholder["uid"], grace_period_seconds=0)
-                         ).again_in(HANDOVER_POLL)
+        return plan.then(
+            Delete(
+                PODS,
+                placeholder["name"],
+                namespace=placeholder["namespace"],
+                uid=placeholder["uid"],
+                grace_period_seconds=0,
+            )
+        ).again_in(HANDOVER_POLL)
     if protocol.is_gated(owner):
-        plan.then(ungate(owner), Event(
-            view.reservation, "ReservationHandover",
-            f"Released the place on {node} to pod {owner['metadata']['name']}"))
+        plan.then(
+            ungate(owner),
+            Event(
+                view.reservation,
+                "ReservationHandover",
+                f"Released the place on {node} to pod {owner['metadata']['name']}",
+            ),
+        )
     return plan.again_in(_seconds_until(view))
 
 
 def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
     if view.placeholder is not None:
         placeholder = view.placeholder["metadata"]
-        plan.then(Delete(PODS, placeholder["name"], namespace=placeholder["namespace"],
-                         uid=placeholder["uid"], grace_period_seconds=0))
+        plan.then(
+            Delete(
+                PODS,
+                placeholder["name"],
+                namespace=placeholder["namespace"],
+                uid=placeholder["uid"],
+                grace_period_seconds=0,
+            )
+        )
     for pod in (view.owner, view.claimer):
         if released and pod is not None and protocol.is_gated(pod):
-            plan.then(ungate(pod), Event(
-                view.reservation, "ReservationReleased",
-                f"Let pod {pod['metadata']['name']} schedule freely: Reservation "
-                f"{_name(view)!r} is {protocol.phase(view.reservation)}", type="Warning"))
+            plan.then(
+                ungate(pod),
+                Event(
+                    view.reservation,
+                    "ReservationReleased",
+                    f"Let pod {pod['metadata']['name']} schedule freely: Reservation "
+                    f"{_name(view)!r} is {protocol.phase(view.reservation)}",
+                    type="Warning",
+                ),
+            )
             break
     return plan
 
@@ -191,8 +279,7 @@ def _seconds_until(view: ReservationView) -> float:
 STRAY_GATE_GRACE = timedelta(seconds=30)
 
 
-def stray_gate(pod: Object, *, claimed: Mapping[str, Any] | None,
-               now: datetime) -> Plan:
+def stray_gate(pod: Object, *, claimed: Mapping[str, Any] | None, now: datetime) -> Plan:
     """Let go of a pod gated by Berth that no live Reservation waits for.
 
     `claimed` is the non-terminal Reservation whose claim token the pod carries, if any.
@@ -206,7 +293,13 @@ def stray_gate(pod: Object, *, claimed: Mapping[str, Any] | None,
     if now - created < STRAY_GATE_GRACE:
         return Plan().again_in((created + STRAY_GATE_GRACE - now).total_seconds())
     token = protocol.pod_claim(pod) or "none"
-    return Plan().then(ungate(pod), Event(
-        pod, "ReservationGateRemoved",
-        f"No Reservation holds claim {token!r}: removed Berth's scheduling gate so the pod "
-        "is scheduled normally", type="Warning"))
+    return Plan().then(
+        ungate(pod),
+        Event(
+            pod,
+            "ReservationGateRemoved",
+            f"No Reservation holds claim {token!r}: removed Berth's scheduling gate so the pod "
+            "is scheduled normally",
+            type="Warning",
+        ),
+    )

@@ -36,34 +36,52 @@ def condition(status: Mapping[str, Any], kind: str) -> Object | None:
     return None
 
 
-def with_condition(status: Mapping[str, Any], *, kind: str, state: str, reason: str,
-                   message: str, now: datetime) -> Object:
+def with_condition(
+    status: Mapping[str, Any], *, kind: str, state: str, reason: str, message: str, now: datetime
+) -> Object:
     """A copy of `status` with condition `kind` set; its transition time moves only when
     its status does, so a condition says since when it has been so."""
     result: Object = copy.deepcopy(dict(status))
     conditions = [c for c in result.get("conditions") or [] if c.get("type") != kind]
     previous = condition(status, kind)
-    since = (previous.get("lastTransitionTime") if previous and previous.get("status") == state
-             else None) or timestamp(now)
-    conditions.append({"type": kind, "status": state, "reason": reason, "message": message,
-                       "lastProbeTime": timestamp(now), "lastTransitionTime": since})
+    since = (
+        previous.get("lastTransitionTime") if previous and previous.get("status") == state else None
+    ) or timestamp(now)
+    conditions.append(
+        {
+            "type": kind,
+            "status": state,
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": timestamp(now),
+            "lastTransitionTime": since,
+        }
+    )
     result["conditions"] = conditions
     return result
 
 
-def same_condition(status: Mapping[str, Any], *, kind: str, state: str, reason: str,
-                   message: str) -> bool:
+def same_condition(
+    status: Mapping[str, Any], *, kind: str, state: str, reason: str, message: str
+) -> bool:
     """Whether the condition already says exactly this (so nothing needs writing)."""
     current = condition(status, kind)
-    return current is not None and (current.get("status"), current.get("reason"),
-                                    current.get("message")) == (state, reason, message)
+    return current is not None and (
+        current.get("status"),
+        current.get("reason"),
+        current.get("message"),
+    ) == (state, reason, message)
 
 
 def reference(obj: Mapping[str, Any]) -> Object:
     """An ObjectReference to a pod (or any object)."""
     metadata = obj["metadata"]
-    ref: Object = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
-                   "name": metadata["name"], "uid": metadata["uid"]}
+    ref: Object = {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+    }
     if metadata.get("namespace"):
         ref["namespace"] = metadata["namespace"]
     return ref

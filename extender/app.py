@@ -31,12 +31,14 @@ def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.A
         name = request.match_info["verb"]
         synced = ready()
         with metrics.EXTENDER_REQUEST_DURATION.labels(verb=name).time():
-            status, result = answer(ledger, name, await request.read(), placement=placement,
-                                    ready=synced)
+            status, result = answer(
+                ledger, name, await request.read(), placement=placement, ready=synced
+            )
         outcome = _outcome(status, result, ready=synced)
         metrics.EXTENDER_REQUESTS.labels(verb=name, result=outcome).inc()
-        return web.Response(status=status, body=orjson.dumps(result),
-                            content_type="application/json")
+        return web.Response(
+            status=status, body=orjson.dumps(result), content_type="application/json"
+        )
 
     app = web.Application()
     app.router.add_post(f"/{{verb:{'|'.join(VERBS)}}}", verb)
@@ -55,26 +57,59 @@ def _outcome(status: int, result: Any, *, ready: bool) -> metrics.ExtenderResult
     return "ok"
 
 
-def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path | None,
-        key_file: Path | None, placement: Placement) -> None:
+def run(
+    *,
+    kubeconfig: Path | None,
+    host: str,
+    port: int,
+    cert_file: Path | None,
+    key_file: Path | None,
+    placement: Placement,
+) -> None:
     """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting."""
-    asyncio.run(_serve(kubeconfig=kubeconfig, host=host, port=port, cert_file=cert_file,
-                       key_file=key_file, placement=placement))
+    asyncio.run(
+        _serve(
+            kubeconfig=kubeconfig,
+            host=host,
+            port=port,
+            cert_file=cert_file,
+            key_file=key_file,
+            placement=placement,
+        )
+    )
 
 
-async def _serve(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path | None,
-                 key_file: Path | None, placement: Placement) -> None:
+async def _serve(
+    *,
+    kubeconfig: Path | None,
+    host: str,
+    port: int,
+    cert_file: Path | None,
+    key_file: Path | None,
+    placement: Placement,
+) -> None:
     cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
     ledger = Ledger()
-    informers = [Informer(kube, NODES, handler=ledger.on_node),
-                 Informer(kube, PODS, handler=ledger.on_pod),
-                 Informer(kube, RESERVATIONS, handler=ledger.on_reservation)]
+    informers = [
+        Informer(kube, NODES, handler=ledger.on_node),
+        Informer(kube, PODS, handler=ledger.on_pod),
+        Informer(kube, RESERVATIONS, handler=ledger.on_reservation),
+    ]
     tasks = [asyncio.create_task(informer.run()) for informer in informers]
-    app = make_app(ledger, placement=placement,
-                   ready=lambda: all(informer.synced.is_set() for informer in informers))
-    log.info("serving %s on %s:%d (%s, placement %s)", ", ".join(f"/{v}" for v in VERBS),
-             host, port, "HTTPS" if cert_file else "HTTP", placement)
+    app = make_app(
+        ledger,
+        placement=placement,
+        ready=lambda: all(informer.synced.is_set() for informer in informers),
+    )
+    log.info(
+        "serving %s on %s:%d (%s, placement %s)",
+        ", ".join(f"/{v}" for v in VERBS),
+        host,
+        port,
+        "HTTPS" if cert_file else "HTTP",
+        placement,
+    )
     try:
         await serve(app, host=host, port=port, cert_file=cert_file, key_file=key_file)
     except asyncio.CancelledError:

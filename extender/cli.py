@@ -15,36 +15,56 @@ from extender.decide import Placement
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
-        "extender", help="the kube-scheduler extender that keeps reserved capacity for the "
-                         "pods it was reserved for")
-    parser.add_argument("--kubeconfig", type=Path, default=None,
-                        help="kubeconfig file (default: in-cluster service account, "
-                             "else $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--host", default="0.0.0.0",
-                        help="address to listen on (default 0.0.0.0)")
+        "extender",
+        help="the kube-scheduler extender that keeps reserved capacity for the "
+        "pods it was reserved for",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig file (default: in-cluster service account, "
+        "else $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=8443, help="port (default 8443)")
-    parser.add_argument("--tls-cert-file", type=Path, default=None,
-                        help="serving certificate (PEM); without it the extender speaks "
-                             "plain HTTP")
-    parser.add_argument("--tls-private-key-file", type=Path, default=None,
-                        help="its private key (PEM)")
-    parser.add_argument("--placement", type=Placement, choices=list(Placement),
-                        default=Placement.SPREAD,
-                        help="where placeholder pods go: spread (most free capacity left) "
-                             "or binpack (least left, to defragment); default spread")
+    parser.add_argument(
+        "--tls-cert-file",
+        type=Path,
+        default=None,
+        help="serving certificate (PEM); without it the extender speaks plain HTTP",
+    )
+    parser.add_argument(
+        "--tls-private-key-file", type=Path, default=None, help="its private key (PEM)"
+    )
+    parser.add_argument(
+        "--placement",
+        type=Placement,
+        choices=list(Placement),
+        default=Placement.SPREAD,
+        help="where placeholder pods go: spread (most free capacity left) "
+        "or binpack (least left, to defragment); default spread",
+    )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
-        print("berth extender: give both --tls-cert-file and --tls-private-key-file, "
-              "or neither", file=sys.stderr)
+        print(
+            "berth extender: give both --tls-cert-file and --tls-private-key-file, or neither",
+            file=sys.stderr,
+        )
         return 1
     log.setup()
     try:
-        run(kubeconfig=args.kubeconfig, host=args.host, port=args.port,
-            cert_file=args.tls_cert_file, key_file=args.tls_private_key_file,
-            placement=args.placement)
+        run(
+            kubeconfig=args.kubeconfig,
+            host=args.host,
+            port=args.port,
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+            placement=args.placement,
+        )
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth extender: {error}", file=sys.stderr)
         return 1

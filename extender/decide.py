@@ -65,6 +65,7 @@ class WireError(ValueError):
 
 # ----- requests ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ExtenderArgs:
     """`ExtenderArgs`: the pod and its candidate nodes."""
@@ -129,14 +130,21 @@ def parse_args(body: Any) -> ExtenderArgs:
     """The arguments of filter and prioritize, with node names in either form."""
     pod = _pod(body)
     if body.get("NodeNames") is not None:
-        names = [_string(name, "each of NodeNames")
-                 for name in _list(body["NodeNames"], "NodeNames")]
+        names = [
+            _string(name, "each of NodeNames") for name in _list(body["NodeNames"], "NodeNames")
+        ]
         return ExtenderArgs(pod=pod, node_names=names, node_list=None)
     if body.get("Nodes") is not None:
         node_list = _object(body["Nodes"], "Nodes")
-        names = [_string(_object(_object(node, "each of Nodes.items").get("metadata"),
-                                 "a node's metadata").get("name"), "a node's name")
-                 for node in _list(node_list.get("items"), "Nodes.items")]
+        names = [
+            _string(
+                _object(
+                    _object(node, "each of Nodes.items").get("metadata"), "a node's metadata"
+                ).get("name"),
+                "a node's name",
+            )
+            for node in _list(node_list.get("items"), "Nodes.items")
+        ]
         return ExtenderArgs(pod=pod, node_names=names, node_list=node_list)
     raise WireError("the request has neither NodeNames nor Nodes")
 
@@ -146,24 +154,38 @@ def parse_preemption_args(body: Any) -> PreemptionArgs:
     pod = _pod(body)
     victims: dict[str, Victims] = {}
     if body.get("NodeNameToMetaVictims") is not None:
-        for node, value in _object(body["NodeNameToMetaVictims"],
-                                   "NodeNameToMetaVictims").items():
+        for node, value in _object(body["NodeNameToMetaVictims"], "NodeNameToMetaVictims").items():
             meta = _object(value, f"the victims on {node}")
             victims[node] = Victims(
-                pods=[Victim(uid=_string(_object(item, "a victim").get("UID"), "a victim's UID"),
-                             pod=None)
-                      for item in _list(meta.get("Pods"), f"the victims on {node}")],
-                pdb_violations=_count(meta.get("NumPDBViolations")))
+                pods=[
+                    Victim(
+                        uid=_string(_object(item, "a victim").get("UID"), "a victim's UID"),
+                        pod=None,
+                    )
+                    for item in _list(meta.get("Pods"), f"the victims on {node}")
+                ],
+                pdb_violations=_count(meta.get("NumPDBViolations")),
+            )
     elif body.get("NodeNameToVictims") is not None:
         for node, value in _object(body["NodeNameToVictims"], "NodeNameToVictims").items():
             full = _object(value, f"the victims on {node}")
-            pods = [_object(item, "a victim") for item in
-                    _list(full.get("Pods"), f"the victims on {node}")]
+            pods = [
+                _object(item, "a victim")
+                for item in _list(full.get("Pods"), f"the victims on {node}")
+            ]
             victims[node] = Victims(
-                pods=[Victim(uid=_string(_object(item.get("metadata"), "a victim's metadata")
-                                         .get("uid"), "a victim's uid"), pod=item)
-                      for item in pods],
-                pdb_violations=_count(full.get("NumPDBViolations")))
+                pods=[
+                    Victim(
+                        uid=_string(
+                            _object(item.get("metadata"), "a victim's metadata").get("uid"),
+                            "a victim's uid",
+                        ),
+                        pod=item,
+                    )
+                    for item in pods
+                ],
+                pdb_violations=_count(full.get("NumPDBViolations")),
+            )
     return PreemptionArgs(pod=pod, victims=victims)
 
 
@@ -176,6 +198,7 @@ def _count(value: Any) -> int:
 
 
 # ----- the pod being scheduled ------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Pending:
@@ -193,9 +216,11 @@ def pod_name(pod: Object) -> str:
 
 
 def pending(ledger: Ledger, pod: Object) -> Pending:
-    return Pending(requests=pod_requests(pod.get("spec") or {}),
-                   reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
-                   placeholder=protocol.placeholder_reservation(pod) is not None)
+    return Pending(
+        requests=pod_requests(pod.get("spec") or {}),
+        reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
+        placeholder=protocol.placeholder_reservation(pod) is not None,
+    )
 
 
 class Refusal(NamedTuple):
@@ -204,15 +229,18 @@ class Refusal(NamedTuple):
     """Preemption cannot help."""
 
 
-def refusal(ledger: Ledger, pod: Pending, node: str, *,
-            released: Resources | None = None) -> Refusal | None:
+def refusal(
+    ledger: Ledger, pod: Pending, node: str, *, released: Resources | None = None
+) -> Refusal | None:
     """Why `pod` may not go to `node` (None: it may), with `released` freed by preemption."""
     if pod.reserved is not None:
         reservation, reserved_node = pod.reserved
         if node == reserved_node:
             return None
-        return Refusal(f"reserved for this pod on {reserved_node} by Reservation "
-                       f"{reservation}", unresolvable=True)
+        return Refusal(
+            f"reserved for this pod on {reserved_node} by Reservation {reservation}",
+            unresolvable=True,
+        )
     held = ledger.handover(node)
     free = ledger.free(node)
     if not held or free is None:
@@ -220,11 +248,15 @@ def refusal(ledger: Ledger, pod: Pending, node: str, *,
     missing = fits(pod.requests, add(free, released or {}))
     if not missing:
         return None
-    return Refusal(f"Insufficient {', '.join(sorted(missing))}: held for Reservation "
-                   f"{', '.join(sorted(held))} in handover", unresolvable=False)
+    return Refusal(
+        f"Insufficient {', '.join(sorted(missing))}: held for Reservation "
+        f"{', '.join(sorted(held))} in handover",
+        unresolvable=False,
+    )
 
 
 # ----- the verbs --------------------------------------------------------------------------
+
 
 def filter_nodes(ledger: Ledger, args: ExtenderArgs) -> Object:
     """`ExtenderFilterResult`, in the form the request came in."""
@@ -242,18 +274,31 @@ def filter_nodes(ledger: Ledger, args: ExtenderArgs) -> Object:
         nodes, names = None, passed
     else:
         kept = set(passed)
-        nodes = {**args.node_list, "items": [item for item in args.node_list.get("items") or []
-                                             if item["metadata"]["name"] in kept]}
+        nodes = {
+            **args.node_list,
+            "items": [
+                item
+                for item in args.node_list.get("items") or []
+                if item["metadata"]["name"] in kept
+            ],
+        }
         names = None
-    return {"Nodes": nodes, "NodeNames": names, "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+    return {
+        "Nodes": nodes,
+        "NodeNames": names,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
 
 
 def prioritize(ledger: Ledger, args: ExtenderArgs, *, placement: Placement) -> list[Object]:
     """`HostPriorityList`: a 0 to 10 score for every candidate node."""
     pod = pending(ledger, args.pod)
-    return [{"Host": node, "Score": score(ledger, pod, node, placement=placement)}
-            for node in args.node_names]
+    return [
+        {"Host": node, "Score": score(ledger, pod, node, placement=placement)}
+        for node in args.node_names
+    ]
 
 
 def score(ledger: Ledger, pod: Pending, node: str, *, placement: Placement) -> int:
@@ -275,8 +320,11 @@ def score(ledger: Ledger, pod: Pending, node: str, *, placement: Placement) -> i
 
 
 def _shares(part: Resources, whole: Resources) -> list[Decimal]:
-    return [min(max(part.get(name, Decimal(0)) / whole[name], Decimal(0)), Decimal(1))
-            for name in SCORED_RESOURCES if whole.get(name, Decimal(0)) > 0]
+    return [
+        min(max(part.get(name, Decimal(0)) / whole[name], Decimal(0)), Decimal(1))
+        for name in SCORED_RESOURCES
+        if whole.get(name, Decimal(0)) > 0
+    ]
 
 
 def _mean_share(part: Resources, whole: Resources) -> Decimal:
@@ -300,15 +348,16 @@ def preempt(ledger: Ledger, args: PreemptionArgs) -> tuple[Object, dict[str, str
     for node, victims in args.victims.items():
         reason = _preemption_refusal(ledger, pod, node, victims)
         if reason is None:
-            kept[node] = {"Pods": [{"UID": victim.uid} for victim in victims.pods],
-                          "NumPDBViolations": victims.pdb_violations}
+            kept[node] = {
+                "Pods": [{"UID": victim.uid} for victim in victims.pods],
+                "NumPDBViolations": victims.pdb_violations,
+            }
         else:
             dropped[node] = reason
     return {"NodeNameToMetaVictims": kept}, dropped
 
 
-def _preemption_refusal(ledger: Ledger, pod: Pending, node: str,
-                        victims: Victims) -> str | None:
+def _preemption_refusal(ledger: Ledger, pod: Pending, node: str, victims: Victims) -> str | None:
     released: Resources = {}
     for victim in victims.pods:
         if victim.pod is not None:
@@ -333,8 +382,9 @@ def _preemption_refusal(ledger: Ledger, pod: Pending, node: str,
 VERBS = ("filter", "prioritize", "preempt")
 
 
-def answer(ledger: Ledger, verb: str, body: bytes, *, placement: Placement,
-           ready: bool) -> tuple[int, Any]:
+def answer(
+    ledger: Ledger, verb: str, body: bytes, *, placement: Placement, ready: bool
+) -> tuple[int, Any]:
     """The HTTP status and JSON result for a request body to `verb` (one of VERBS); never
     raises on bad input."""
     if not ready:
@@ -351,8 +401,9 @@ def answer(ledger: Ledger, verb: str, body: bytes, *, placement: Placement,
         preemption = parse_preemption_args(request)
         result, dropped = preempt(ledger, preemption)
         for node, reason in dropped.items():
-            log.info("preempt %s: node %s is no candidate: %s", pod_name(preemption.pod),
-                     node, reason)
+            log.info(
+                "preempt %s: node %s is no candidate: %s", pod_name(preemption.pod), node, reason
+            )
         return 200, result
     except ValueError as error:  # not JSON, not the wire type, an unreadable quantity
         log.warning("%s: bad request: %s", verb, error)
@@ -361,16 +412,25 @@ def answer(ledger: Ledger, verb: str, body: bytes, *, placement: Placement,
 
 def _error(verb: str, message: str, *, status: int) -> tuple[int, Any]:
     if verb == "filter":
-        return 200, {"Nodes": None, "NodeNames": None, "FailedNodes": None,
-                     "FailedAndUnresolvableNodes": None, "Error": message}
+        return 200, {
+            "Nodes": None,
+            "NodeNames": None,
+            "FailedNodes": None,
+            "FailedAndUnresolvableNodes": None,
+            "Error": message,
+        }
     return status, {"Error": message}
 
 
 def _log_filter(args: ExtenderArgs, result: Object) -> None:
     refused = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
     if refused:
-        log.info("filter %s: %d of %d nodes pass; refused %s", pod_name(args.pod),
-                 len(args.node_names) - len(refused), len(args.node_names),
-                 "; ".join(f"{node}: {reason}" for node, reason in sorted(refused.items())))
+        log.info(
+            "filter %s: %d of %d nodes pass; refused %s",
+            pod_name(args.pod),
+            len(args.node_names) - len(refused),
+            len(args.node_names),
+            "; ".join(f"{node}: {reason}" for node, reason in sorted(refused.items())),
+        )
     else:
         log.debug("filter %s: all %d nodes pass", pod_name(args.pod), len(args.node_names))

@@ -81,12 +81,16 @@ class Webhook:
         try:
             result, patch = await self.patch_for(admission)
         except API_ERRORS as error:
-            log.warning("pod %s: left unbound, the API server failed: %s",
-                        describe(pod_of(admission)), error)
+            log.warning(
+                "pod %s: left unbound, the API server failed: %s",
+                describe(pod_of(admission)),
+                error,
+            )
             result, patch = "error", []
         return result, web.Response(
             body=orjson.dumps(review.response(admission["uid"], patch)),
-            content_type="application/json")
+            content_type="application/json",
+        )
 
     async def patch_for(self, request: Mapping[str, Any]) -> tuple[metrics.WebhookResult, Patch]:
         """What became of the pod (for `berth_webhook_requests_total`) and its patch."""
@@ -103,28 +107,36 @@ class Webhook:
             # about to open that this pod would match.
             opened = await self.refresh_opening(pod, reservations, workload_uid=workload_uid)
             if opened:
-                decision = decide(request, reservations={**reservations, **opened},
-                                  workload_uid=workload_uid)
+                decision = decide(
+                    request, reservations={**reservations, **opened}, workload_uid=workload_uid
+                )
         if isinstance(decision, Skip):
-            log.log(logging.INFO if in_flight else logging.DEBUG, "pod %s: %s",
-                    describe(pod), decision.reason)
+            log.log(
+                logging.INFO if in_flight else logging.DEBUG,
+                "pod %s: %s",
+                describe(pod),
+                decision.reason,
+            )
             return "skipped", []
         if isinstance(decision, Reassert):
             patch = bind_patch(pod, reservation=decision.reservation, token=decision.token)
-            log.info("pod %s: already claimed reservation %s; %s", describe(pod),
-                     decision.reservation["metadata"]["name"],
-                     "re-adding what a later webhook removed" if patch else "nothing to add")
+            log.info(
+                "pod %s: already claimed reservation %s; %s",
+                describe(pod),
+                decision.reservation["metadata"]["name"],
+                "re-adding what a later webhook removed" if patch else "nothing to add",
+            )
             return "reasserted", patch
         return await self.claim(pod, decision)
 
-    async def refresh_opening(self, pod: Object, reservations: Mapping[str, Object], *,
-                              workload_uid: str | None) -> dict[str, Object]:
+    async def refresh_opening(
+        self, pod: Object, reservations: Mapping[str, Object], *, workload_uid: str | None
+    ) -> dict[str, Object]:
         """Fresh copies of the matching Reservations that this cache shows as not yet
         open, keeping those the API server says are open now."""
         opened: dict[str, Object] = {}
         for name, cached in reservations.items():
-            if not _opening(cached) or not matches_owner(cached, pod,
-                                                         workload_uid=workload_uid):
+            if not _opening(cached) or not matches_owner(cached, pod, workload_uid=workload_uid):
                 continue
             try:
                 fresh = await self.kube.get(RESERVATIONS, name)
@@ -143,7 +155,8 @@ class Webhook:
             return str(controller["uid"])
         try:
             replicaset: Object | None = await self.kube.get(
-                REPLICASETS, controller["name"], pod["metadata"]["namespace"])
+                REPLICASETS, controller["name"], pod["metadata"]["namespace"]
+            )
         except KubeError as error:
             if not error.not_found:
                 raise
@@ -157,11 +170,18 @@ class Webhook:
         for candidate in decision.candidates:
             reservation = await self.claim_one(candidate, token=token)
             if reservation is not None:
-                log.info("pod %s → claimed reservation %s on node %s", describe(pod),
-                         reservation["metadata"]["name"], node_of(reservation))
+                log.info(
+                    "pod %s → claimed reservation %s on node %s",
+                    describe(pod),
+                    reservation["metadata"]["name"],
+                    node_of(reservation),
+                )
                 return "claimed", bind_patch(pod, reservation=reservation, token=token)
-        log.info("pod %s: lost every matching reservation to other pods (%s)", describe(pod),
-                 ", ".join(c["metadata"]["name"] for c in decision.candidates))
+        log.info(
+            "pod %s: lost every matching reservation to other pods (%s)",
+            describe(pod),
+            ", ".join(c["metadata"]["name"] for c in decision.candidates),
+        )
         return "lost", []
 
     async def claim_one(self, reservation: Object, *, token: str) -> Object | None:
@@ -177,25 +197,38 @@ class Webhook:
                     reservation = await self.kube.get(RESERVATIONS, name)
                     if not is_consumable(reservation):
                         return None
-                return await self.kube.patch(RESERVATIONS, name, {"metadata": {
-                    "resourceVersion": reservation["metadata"]["resourceVersion"],
-                    "annotations": {keys.CLAIM: token}}})
+                return await self.kube.patch(
+                    RESERVATIONS,
+                    name,
+                    {
+                        "metadata": {
+                            "resourceVersion": reservation["metadata"]["resourceVersion"],
+                            "annotations": {keys.CLAIM: token},
+                        }
+                    },
+                )
             except KubeError as error:
                 if error.not_found:
                     return None
                 if not error.conflict:
                     raise
-                log.info("reservation %s changed while claiming it; %s", name,
-                         "giving up on it" if retry else "re-reading it")
+                log.info(
+                    "reservation %s changed while claiming it; %s",
+                    name,
+                    "giving up on it" if retry else "re-reading it",
+                )
         return None
 
 
 def _opening(reservation: Object) -> bool:
     """Live and untouched, but not (yet, in this cache) open to a replacement: this cache
     may lag behind the Reservation becoming Available and being opened."""
-    return (phase(reservation) in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
-            and not is_consumable(reservation) and claim_of(reservation) is None
-            and not owner_uids(reservation))
+    return (
+        phase(reservation) in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
+        and not is_consumable(reservation)
+        and claim_of(reservation) is None
+        and not owner_uids(reservation)
+    )
 
 
 def describe(pod: Object) -> str:
@@ -215,23 +248,23 @@ def make_app(webhook: Webhook) -> web.Application:
     return app
 
 
-def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path,
-        key_file: Path) -> None:
+def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path, key_file: Path) -> None:
     """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting."""
-    asyncio.run(_serve(kubeconfig=kubeconfig, host=host, port=port, cert_file=cert_file,
-                       key_file=key_file))
+    asyncio.run(
+        _serve(kubeconfig=kubeconfig, host=host, port=port, cert_file=cert_file, key_file=key_file)
+    )
 
 
-async def _serve(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path,
-                 key_file: Path) -> None:
+async def _serve(
+    *, kubeconfig: Path | None, host: str, port: int, cert_file: Path, key_file: Path
+) -> None:
     cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
     webhook = Webhook(kube)
     informer = asyncio.create_task(webhook.reservations.run())
     log.info("starting: POST https://%s:%d/mutate-pod", host, port)
     try:
-        await serve(make_app(webhook), host=host, port=port, cert_file=cert_file,
-                    key_file=key_file)
+        await serve(make_app(webhook), host=host, port=port, cert_file=cert_file, key_file=key_file)
     except asyncio.CancelledError:
         log.info("stopped")
     finally:

@@ -14,18 +14,27 @@ from webhook.app import run
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
-        "webhook", help="the mutating admission webhook that binds replacement pods to "
-                        "their Reservations")
-    parser.add_argument("--kubeconfig", type=Path, default=None,
-                        help="kubeconfig file (default: in-cluster service account, "
-                             "else $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default "
-                                                          "0.0.0.0)")
+        "webhook",
+        help="the mutating admission webhook that binds replacement pods to their Reservations",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig file (default: in-cluster service account, "
+        "else $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
-    parser.add_argument("--tls-cert-file", type=Path, required=True,
-                        help="serving certificate (PEM), e.g. tls.crt from `berth certs`")
-    parser.add_argument("--tls-private-key-file", type=Path, required=True,
-                        help="its private key (PEM)")
+    parser.add_argument(
+        "--tls-cert-file",
+        type=Path,
+        required=True,
+        help="serving certificate (PEM), e.g. tls.crt from `berth certs`",
+    )
+    parser.add_argument(
+        "--tls-private-key-file", type=Path, required=True, help="its private key (PEM)"
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -36,8 +45,13 @@ def handle(args: argparse.Namespace) -> int:
             return 1
     log.setup()
     try:
-        run(kubeconfig=args.kubeconfig, host=args.host, port=args.port,
-            cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)
+        run(
+            kubeconfig=args.kubeconfig,
+            host=args.host,
+            port=args.port,
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+        )
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth webhook: {error}", file=sys.stderr)
         return 1

@@ -65,8 +65,9 @@ class Reassert:
 Decision = Skip | Claim | Reassert
 
 
-def decide(request: Mapping[str, Any], *, reservations: Mapping[str, Object],
-           workload_uid: str | None) -> Decision:
+def decide(
+    request: Mapping[str, Any], *, reservations: Mapping[str, Object], workload_uid: str | None
+) -> Decision:
     """The decision for one AdmissionReview `request`, given the cached `reservations` by
     name. `workload_uid` is the pod's top-level workload (see `berth.protocol.top_level_workload`),
     resolved by the caller because that may need the API server."""
@@ -89,12 +90,18 @@ def decide(request: Mapping[str, Any], *, reservations: Mapping[str, Object],
     if controller is None:
         return Skip("no controller")
     candidates = sorted(
-        (r for r in reservations.values()
-         if is_consumable(r) and matches_owner(r, pod, workload_uid=workload_uid)),
-        key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]))
+        (
+            r
+            for r in reservations.values()
+            if is_consumable(r) and matches_owner(r, pod, workload_uid=workload_uid)
+        ),
+        key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]),
+    )
     if not candidates:
-        return Skip(f"no consumable reservation for {controller.get('kind')} "
-                    f"{controller.get('name')} of workload {workload_uid}")
+        return Skip(
+            f"no consumable reservation for {controller.get('kind')} "
+            f"{controller.get('name')} of workload {workload_uid}"
+        )
     return Claim(tuple(candidates))
 
 
@@ -111,8 +118,7 @@ def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) ->
     if reservation is None or reservation["metadata"].get("uid") != uid:
         return Skip(f"carries claim {token} for reservation {name}, which is not in the cache")
     if not _waits_for(reservation, token):
-        return Skip(f"carries claim {token} for reservation {name}, which no longer waits "
-                    "for it")
+        return Skip(f"carries claim {token} for reservation {name}, which no longer waits for it")
     return Reassert(reservation, token)
 
 
@@ -122,8 +128,12 @@ def _waits_for(reservation: Object, token: str) -> bool:
     carries the whole patch, while a pod that brings a token of its own making (forged)
     must get nothing."""
     claim = claim_of(reservation)
-    return (claim == token and phase(reservation) == ReservationPhase.AVAILABLE
-            and node_of(reservation) is not None and not owner_uids(reservation))
+    return (
+        claim == token
+        and phase(reservation) == ReservationPhase.AVAILABLE
+        and node_of(reservation) is not None
+        and not owner_uids(reservation)
+    )
 
 
 def pod_of(request: Mapping[str, Any]) -> Object:
@@ -139,8 +149,9 @@ def bind_patch(pod: Object, *, reservation: Object, token: str) -> Patch:
     gate, a required node affinity to the Reservation's node, and the binding annotations.
     Only what is missing is added, so a patched pod yields an empty patch."""
     node = reservation["status"]["nodeName"]
-    allocated = orjson.dumps({"name": reservation["metadata"]["name"],
-                              "uid": reservation["metadata"]["uid"]}).decode()
+    allocated = orjson.dumps(
+        {"name": reservation["metadata"]["name"], "uid": reservation["metadata"]["uid"]}
+    ).decode()
     return [
         *_annotations_patch(pod, {keys.RESERVATION_ALLOCATED: allocated, keys.CLAIM: token}),
         *_gate_patch(pod),
@@ -152,8 +163,11 @@ def _annotations_patch(pod: Object, wanted: Mapping[str, str]) -> Patch:
     current = pod["metadata"].get("annotations")
     if not current:
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(wanted)}]
-    return [{"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value}
-            for key, value in wanted.items() if current.get(key) != value]
+    return [
+        {"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value}
+        for key, value in wanted.items()
+        if current.get(key) != value
+    ]
 
 
 def _gate_patch(pod: Object) -> Patch:
@@ -174,13 +188,31 @@ def _affinity_patch(pod: Object, node: str) -> Patch:
     path = "/spec/affinity"
     affinity = pod["spec"].get("affinity")
     if not affinity:
-        return [{"op": "add", "path": path, "value": {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}]
+        return [
+            {
+                "op": "add",
+                "path": path,
+                "value": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [term]
+                        }
+                    }
+                },
+            }
+        ]
     path += "/nodeAffinity"
     node_affinity = affinity.get("nodeAffinity")
     if not node_affinity:
-        return [{"op": "add", "path": path, "value": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}]
+        return [
+            {
+                "op": "add",
+                "path": path,
+                "value": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+                },
+            }
+        ]
     path += "/requiredDuringSchedulingIgnoredDuringExecution"
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if not required:
@@ -198,11 +230,13 @@ def _affinity_patch(pod: Object, node: str) -> Patch:
             # An empty term matches no node; ANDed with anything it still matches none.
             continue
         if fields:
-            patch.append({"op": "add", "path": f"{path}/{index}/matchFields/-",
-                          "value": requirement})
+            patch.append(
+                {"op": "add", "path": f"{path}/{index}/matchFields/-", "value": requirement}
+            )
         else:
-            patch.append({"op": "add", "path": f"{path}/{index}/matchFields",
-                          "value": [requirement]})
+            patch.append(
+                {"op": "add", "path": f"{path}/{index}/matchFields", "value": [requirement]}
+            )
     return patch
 
 

@@ -29,8 +29,11 @@ def parse(body: bytes) -> dict[str, Any]:
         review = orjson.loads(body)
     except orjson.JSONDecodeError as error:
         raise MalformedReview(f"the body is not JSON: {error}") from None
-    if not isinstance(review, dict) or review.get("apiVersion") != API_VERSION \
-            or review.get("kind") != KIND:
+    if (
+        not isinstance(review, dict)
+        or review.get("apiVersion") != API_VERSION
+        or review.get("kind") != KIND
+    ):
         raise MalformedReview(f"the body is not an {API_VERSION} {KIND}")
     request = review.get("request")
     if not isinstance(request, dict):
@@ -38,8 +41,12 @@ def parse(body: bytes) -> dict[str, Any]:
     if not request.get("uid") or not isinstance(request["uid"], str):
         raise MalformedReview("the request has no uid")
     pod = request.get("object")
-    if not isinstance(pod, dict) or pod.get("kind") != "Pod" \
-            or not isinstance(pod.get("metadata"), dict) or not isinstance(pod.get("spec"), dict):
+    if (
+        not isinstance(pod, dict)
+        or pod.get("kind") != "Pod"
+        or not isinstance(pod.get("metadata"), dict)
+        or not isinstance(pod.get("spec"), dict)
+    ):
         raise MalformedReview("the request's object is not a Pod")
     return request
 

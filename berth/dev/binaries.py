@@ -57,8 +57,9 @@ def _go() -> str:
 
 
 def _go_version(go: str) -> str:
-    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        [go, "env", "GOVERSION"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def source_hash(go_version: str) -> str:
@@ -74,8 +75,9 @@ def source_hash(go_version: str) -> str:
 
 def kubernetes_version() -> str:
     """The Kubernetes release tools/kcp is built from, read from its go.mod."""
-    match = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (TOOLS / "kcp" / "go.mod").read_text(),
-                      flags=re.M)
+    match = re.search(
+        r"^\s*k8s\.io/kubernetes (v\S+)", (TOOLS / "kcp" / "go.mod").read_text(), flags=re.M
+    )
     if match is None:
         raise BuildError("tools/kcp/go.mod does not require k8s.io/kubernetes")
     return match.group(1)
@@ -85,18 +87,18 @@ def _version_flags() -> str:
     """Stamp the release into the binaries, as the Kubernetes release build does."""
     version = kubernetes_version()
     major, minor = version.lstrip("v").split(".")[:2]
-    values = {"gitVersion": version, "gitMajor": major, "gitMinor": minor,
-              "gitTreeState": "clean"}
-    return " ".join(f"-X {package}.{key}={value}"
-                    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
-                    for key, value in values.items())
+    values = {"gitVersion": version, "gitMajor": major, "gitMinor": minor, "gitTreeState": "clean"}
+    return " ".join(
+        f"-X {package}.{key}={value}"
+        for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for key, value in values.items()
+    )
 
 
 def _build(go: str, *, module: Path, package: str, output: Path, ldflags: str = "") -> None:
     env = {**os.environ, "GOTOOLCHAIN": "local"}
     partial = output.with_suffix(".partial")
-    command = [go, "build", "-trimpath", f"-ldflags=-s -w {ldflags}", "-o", str(partial),
-               package]
+    command = [go, "build", "-trimpath", f"-ldflags=-s -w {ldflags}", "-o", str(partial), package]
     started = time.monotonic()
     print(f"building {output.name} in {module} (first time only)...", file=sys.stderr, flush=True)
     result = subprocess.run(command, cwd=module, env=env, capture_output=True, text=True)
@@ -112,8 +114,7 @@ def ensure_binaries() -> Binaries:
     binaries = Binaries(cache_root() / source_hash(_go_version(go)))
     binaries.bin_dir.mkdir(parents=True, exist_ok=True)
     if not binaries.kcp.exists():
-        _build(go, module=TOOLS / "kcp", package=".", output=binaries.kcp,
-               ldflags=_version_flags())
+        _build(go, module=TOOLS / "kcp", package=".", output=binaries.kcp, ldflags=_version_flags())
     if not binaries.kwok.exists():
         _build(go, module=TOOLS / "kwok", package=".", output=binaries.kwok)
     if not binaries.kubectl.exists():

@@ -119,8 +119,10 @@ class LocalCluster:
 
     def _save_state(self) -> None:
         assert self.binaries is not None
-        state = {"bin_dir": str(self.binaries.bin_dir),
-                 "components": [asdict(component) for component in self.components]}
+        state = {
+            "bin_dir": str(self.binaries.bin_dir),
+            "components": [asdict(component) for component in self.components],
+        }
         self.state_file.write_text(json.dumps(state, indent=2))
 
     def owns(self, component: Component) -> bool:
@@ -178,37 +180,64 @@ class LocalCluster:
         ca = tls.make_ca("berth-dev-ca")
         ca.write(cert_path=self.pki / "ca.crt", key_path=self.pki / "ca.key")
         tls.issue(
-            ca, common_name="kube-apiserver",
-            dns_names=("localhost", "kubernetes", "kubernetes.default",
-                       "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
+            ca,
+            common_name="kube-apiserver",
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
             ip_addresses=("127.0.0.1", "10.96.0.1"),
         ).write(cert_path=self.pki / "apiserver.crt", key_path=self.pki / "apiserver.key")
-        admin = tls.issue(ca, common_name="berth-dev-admin", organization="system:masters",
-                          client=True)
+        admin = tls.issue(
+            ca, common_name="berth-dev-admin", organization="system:masters", client=True
+        )
         admin.write(cert_path=self.pki / "admin.crt", key_path=self.pki / "admin.key")
         # Berth's webhook and extender serve on loopback with a certificate of this CA.
-        tls.issue(ca, common_name="berth", dns_names=("localhost",),
-                  ip_addresses=("127.0.0.1",)).write(cert_path=self.pki / "berth.crt",
-                                                     key_path=self.pki / "berth.key")
+        tls.issue(
+            ca, common_name="berth", dns_names=("localhost",), ip_addresses=("127.0.0.1",)
+        ).write(cert_path=self.pki / "berth.crt", key_path=self.pki / "berth.key")
         private, public = tls.make_signing_key()
         (self.pki / "sa.key").write_bytes(private)
         (self.pki / "sa.pub").write_bytes(public)
         self._ca = ca
         self._admin = admin
 
-    def _spawn(self, name: str, args: list[str], *, port: int, health_url: str,
-               command: list[str] | None = None, verify_tls: bool = False) -> Component:
+    def _spawn(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        port: int,
+        health_url: str,
+        command: list[str] | None = None,
+        verify_tls: bool = False,
+    ) -> Component:
         """Start `kcp <args>` (or `command + args`) and wait until it is healthy."""
         assert self.binaries is not None
         log = self.logs / f"{name}.log"
         command = [*(command or [str(self.binaries.kcp)]), *args]
         env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
         with log.open("ab") as out:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
-                                       stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
         self._processes[process.pid] = process
-        component = Component(name=name, pid=process.pid, port=port, health_url=health_url,
-                              log=str(log), verify_tls=verify_tls)
+        component = Component(
+            name=name,
+            pid=process.pid,
+            port=port,
+            health_url=health_url,
+            log=str(log),
+            verify_tls=verify_tls,
+        )
         self.components.append(component)
         self._save_state()
         self._wait_healthy(component)
@@ -219,15 +248,19 @@ class LocalCluster:
         last_error = "no answer yet"
         while time.monotonic() < deadline:
             if not pid_alive(component.pid):
-                raise ClusterError(f"{component.name} exited during start-up; "
-                                   f"last lines of {component.log}:\n{tail(component.log)}")
+                raise ClusterError(
+                    f"{component.name} exited during start-up; "
+                    f"last lines of {component.log}:\n{tail(component.log)}"
+                )
             ok, last_error = self.probe(component)
             if ok:
                 return
             time.sleep(0.2)
-        raise ClusterError(f"{component.name} was not healthy after {START_TIMEOUT:.0f}s "
-                           f"({last_error}); last lines of {component.log}:\n"
-                           f"{tail(component.log)}")
+        raise ClusterError(
+            f"{component.name} was not healthy after {START_TIMEOUT:.0f}s "
+            f"({last_error}); last lines of {component.log}:\n"
+            f"{tail(component.log)}"
+        )
 
     def probe(self, component: Component) -> tuple[bool, str]:
         """One health request: (healthy, what was seen)."""
@@ -250,129 +283,215 @@ class LocalCluster:
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
         self._etcd_url = f"http://127.0.0.1:{client}"
-        self._spawn("etcd", [
-            "etcd", "--name=berth-dev", f"--data-dir={self.state_dir / 'etcd'}",
-            f"--listen-client-urls={self._etcd_url}", f"--advertise-client-urls={self._etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=berth-dev=http://127.0.0.1:{peer}",
-            # A throwaway cluster: durability buys nothing and fsync costs seconds per test.
-            "--unsafe-no-fsync", "--quota-backend-bytes=4294967296", "--log-level=warn",
-        ], port=client, health_url=f"{self._etcd_url}/health")
+        self._spawn(
+            "etcd",
+            [
+                "etcd",
+                "--name=berth-dev",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={self._etcd_url}",
+                f"--advertise-client-urls={self._etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=berth-dev=http://127.0.0.1:{peer}",
+                # A throwaway cluster: durability buys nothing and fsync costs seconds per test.
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+            port=client,
+            health_url=f"{self._etcd_url}/health",
+        )
 
     def _start_apiserver(self) -> None:
         port = free_port()
         pki = self.pki
-        self._spawn("kube-apiserver", [
-            "kube-apiserver", f"--etcd-servers={self._etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # No kubelets and a loopback address: the "kubernetes" Endpoints would be invalid.
-            "--endpoint-reconciler-type=none",
-            "--allow-privileged=true", "--profiling=false", f"--cert-dir={pki}",
-        ], port=port, health_url=f"https://127.0.0.1:{port}/readyz")
+        self._spawn(
+            "kube-apiserver",
+            [
+                "kube-apiserver",
+                f"--etcd-servers={self._etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # No kubelets and a loopback address: the "kubernetes" Endpoints would be invalid.
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+                f"--cert-dir={pki}",
+            ],
+            port=port,
+            health_url=f"https://127.0.0.1:{port}/readyz",
+        )
         assert self._ca is not None and self._admin is not None
-        config = render.kubeconfig(server=f"https://127.0.0.1:{port}", ca_pem=self._ca.cert_pem,
-                                   cert_pem=self._admin.cert_pem, key_pem=self._admin.key_pem)
+        config = render.kubeconfig(
+            server=f"https://127.0.0.1:{port}",
+            ca_pem=self._ca.cert_pem,
+            cert_pem=self._admin.cert_pem,
+            key_pem=self._admin.key_pem,
+        )
         self.kubeconfig.touch(mode=0o600)
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
     def _start_controller_manager(self) -> None:
         port = free_port()
-        self._spawn("kube-controller-manager", [
-            "kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
-            f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}",
-            f"--cert-dir={self.pki / 'controller-manager'}",
-            "--leader-elect=false", "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={self.pki / 'sa.key'}",
-            f"--root-ca-file={self.pki / 'ca.crt'}",
-            f"--cluster-signing-cert-file={self.pki / 'ca.crt'}",
-            f"--cluster-signing-key-file={self.pki / 'ca.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-        ], port=port, health_url=f"https://127.0.0.1:{port}/healthz")
+        self._spawn(
+            "kube-controller-manager",
+            [
+                "kube-controller-manager",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.pki / 'controller-manager'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                f"--root-ca-file={self.pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={self.pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={self.pki / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+            ],
+            port=port,
+            health_url=f"https://127.0.0.1:{port}/healthz",
+        )
 
-    def start_scheduler(self, *, name: str, scheduler_name: str = "default-scheduler",
-                        extenders: list[dict[str, Any]] | None = None) -> Component:
+    def start_scheduler(
+        self,
+        *,
+        name: str,
+        scheduler_name: str = "default-scheduler",
+        extenders: list[dict[str, Any]] | None = None,
+    ) -> Component:
         """Start a kube-scheduler (more than one may run, each with its own profile name)."""
         port = free_port()
         config_path = self.state_dir / f"{name}.yaml"
-        config = render.scheduler_config(kubeconfig_path=self.kubeconfig,
-                                         scheduler_name=scheduler_name, extenders=extenders)
+        config = render.scheduler_config(
+            kubeconfig_path=self.kubeconfig, scheduler_name=scheduler_name, extenders=extenders
+        )
         config_path.write_text(yaml.safe_dump(config))
-        return self._spawn(name, [
-            "kube-scheduler", f"--config={config_path}",
-            f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}",
-            f"--cert-dir={self.pki / name}",
-        ], port=port, health_url=f"https://127.0.0.1:{port}/healthz")
+        return self._spawn(
+            name,
+            [
+                "kube-scheduler",
+                f"--config={config_path}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.pki / name}",
+            ],
+            port=port,
+            health_url=f"https://127.0.0.1:{port}/healthz",
+        )
 
     def _start_kwok(self) -> None:
         assert self.binaries is not None
         port = free_port()
-        stages = subprocess.run([str(self.binaries.kwok), "stages"], check=True,
-                                capture_output=True, text=True).stdout
+        stages = subprocess.run(
+            [str(self.binaries.kwok), "stages"], check=True, capture_output=True, text=True
+        ).stdout
         stages_path = self.state_dir / "kwok-stages.yaml"
         stages_path.write_text(stages)
-        self._spawn("kwok", [
-            f"--config={stages_path}",
-            f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={render.KWOK_NODE_ANNOTATION}=fake",
-            "--manage-nodes-with-label-selector=", "--manage-single-node=",
-            "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
-            f"--server-address=127.0.0.1:{port}",
-        ], port=port, health_url=f"http://127.0.0.1:{port}/healthz",
-           command=[str(self.binaries.kwok)])
+        self._spawn(
+            "kwok",
+            [
+                f"--config={stages_path}",
+                f"--kubeconfig={self.kubeconfig}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={render.KWOK_NODE_ANNOTATION}=fake",
+                "--manage-nodes-with-label-selector=",
+                "--manage-single-node=",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.0.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{port}",
+            ],
+            port=port,
+            health_url=f"http://127.0.0.1:{port}/healthz",
+            command=[str(self.binaries.kwok)],
+        )
 
     def _create_nodes(self, spec: ClusterSpec) -> None:
-        nodes = [render.fake_node(name=f"node-{index}", cpu=spec.node_cpu,
-                                  memory=spec.node_memory, pods=spec.node_pods)
-                 for index in range(spec.nodes)]
+        nodes = [
+            render.fake_node(
+                name=f"node-{index}",
+                cpu=spec.node_cpu,
+                memory=spec.node_memory,
+                pods=spec.node_pods,
+            )
+            for index in range(spec.nodes)
+        ]
         manifest = yaml.safe_dump_all(nodes)
         self.kubectl("apply", "-f", "-", input=manifest)
         if nodes:
-            self.kubectl("wait", "--for=condition=Ready", "node", "--all",
-                         f"--timeout={START_TIMEOUT:.0f}s")
+            self.kubectl(
+                "wait", "--for=condition=Ready", "node", "--all", f"--timeout={START_TIMEOUT:.0f}s"
+            )
         # Pods cannot be created in a namespace before its default ServiceAccount exists.
-        wait_until(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",
-                                        check=False).returncode == 0,
-                   what="the default ServiceAccount")
+        wait_until(
+            lambda: (
+                self.kubectl(
+                    "get", "serviceaccount", "default", "-n", "default", check=False
+                ).returncode
+                == 0
+            ),
+            what="the default ServiceAccount",
+        )
 
     def _install_crds(self) -> None:
         """Berth's own API: the PodMigrationJob and Reservation CRDs from manifests/crds."""
         crds = REPO / "manifests" / "crds"
         self.kubectl("apply", "--server-side", "-k", str(crds))
-        self.kubectl("wait", "--for=condition=Established", "crd", "--all",
-                     f"--timeout={START_TIMEOUT:.0f}s")
+        self.kubectl(
+            "wait", "--for=condition=Established", "crd", "--all", f"--timeout={START_TIMEOUT:.0f}s"
+        )
 
     def start_controller(self, *, name: str, config: Path | None = None) -> Component:
         """Run `berth controller` against this cluster (more than one may run: they elect)."""
         self.kubectl("create", "namespace", BERTH_NAMESPACE, check=False)
         port = free_port()
         extra = [f"--config={config}"] if config else []
-        return self._spawn(name, [
-            "controller", f"--kubeconfig={self.kubeconfig}",
-            f"--lease-namespace={BERTH_NAMESPACE}", f"--health-port={port}", *extra,
-        ], port=port, health_url=f"http://127.0.0.1:{port}/healthz",
-            command=[sys.executable, "-m", "berth.cli"])
+        return self._spawn(
+            name,
+            [
+                "controller",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--lease-namespace={BERTH_NAMESPACE}",
+                f"--health-port={port}",
+                *extra,
+            ],
+            port=port,
+            health_url=f"http://127.0.0.1:{port}/healthz",
+            command=[sys.executable, "-m", "berth.cli"],
+        )
 
     def _berth_component(self, name: str, args: list[str], *, port: int) -> Component:
-        return self._spawn(name, [
-            *args, f"--kubeconfig={self.kubeconfig}", "--host=127.0.0.1", f"--port={port}",
-            f"--tls-cert-file={self.pki / 'berth.crt'}",
-            f"--tls-private-key-file={self.pki / 'berth.key'}",
-        ], port=port, health_url=f"https://127.0.0.1:{port}/healthz",
-            command=[sys.executable, "-m", "berth.cli"], verify_tls=True)
+        return self._spawn(
+            name,
+            [
+                *args,
+                f"--kubeconfig={self.kubeconfig}",
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--tls-cert-file={self.pki / 'berth.crt'}",
+                f"--tls-private-key-file={self.pki / 'berth.key'}",
+            ],
+            port=port,
+            health_url=f"https://127.0.0.1:{port}/healthz",
+            command=[sys.executable, "-m", "berth.cli"],
+            verify_tls=True,
+        )
 
     def start_extender(self, *, name: str) -> Component:
         """Run `berth extender` over TLS on a free loopback port."""
@@ -389,8 +508,13 @@ class LocalCluster:
         """The scheduler's extender entry for Berth, as manifests/scheduler recommends."""
         return {
             "urlPrefix": f"https://127.0.0.1:{extender.port}",
-            "filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt",
-            "weight": 5, "nodeCacheCapable": True, "ignorable": True, "httpTimeout": "3s",
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "preemptVerb": "preempt",
+            "weight": 5,
+            "nodeCacheCapable": True,
+            "ignorable": True,
+            "httpTimeout": "3s",
             "enableHTTPS": True,
             "tlsConfig": {"caData": base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()},
         }
@@ -400,15 +524,27 @@ class LocalCluster:
         Service to balance them here, each replica gets an entry of its own and every pod
         passes all of them in turn (the first claims; the others find the claim made)."""
         ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
-        urls = [f"https://127.0.0.1:{c.port}/mutate-pod" for c in self.running()
-                if c.name.startswith("berth-webhook")]
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(render.webhook_configuration(
-            urls=urls, ca_bundle=ca, skip_namespaces=["kube-system", BERTH_NAMESPACE])))
+        urls = [
+            f"https://127.0.0.1:{c.port}/mutate-pod"
+            for c in self.running()
+            if c.name.startswith("berth-webhook")
+        ]
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump(
+                render.webhook_configuration(
+                    urls=urls, ca_bundle=ca, skip_namespaces=["kube-system", BERTH_NAMESPACE]
+                )
+            ),
+        )
 
     # ----- use ------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, input: str | None = None,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """Run our kubectl against this cluster."""
         assert self.binaries is not None
         command = [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *args]
@@ -457,8 +593,13 @@ class LocalCluster:
         return report
 
 
-def wait_until(predicate: Callable[[], bool], *, what: str, timeout: float = START_TIMEOUT,
-               interval: float = 0.2) -> None:
+def wait_until(
+    predicate: Callable[[], bool],
+    *,
+    what: str,
+    timeout: float = START_TIMEOUT,
+    interval: float = 0.2,
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -28,11 +28,23 @@ PAUSE = "registry.k8s.io/pause:3.10"
 
 
 def deployment(name: str, *, replicas: int, cpu: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
-                         "containers": [{"name": name, "image": PAUSE,
-                                         "resources": {"requests": {"cpu": cpu}}}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {"name": name, "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
+                    ]
+                },
+            },
+        },
+    }
 
 
 async def wait(predicate: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -54,8 +66,11 @@ async def app_pods(kube: Kube, app: str) -> list[dict[str, Any]]:
 async def usage(kube: Kube) -> str:
     """CPU requested on each node, as a bar, and the pods there."""
     nodes = (await kube.list(NODES))["items"]
-    pods = [p for p in (await kube.list(PODS))["items"]
-            if p["spec"].get("nodeName") and not protocol.is_terminal_pod(p)]
+    pods = [
+        p
+        for p in (await kube.list(PODS))["items"]
+        if p["spec"].get("nodeName") and not protocol.is_terminal_pod(p)
+    ]
     lines = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
@@ -63,8 +78,12 @@ async def usage(kube: Kube) -> str:
         here = [p for p in pods if p["spec"]["nodeName"] == name]
         used = sum((pod_requests(p["spec"]).get("cpu", Decimal(0)) for p in here), Decimal(0))
         bar = "#" * int(used) + "." * int(allocatable - used)
-        apps = ", ".join(sorted((p["metadata"].get("labels") or {}).get("app", "")
-                                or p["metadata"]["name"] for p in here))
+        apps = ", ".join(
+            sorted(
+                (p["metadata"].get("labels") or {}).get("app", "") or p["metadata"]["name"]
+                for p in here
+            )
+        )
         lines.append(f"  {name}  [{bar}]  {used}/{allocatable} CPU  {apps}")
     return "\n".join(lines)
 
@@ -93,8 +112,7 @@ async def _demo(kube: Kube) -> int:
         await set_cordon(kube, others, cordoned=False)
     say(await usage(kube))
     say(f"\n== 2. A {BIG_CPU}-CPU pod: 6 CPU are free, but no node has {BIG_CPU} ==")
-    await kube.create(DEPLOYMENTS, deployment("big", replicas=1, cpu=BIG_CPU),
-                      namespace=NAMESPACE)
+    await kube.create(DEPLOYMENTS, deployment("big", replicas=1, cpu=BIG_CPU), namespace=NAMESPACE)
     pending = await wait(lambda: _unschedulable(kube, "big"), "the scheduler to refuse it")
     say(f"  big is Pending: {_message(pending)}")
     say("\n== 3. Defragment: move gamma's pods onto node-0 and node-1, reservation first ==")
@@ -103,8 +121,7 @@ async def _demo(kube: Kube) -> int:
         job = job_for(pod, to=target, mode="ReservationFirst", ttl="2m", paused=False)
         await kube.create(PODMIGRATIONJOBS, job)
         names.append(job["metadata"]["name"])
-        say(f"  podmigrationjob/{job['metadata']['name']}: {pod['metadata']['name']} -> "
-            f"{target}")
+        say(f"  podmigrationjob/{job['metadata']['name']}: {pod['metadata']['name']} -> {target}")
     say("")
     ok = await follow(kube, names, out=sys.stdout)
     if not ok:

@@ -17,23 +17,39 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def kubeconfig(*, server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes,
-               name: str = "berth-dev") -> dict[str, Any]:
+def kubeconfig(
+    *, server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, name: str = "berth-dev"
+) -> dict[str, Any]:
     """A self-contained kubeconfig (certificates embedded) for one user on one cluster."""
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {
-            "server": server, "certificate-authority-data": _b64(ca_pem)}}],
-        "users": [{"name": f"{name}-admin", "user": {
-            "client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}}],
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)},
+            }
+        ],
+        "users": [
+            {
+                "name": f"{name}-admin",
+                "user": {
+                    "client-certificate-data": _b64(cert_pem),
+                    "client-key-data": _b64(key_pem),
+                },
+            }
+        ],
         "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin"}}],
         "current-context": name,
     }
 
 
-def scheduler_config(*, kubeconfig_path: Path, scheduler_name: str = "default-scheduler",
-                     extenders: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def scheduler_config(
+    *,
+    kubeconfig_path: Path,
+    scheduler_name: str = "default-scheduler",
+    extenders: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A KubeSchedulerConfiguration with one profile and, optionally, HTTP extenders."""
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -68,28 +84,52 @@ def fake_node(*, name: str, cpu: str, memory: str, pods: int) -> dict[str, Any]:
     }
 
 
-def webhook_configuration(*, urls: list[str], ca_bundle: str,
-                          skip_namespaces: list[str]) -> dict[str, Any]:
+def webhook_configuration(
+    *, urls: list[str], ca_bundle: str, skip_namespaces: list[str]
+) -> dict[str, Any]:
     """Berth's MutatingWebhookConfiguration for webhook replicas reached by URL (the local
     cluster); the same settings as manifests/webhook, which goes through a Service."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "berth"},
-        "webhooks": [{
-            "name": f"reservation-binding-{index}.berth.sh" if index else
-                    "reservation-binding.berth.sh",
-            "clientConfig": {"url": url, "caBundle": ca_bundle},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                "values": skip_namespaces}]},
-            # Placeholders never need binding; skipping them saves a call per reservation.
-            "objectSelector": {"matchExpressions": [{
-                "key": "berth.sh/reservation", "operator": "DoesNotExist"}]},
-            "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun",
-            "failurePolicy": "Ignore", "timeoutSeconds": 3, "reinvocationPolicy": "IfNeeded",
-            "matchPolicy": "Equivalent",
-        } for index, url in enumerate(urls)],
+        "webhooks": [
+            {
+                "name": f"reservation-binding-{index}.berth.sh"
+                if index
+                else "reservation-binding.berth.sh",
+                "clientConfig": {"url": url, "caBundle": ca_bundle},
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": skip_namespaces,
+                        }
+                    ]
+                },
+                # Placeholders never need binding; skipping them saves a call per reservation.
+                "objectSelector": {
+                    "matchExpressions": [
+                        {"key": "berth.sh/reservation", "operator": "DoesNotExist"}
+                    ]
+                },
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 3,
+                "reinvocationPolicy": "IfNeeded",
+                "matchPolicy": "Equivalent",
+            }
+            for index, url in enumerate(urls)
+        ],
     }

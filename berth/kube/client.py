@@ -32,8 +32,13 @@ class Resource:
     plural: str
     namespaced: bool
 
-    def path(self, *, namespace: str | None = None, name: str | None = None,
-             subresource: str | None = None) -> str:
+    def path(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
         base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
         if self.namespaced and namespace:
             base += f"/namespaces/{namespace}"
@@ -54,10 +59,10 @@ REPLICASETS = Resource("apps", "v1", "replicasets", namespaced=True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", namespaced=True)
 STATEFULSETS = Resource("apps", "v1", "statefulsets", namespaced=True)
 PRIORITYCLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
-PODMIGRATIONJOBS = Resource("scheduling.koordinator.sh", "v1alpha1", "podmigrationjobs",
-                            namespaced=False)
-RESERVATIONS = Resource("scheduling.koordinator.sh", "v1alpha1", "reservations",
-                        namespaced=False)
+PODMIGRATIONJOBS = Resource(
+    "scheduling.koordinator.sh", "v1alpha1", "podmigrationjobs", namespaced=False
+)
+RESERVATIONS = Resource("scheduling.koordinator.sh", "v1alpha1", "reservations", namespaced=False)
 
 
 class KubeError(Exception):
@@ -95,22 +100,35 @@ class Kube:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
             return cls(client.ApiClient())
         api = await config.new_client_from_config(
-            config_file=str(kubeconfig) if kubeconfig else None)
+            config_file=str(kubeconfig) if kubeconfig else None
+        )
         return cls(api)
 
     async def close(self) -> None:
         await self.api.close()
 
-    async def _call(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-                    body: Any = None, content_type: str = "application/json",
-                    timeout: float | None = 30.0) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 30.0,
+    ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         response = await self.api.call_api(
-            path, method, query_params=[(k, v) for k, v in (query or {}).items()
-                                        if v is not None],
-            header_params=headers, body=body, auth_settings=["BearerToken"],
-            _preload_content=False, _return_http_data_only=True,
-            _request_timeout=timeout)
+            path,
+            method,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=timeout,
+        )
         # Unread responses are not checked by the transport: an error is ours to raise.
         if response.status >= 400:
             raw = await response.read()
@@ -118,10 +136,16 @@ class Kube:
             raise KubeError(response.status, _body(raw))
         return response
 
-    async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-                      body: Any = None, content_type: str = "application/json") -> Object:
-        response = await self._call(method, path, query=query, body=body,
-                                    content_type=content_type)
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Object:
+        response = await self._call(method, path, query=query, body=body, content_type=content_type)
         raw = await response.read()
         data: Object = orjson.loads(raw) if raw else {}
         return data
@@ -129,63 +153,122 @@ class Kube:
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object:
         return await self.request("GET", resource.path(namespace=namespace, name=name))
 
-    async def list(self, resource: Resource, *, namespace: str | None = None,
-                   label_selector: str | None = None, field_selector: str | None = None,
-                   limit: int | None = None, continue_: str | None = None) -> Object:
-        return await self.request("GET", resource.path(namespace=namespace), query={
-            "labelSelector": label_selector, "fieldSelector": field_selector,
-            "limit": limit, "continue": continue_})
-
-    async def create(self, resource: Resource, body: Object, *, namespace: str | None = None,
-                     dry_run: bool = False) -> Object:
-        query = {"dryRun": "All"} if dry_run else None
-        return await self.request("POST", resource.path(namespace=namespace), query=query,
-                                  body=body)
-
-    async def patch(self, resource: Resource, name: str, patch: Any, *,
-                    namespace: str | None = None, subresource: str | None = None,
-                    content_type: str = MERGE_PATCH) -> Object:
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+    ) -> Object:
         return await self.request(
-            "PATCH", resource.path(namespace=namespace, name=name, subresource=subresource),
-            body=patch, content_type=content_type)
+            "GET",
+            resource.path(namespace=namespace),
+            query={
+                "labelSelector": label_selector,
+                "fieldSelector": field_selector,
+                "limit": limit,
+                "continue": continue_,
+            },
+        )
+
+    async def create(
+        self,
+        resource: Resource,
+        body: Object,
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
+    ) -> Object:
+        query = {"dryRun": "All"} if dry_run else None
+        return await self.request(
+            "POST", resource.path(namespace=namespace), query=query, body=body
+        )
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        content_type: str = MERGE_PATCH,
+    ) -> Object:
+        return await self.request(
+            "PATCH",
+            resource.path(namespace=namespace, name=name, subresource=subresource),
+            body=patch,
+            content_type=content_type,
+        )
 
     async def replace_status(self, resource: Resource, obj: Object) -> Object:
         """PUT the status subresource; the object's resourceVersion makes it conditional."""
         metadata = obj["metadata"]
         return await self.request(
-            "PUT", resource.path(namespace=metadata.get("namespace"), name=metadata["name"],
-                                 subresource="status"), body=obj)
+            "PUT",
+            resource.path(
+                namespace=metadata.get("namespace"), name=metadata["name"], subresource="status"
+            ),
+            body=obj,
+        )
 
-    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None,
-                     uid: str | None = None, grace_period_seconds: int | None = None,
-                     options: Mapping[str, Any] | None = None) -> Object:
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Object:
         body: Object = {"apiVersion": "v1", "kind": "DeleteOptions", **(options or {})}
         if uid:
             body["preconditions"] = {**body.get("preconditions", {}), "uid": uid}
         if grace_period_seconds is not None:
             body["gracePeriodSeconds"] = grace_period_seconds
-        return await self.request("DELETE", resource.path(namespace=namespace, name=name),
-                                  body=body)
+        return await self.request(
+            "DELETE", resource.path(namespace=namespace, name=name), body=body
+        )
 
-    async def evict(self, namespace: str, name: str, *,
-                    delete_options: Mapping[str, Any] | None = None) -> Object:
+    async def evict(
+        self, namespace: str, name: str, *, delete_options: Mapping[str, Any] | None = None
+    ) -> Object:
         """The Eviction API: the API server refuses with 429 while a PDB forbids it."""
-        body: Object = {"apiVersion": "policy/v1", "kind": "Eviction",
-                        "metadata": {"name": name, "namespace": namespace}}
+        body: Object = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         if delete_options:
             body["deleteOptions"] = dict(delete_options)
         return await self.request(
-            "POST", PODS.path(namespace=namespace, name=name, subresource="eviction"), body=body)
+            "POST", PODS.path(namespace=namespace, name=name, subresource="eviction"), body=body
+        )
 
-    async def watch(self, resource: Resource, *, resource_version: str,
-                    namespace: str | None = None, label_selector: str | None = None,
-                    timeout_seconds: int = 300) -> AsyncIterator[Object]:
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[Object]:
         """Watch events from `resource_version`, bookmarks included, until the server ends."""
-        query = {"watch": "true", "resourceVersion": resource_version,
-                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds,
-                 "labelSelector": label_selector}
-        response = await self._call("GET", resource.path(namespace=namespace), query=query,
-                                    timeout=timeout_seconds + 30)
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+            "labelSelector": label_selector,
+        }
+        response = await self._call(
+            "GET", resource.path(namespace=namespace), query=query, timeout=timeout_seconds + 30
+        )
         async with response:
             async for line in response.content:
                 if line.strip():

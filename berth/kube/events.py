@@ -16,25 +16,46 @@ log = logging.getLogger(__name__)
 CLUSTER_EVENTS_NAMESPACE = "default"
 
 
-def event_body(*, involved: Mapping[str, Any], reason: str, message: str, event_type: str,
-               component: str, instance: str, now: datetime) -> dict[str, Any]:
+def event_body(
+    *,
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    event_type: str,
+    component: str,
+    instance: str,
+    now: datetime,
+) -> dict[str, Any]:
     metadata = involved["metadata"]
     namespace = metadata.get("namespace") or CLUSTER_EVENTS_NAMESPACE
     moment = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     micro = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    reference = {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
-                 "name": metadata["name"], "uid": metadata.get("uid")}
+    reference = {
+        "apiVersion": involved.get("apiVersion"),
+        "kind": involved.get("kind"),
+        "name": metadata["name"],
+        "uid": metadata.get("uid"),
+    }
     if metadata.get("namespace"):
         reference["namespace"] = metadata["namespace"]
     return {
-        "apiVersion": "v1", "kind": "Event",
+        "apiVersion": "v1",
+        "kind": "Event",
         # Named by the time in nanoseconds, as the kubelet names its events: the API lists
         # them by name, and kubectl keeps that order for events of the same second.
         "metadata": {"name": f"{metadata['name']}.{time.time_ns():x}", "namespace": namespace},
-        "involvedObject": reference, "reason": reason, "message": message, "type": event_type,
-        "source": {"component": component}, "reportingComponent": component,
-        "reportingInstance": instance, "eventTime": micro, "action": reason,
-        "firstTimestamp": moment, "lastTimestamp": moment, "count": 1,
+        "involvedObject": reference,
+        "reason": reason,
+        "message": message,
+        "type": event_type,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "eventTime": micro,
+        "action": reason,
+        "firstTimestamp": moment,
+        "lastTimestamp": moment,
+        "count": 1,
     }
 
 
@@ -46,11 +67,18 @@ class Recorder:
         self.component = component
         self.instance = instance
 
-    async def record(self, involved: Mapping[str, Any], reason: str, message: str,
-                     event_type: str = "Normal") -> None:
-        body = event_body(involved=involved, reason=reason, message=message,
-                          event_type=event_type, component=self.component,
-                          instance=self.instance, now=datetime.now(UTC))
+    async def record(
+        self, involved: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal"
+    ) -> None:
+        body = event_body(
+            involved=involved,
+            reason=reason,
+            message=message,
+            event_type=event_type,
+            component=self.component,
+            instance=self.instance,
+            now=datetime.now(UTC),
+        )
         kind, name = involved.get("kind"), involved["metadata"]["name"]
         about = {"PodMigrationJob": "job", "Reservation": "reservation", "Pod": "pod"}
         extra = {about[str(kind)]: name} if kind in about else {}

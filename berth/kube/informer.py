@@ -34,10 +34,16 @@ def object_key(obj: Object) -> str:
 class Informer:
     """Cache of one resource. Call `run()` as a task; wait on `synced` before reading."""
 
-    def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
-                 label_selector: str | None = None,
-                 indexes: dict[str, IndexFunc] | None = None,
-                 handler: Handler | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        indexes: dict[str, IndexFunc] | None = None,
+        handler: Handler | None = None,
+    ) -> None:
         self.kube = kube
         self.resource = resource
         self.namespace = namespace
@@ -101,9 +107,13 @@ class Informer:
         items: dict[str, Object] = {}
         continue_token: str | None = None
         while True:
-            page = await self.kube.list(self.resource, namespace=self.namespace,
-                                        label_selector=self.label_selector, limit=500,
-                                        continue_=continue_token)
+            page = await self.kube.list(
+                self.resource,
+                namespace=self.namespace,
+                label_selector=self.label_selector,
+                limit=500,
+                continue_=continue_token,
+            )
             kind = page.get("kind", "").removesuffix("List")
             for item in page.get("items", []):
                 item.setdefault("kind", kind)
@@ -118,16 +128,20 @@ class Informer:
                 await self._apply("DELETED", self.store[key])
         for item in items.values():
             old = self.store.get(object_key(item))
-            if old is None or old["metadata"].get("resourceVersion") != \
-                    item["metadata"].get("resourceVersion"):
+            if old is None or old["metadata"].get("resourceVersion") != item["metadata"].get(
+                "resourceVersion"
+            ):
                 await self._apply("MODIFIED" if old else "ADDED", item)
         self.resource_version = page.get("metadata", {}).get("resourceVersion", "")
         self.synced.set()
 
     async def _watch(self) -> None:
-        async for event in self.kube.watch(self.resource, resource_version=self.resource_version,
-                                           namespace=self.namespace,
-                                           label_selector=self.label_selector):
+        async for event in self.kube.watch(
+            self.resource,
+            resource_version=self.resource_version,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+        ):
             kind, obj = event.get("type"), event.get("object", {})
             if kind == "ERROR":
                 raise KubeError(int(obj.get("code", 500)), obj)
@@ -190,4 +204,3 @@ def pod_node(pod: Object) -> list[str]:
 def owner_uids(obj: Object) -> list[str]:
     """Index function: the UIDs of an object's owners."""
     return [ref["uid"] for ref in obj.get("metadata", {}).get("ownerReferences") or []]
-

@@ -31,9 +31,17 @@ def _parse(text: str) -> datetime:
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, *, namespace: str, name: str, identity: str,
-                 duration: float = 10.0, renew_deadline: float = 7.0,
-                 retry: float = 2.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        duration: float = 10.0,
+        renew_deadline: float = 7.0,
+        retry: float = 2.0,
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.name = name
@@ -47,10 +55,13 @@ class LeaderElector:
 
     def _spec(self, *, acquire: datetime | None, transitions: int) -> dict[str, Any]:
         now = _now()
-        return {"holderIdentity": self.identity,
-                "leaseDurationSeconds": int(self.duration),
-                "acquireTime": _micro(acquire or now), "renewTime": _micro(now),
-                "leaseTransitions": transitions}
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.duration),
+            "acquireTime": _micro(acquire or now),
+            "renewTime": _micro(now),
+            "leaseTransitions": transitions,
+        }
 
     async def _try(self) -> bool:
         try:
@@ -58,16 +69,23 @@ class LeaderElector:
         except KubeError as error:
             if not error.not_found:
                 raise
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._spec(acquire=None, transitions=0)}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(acquire=None, transitions=0),
+            }
             await self.kube.create(LEASES, body, namespace=self.namespace)
             return True
         spec = lease.get("spec") or {}
         self.holder = spec.get("holderIdentity")
         renewed = spec.get("renewTime")
-        expired = renewed is None or _parse(renewed) + timedelta(
-            seconds=spec.get("leaseDurationSeconds") or self.duration) < _now()
+        expired = (
+            renewed is None
+            or _parse(renewed)
+            + timedelta(seconds=spec.get("leaseDurationSeconds") or self.duration)
+            < _now()
+        )
         if self.holder != self.identity and not expired and self.holder:
             return False
         ours = self.holder == self.identity
@@ -75,8 +93,9 @@ class LeaderElector:
         acquire = _parse(spec["acquireTime"]) if ours and spec.get("acquireTime") else None
         lease["spec"] = self._spec(acquire=acquire, transitions=transitions)
         # The PUT carries the resourceVersion read: of two candidates, one wins.
-        await self.kube.request("PUT", LEASES.path(namespace=self.namespace, name=self.name),
-                                body=lease)
+        await self.kube.request(
+            "PUT", LEASES.path(namespace=self.namespace, name=self.name), body=lease
+        )
         return True
 
     async def run(self) -> None:
@@ -98,8 +117,10 @@ class LeaderElector:
                     log.info("became leader (%s)", self.identity)
                     self.holder = self.identity
                     self.leading.set()
-            elif self.leading.is_set() and \
-                    (_now() - last_renewal).total_seconds() > self.renew_deadline:
+            elif (
+                self.leading.is_set()
+                and (_now() - last_renewal).total_seconds() > self.renew_deadline
+            ):
                 log.error("lost the lease: could not renew for %.0fs", self.renew_deadline)
                 self.lost.set()
                 return

@@ -28,8 +28,11 @@ BERTH = [sys.executable, "-m", "berth.cli"]
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     state_dir = tmp_path_factory.mktemp("cluster")
-    up = subprocess.run([*BERTH, "dev", "up", f"--state-dir={state_dir}", "--nodes=3"],
-                        capture_output=True, text=True)
+    up = subprocess.run(
+        [*BERTH, "dev", "up", f"--state-dir={state_dir}", "--nodes=3"],
+        capture_output=True,
+        text=True,
+    )
     if up.returncode != 0:
         pytest.fail(f"berth dev up failed:\n{up.stdout}\n{up.stderr}", pytrace=False)
     local = LocalCluster(state_dir)
@@ -40,8 +43,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         # Components started by tests (e.g. a second scheduler) are in state.json too.
         pids += [component.pid for component in LocalCluster(state_dir).components]
-        down = subprocess.run([*BERTH, "dev", "down", f"--state-dir={state_dir}"],
-                              capture_output=True, text=True)
+        down = subprocess.run(
+            [*BERTH, "dev", "down", f"--state-dir={state_dir}"], capture_output=True, text=True
+        )
         left = [pid for pid in pids if pid_alive(pid)]
         assert down.returncode == 0, down.stderr
         assert not left, f"berth dev down left processes behind: {left}"
@@ -67,15 +71,22 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
     name = f"{slug}-{uuid.uuid4().hex[:5]}"
     cluster.kubectl("create", "namespace", name)
-    cluster.wait(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name,
-                                         check=False).returncode == 0,
-                 what=f"the default ServiceAccount of {name}")
+    cluster.wait(
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
+            == 0
+        ),
+        what=f"the default ServiceAccount of {name}",
+    )
     yield name
     # Jobs are cluster-scoped: delete the test's own, or they would count against the
     # per-node limits of the tests after it until their TTL.
     jobs = cluster.get("pmj")["items"]
-    mine = [job["metadata"]["name"] for job in jobs
-            if job["spec"].get("podRef", {}).get("namespace") == name]
+    mine = [
+        job["metadata"]["name"]
+        for job in jobs
+        if job["spec"].get("podRef", {}).get("namespace") == name
+    ]
     if mine:
         cluster.kubectl("delete", "pmj", *mine, "--wait=false", check=False)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -30,8 +30,9 @@ class Cluster:
     def kubeconfig(self) -> Path:
         return self.local.kubeconfig
 
-    def kubectl(self, *args: str, input: str | None = None,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         result = self.local.kubectl(*args, input=input, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
@@ -46,8 +47,9 @@ class Cluster:
         extra = ["-n", namespace] if namespace else []
         self.kubectl("apply", *extra, "-f", "-", input=manifest)
 
-    def wait(self, predicate: Callable[[], Any], *, what: str,
-             timeout: float = DEFAULT_TIMEOUT) -> Any:
+    def wait(
+        self, predicate: Callable[[], Any], *, what: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> Any:
         """Poll a synchronous predicate until it returns something truthy."""
         deadline = time.monotonic() + timeout
         while True:
@@ -58,8 +60,9 @@ class Cluster:
                 raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}")
             time.sleep(0.2)
 
-    async def akubectl(self, *args: str, input: str | None = None,
-                       check: bool = True) -> subprocess.CompletedProcess[str]:
+    async def akubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """kubectl from async code: in a thread, so servers on the loop keep answering."""
         return await asyncio.to_thread(self.kubectl, *args, input=input, check=check)
 
@@ -69,8 +72,13 @@ class Cluster:
     async def aapply(self, manifest: str, namespace: str | None = None) -> None:
         await asyncio.to_thread(self.apply, manifest, namespace)
 
-    async def await_(self, predicate: Callable[[], Any | Awaitable[Any]], *, what: str,
-                     timeout: float = DEFAULT_TIMEOUT) -> Any:
+    async def await_(
+        self,
+        predicate: Callable[[], Any | Awaitable[Any]],
+        *,
+        what: str,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Any:
         """Poll a predicate from async code; a plain function runs in a thread so that
         servers on the event loop (a test's extender or webhook) keep answering."""
         deadline = time.monotonic() + timeout

@@ -12,37 +12,60 @@ from tests.e2e.kube import Cluster, pods
 PAUSE = "registry.k8s.io/pause:3.10"
 
 
-def deployment(name: str, *, replicas: int = 1, cpu: str = "200m",
-               spec_extra: dict[str, Any] | None = None) -> str:
-    return json.dumps({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": PAUSE,
-                                         "resources": {"requests": {"cpu": cpu}}}],
-                         **(spec_extra or {})},
+def deployment(
+    name: str, *, replicas: int = 1, cpu: str = "200m", spec_extra: dict[str, Any] | None = None
+) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [
+                            {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
+                        ],
+                        **(spec_extra or {}),
+                    },
+                },
             },
-        },
-    })
+        }
+    )
 
 
 def ready_pods(cluster: Cluster, namespace: str, app: str, count: int) -> list[dict[str, Any]]:
-    found = [pod for pod in pods(cluster, namespace, f"app={app}")
-             if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")]
+    found = [
+        pod
+        for pod in pods(cluster, namespace, f"app={app}")
+        if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")
+    ]
     return found if len(found) == count else []
 
 
-def job_manifest(pod: dict[str, Any], *, name: str | None = None, ttl: str = "2m",
-                 mode: str = "ReservationFirst", **spec: Any) -> tuple[str, str]:
+def job_manifest(
+    pod: dict[str, Any],
+    *,
+    name: str | None = None,
+    ttl: str = "2m",
+    mode: str = "ReservationFirst",
+    **spec: Any,
+) -> tuple[str, str]:
     name = name or f"mig-{uuid.uuid4().hex[:8]}"
-    body = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "PodMigrationJob",
-            "metadata": {"name": name},
-            "spec": {"ttl": ttl, "mode": mode,
-                     "podRef": {"namespace": pod["metadata"]["namespace"],
-                                "name": pod["metadata"]["name"]}, **spec}}
+    body = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "PodMigrationJob",
+        "metadata": {"name": name},
+        "spec": {
+            "ttl": ttl,
+            "mode": mode,
+            "podRef": {"namespace": pod["metadata"]["namespace"], "name": pod["metadata"]["name"]},
+            **spec,
+        },
+    }
     return name, json.dumps(body)
 
 
@@ -59,20 +82,25 @@ def pending_with(cluster: Cluster, name: str, reason: str) -> dict[str, Any] | N
     """The job, once it is still Pending and its status gives `reason` (why it waits)."""
     job = job_of(cluster, name)
     status = job.get("status", {})
-    return job if (status.get("phase") or "Pending", status.get("reason")) == \
-        ("Pending", reason) else None
+    return (
+        job
+        if (status.get("phase") or "Pending", status.get("reason")) == ("Pending", reason)
+        else None
+    )
 
 
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next((c for c in job.get("status", {}).get("conditions") or []
-                 if c["type"] == kind), {})
+    return next((c for c in job.get("status", {}).get("conditions") or [] if c["type"] == kind), {})
 
 
 def events(cluster: Cluster, name: str) -> list[str]:
     """The reasons of the job's events, in the order they happened."""
-    items = cluster.get("events", "-n", "default",
-                        f"--field-selector=involvedObject.name={name},"
-                        "involvedObject.kind=PodMigrationJob")["items"]
+    items = cluster.get(
+        "events",
+        "-n",
+        "default",
+        f"--field-selector=involvedObject.name={name},involvedObject.kind=PodMigrationJob",
+    )["items"]
     items.sort(key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
     return [e["reason"] for e in items]
 

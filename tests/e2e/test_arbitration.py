@@ -45,48 +45,70 @@ def sampling(sample: Callable[[], Any]) -> Iterator[list[Any]]:
 
 def finished(cluster: Cluster, names: list[str]) -> list[dict[str, Any]] | None:
     jobs = [job_of(cluster, name) for name in names]
-    done = [j for j in jobs if j.get("status", {}).get("phase") in
-            ("Succeeded", "Failed", "Aborted")]
+    done = [
+        j for j in jobs if j.get("status", {}).get("phase") in ("Succeeded", "Failed", "Aborted")
+    ]
     return jobs if len(done) == len(jobs) else None
 
 
-def test_thirty_jobs_never_take_more_than_the_pdb_allows(cluster: Cluster,
-                                                         namespace: str) -> None:
+def test_thirty_jobs_never_take_more_than_the_pdb_allows(cluster: Cluster, namespace: str) -> None:
     replicas = 10
     cluster.apply(deployment("web", replicas=replicas, cpu="100m"), namespace)
-    cluster.wait(lambda: ready_pods(cluster, namespace, "web", replicas), what="10 pods",
-                 timeout=90)
-    cluster.apply(json.dumps({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
-        namespace)
-    cluster.wait(lambda: cluster.get("pdb", "web", "-n", namespace).get("status", {})
-                 .get("currentHealthy") == replicas, what="the PDB to count the pods")
+    cluster.wait(
+        lambda: ready_pods(cluster, namespace, "web", replicas), what="10 pods", timeout=90
+    )
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            }
+        ),
+        namespace,
+    )
+    cluster.wait(
+        lambda: (
+            cluster.get("pdb", "web", "-n", namespace).get("status", {}).get("currentHealthy")
+            == replicas
+        ),
+        what="the PDB to count the pods",
+    )
 
     def unavailable() -> int:
-        current = [p for p in pods(cluster, namespace, "app=web")
-                   if is_ready(p) and not p["metadata"].get("deletionTimestamp")]
+        current = [
+            p
+            for p in pods(cluster, namespace, "app=web")
+            if is_ready(p) and not p["metadata"].get("deletionTimestamp")
+        ]
         return replicas - len(current)
 
     results: list[dict[str, Any]] = []
     with sampling(unavailable) as samples:
         for _ in range(3):  # three waves of ten: every pod, then every replacement
             names = []
-            for pod in cluster.wait(lambda: ready_pods(cluster, namespace, "web", replicas),
-                                    what="all replicas ready"):
+            for pod in cluster.wait(
+                lambda: ready_pods(cluster, namespace, "web", replicas), what="all replicas ready"
+            ):
                 name, manifest = job_manifest(pod, ttl="5m")
                 cluster.apply(manifest)
                 names.append(name)
-            results += cluster.wait(lambda names=names: finished(cluster, names),
-                                    what="a wave of ten jobs to finish", timeout=240)
-    assert [j["status"]["phase"] for j in results] == ["Succeeded"] * 30, \
-        [j["status"] for j in results if j["status"]["phase"] != "Succeeded"]
+            results += cluster.wait(
+                lambda names=names: finished(cluster, names),
+                what="a wave of ten jobs to finish",
+                timeout=240,
+            )
+    assert [j["status"]["phase"] for j in results] == ["Succeeded"] * 30, [
+        j["status"] for j in results if j["status"]["phase"] != "Succeeded"
+    ]
     assert len(samples) > 50
     assert max(samples) <= 1, f"{max(samples)} pods were unavailable at once"
 
 
 def test_per_node_limit_holds_and_says_why(
-        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
     # No eviction rate limit, so that the per-node limit is what holds the jobs back.
     restart_controller("evictQPS: 0\n")
     node, others = "node-1", ["node-0", "node-2"]
@@ -95,8 +117,10 @@ def test_per_node_limit_holds_and_says_why(
     try:
         for index in range(12):
             cluster.apply(deployment(f"app-{index}", cpu="50m"), namespace)
-        cluster.wait(lambda: len([p for p in pods(cluster, namespace) if is_ready(p)]) == 12,
-                     what="12 pods on node-1")
+        cluster.wait(
+            lambda: len([p for p in pods(cluster, namespace) if is_ready(p)]) == 12,
+            what="12 pods on node-1",
+        )
     finally:
         for name in others:
             cluster.kubectl("uncordon", name)
@@ -111,13 +135,17 @@ def test_per_node_limit_holds_and_says_why(
 
     def in_flight() -> int:
         jobs = [job for job in cluster.get("pmj")["items"] if job["metadata"]["name"] in names]
-        reasons.update(job.get("status", {}).get("reason", "") for job in jobs
-                       if job.get("status", {}).get("phase", "Pending") == "Pending")
+        reasons.update(
+            job.get("status", {}).get("reason", "")
+            for job in jobs
+            if job.get("status", {}).get("phase", "Pending") == "Pending"
+        )
         return sum(job.get("status", {}).get("phase") == "Running" for job in jobs)
 
     with sampling(in_flight) as samples:
-        jobs = cluster.wait(lambda: finished(cluster, names), what="the 12 jobs to finish",
-                            timeout=240)
+        jobs = cluster.wait(
+            lambda: finished(cluster, names), what="the 12 jobs to finish", timeout=240
+        )
     assert [j["status"]["phase"] for j in jobs] == ["Succeeded"] * 12
     assert max(samples) <= 2, f"{max(samples)} migrations ran on one node at once"
     assert "MaxMigratingPerNode" in reasons, reasons
@@ -131,8 +159,9 @@ def test_rollout_in_progress_holds_the_job(cluster: Cluster, namespace: str) -> 
     cluster.kubectl("set", "env", "deployment/web", "-n", namespace, "ROLLOUT=1")
     name, manifest = job_manifest(pod, ttl="2m")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: pending_with(cluster, name, "RolloutInProgress"),
-                       what="arbitration to hold the job")
+    job = cluster.wait(
+        lambda: pending_with(cluster, name, "RolloutInProgress"), what="arbitration to hold the job"
+    )
     assert job["status"].get("phase", "Pending") == "Pending"
     assert "web" in job["status"]["message"]
     cluster.kubectl("rollout", "resume", "deployment/web", "-n", namespace)
@@ -140,25 +169,38 @@ def test_rollout_in_progress_holds_the_job(cluster: Cluster, namespace: str) -> 
     # Once the rollout is done the job is no longer held; its pod was one the rollout
     # replaced, so it ends as MissingPod (or, if the round saw the pod still going, as
     # forbidden because it is terminating) rather than migrating a pod that is gone.
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to be released")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to be released"
+    )
     outcome = (job["status"]["reason"], job["status"].get("message", ""))
     assert outcome[0] in ("MissingPod", "Complete", "") or outcome == (
-        "ForbiddenMigratePod", "pod is terminating"), job["status"]
+        "ForbiddenMigratePod",
+        "pod is terminating",
+    ), job["status"]
 
 
 def test_priority_threshold_reads_the_named_priority_class(
-        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
     """priorityThreshold.name is resolved from the PriorityClasses the controller watches:
     a pod at the threshold's priority is refused, a pod below it migrates."""
     threshold = f"{namespace}-threshold"
-    cluster.apply(json.dumps({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                              "metadata": {"name": threshold}, "value": 1000}))
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": threshold},
+                "value": 1000,
+            }
+        )
+    )
     try:
         restart_controller(f"evictQPS: 0\npriorityThreshold:\n  name: {threshold}\n")
         cluster.apply(deployment("low", cpu="50m"), namespace)
-        cluster.apply(deployment("high", cpu="50m",
-                                 spec_extra={"priorityClassName": threshold}), namespace)
+        cluster.apply(
+            deployment("high", cpu="50m", spec_extra={"priorityClassName": threshold}), namespace
+        )
         low = cluster.wait(lambda: ready_pods(cluster, namespace, "low", 1), what="low")[0]
         high = cluster.wait(lambda: ready_pods(cluster, namespace, "high", 1), what="high")[0]
         assert high["spec"]["priority"] == 1000
@@ -167,21 +209,28 @@ def test_priority_threshold_reads_the_named_priority_class(
             name, manifest = job_manifest(pod)
             cluster.apply(manifest)
             names.append(name)
-        low_job = cluster.wait(lambda: phase_is(cluster, names[0], "Succeeded", "Failed"),
-                               what="the job of the low-priority pod", timeout=120)
-        high_job = cluster.wait(lambda: phase_is(cluster, names[1], "Succeeded", "Failed"),
-                                what="the job of the pod at the threshold")
+        low_job = cluster.wait(
+            lambda: phase_is(cluster, names[0], "Succeeded", "Failed"),
+            what="the job of the low-priority pod",
+            timeout=120,
+        )
+        high_job = cluster.wait(
+            lambda: phase_is(cluster, names[1], "Succeeded", "Failed"),
+            what="the job of the pod at the threshold",
+        )
     finally:
         cluster.kubectl("delete", "priorityclass", threshold, "--ignore-not-found")
     assert low_job["status"]["phase"] == "Succeeded", low_job["status"]
     assert (high_job["status"]["phase"], high_job["status"]["reason"]) == (
-        "Failed", "ForbiddenMigratePod")
-    assert "pod priority 1000 is not below priorityThreshold 1000" in \
-        high_job["status"]["message"]
+        "Failed",
+        "ForbiddenMigratePod",
+    )
+    assert "pod priority 1000 is not below priorityThreshold 1000" in high_job["status"]["message"]
 
 
 def test_dry_run_decides_and_creates_nothing(
-        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
     """With dryRun the job records that arbitration would start it, and nothing happens:
     no Reservation, no placeholder, the pod untouched. Without dryRun the same job runs."""
     restart_controller("dryRun: true\nevictQPS: 0\n")
@@ -189,44 +238,59 @@ def test_dry_run_decides_and_creates_nothing(
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="web")[0]
     name, manifest = job_manifest(pod, ttl="5m")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: pending_with(cluster, name, "DryRun"),
-                       what="the dry run's decision on the job")
+    job = cluster.wait(
+        lambda: pending_with(cluster, name, "DryRun"), what="the dry run's decision on the job"
+    )
     assert job["status"].get("phase", "Pending") == "Pending"
     assert "nothing is reserved or evicted" in job["status"]["message"]
     events = cluster.get("events", "-A", "--field-selector", f"involvedObject.name={name}")
     assert "DryRun" in {e["reason"] for e in events["items"]}
-    assert [r for r in cluster.get("reservations")["items"]
-            if r["metadata"]["name"] == job["metadata"]["uid"]] == []
+    assert [
+        r
+        for r in cluster.get("reservations")["items"]
+        if r["metadata"]["name"] == job["metadata"]["uid"]
+    ] == []
     assert [p["metadata"]["uid"] for p in pods(cluster, namespace)] == [pod["metadata"]["uid"]]
 
     restart_controller("dryRun: false\nevictQPS: 0\n")
-    done = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                        what="the job, once dryRun is off", timeout=120)
+    done = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        what="the job, once dryRun is off",
+        timeout=120,
+    )
     assert (done["status"]["phase"], done["status"]["status"]) == ("Succeeded", "Complete")
 
 
 def test_node_fit_holds_a_job_until_another_node_fits(
-        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
     """nodeFit: while no other node is schedulable the job waits (NodeFit); once one is,
     with room for the pod as the watches count it, the job runs."""
     restart_controller("nodeFit: true\nevictQPS: 0\n")
     cluster.apply(deployment("web", cpu="500m"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="web")[0]
-    others = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]
-              if n["metadata"]["name"] != pod["spec"]["nodeName"]]
+    others = [
+        n["metadata"]["name"]
+        for n in cluster.get("nodes")["items"]
+        if n["metadata"]["name"] != pod["spec"]["nodeName"]
+    ]
     for node in others:
         cluster.kubectl("cordon", node)
     try:
         name, manifest = job_manifest(pod, ttl="5m")
         cluster.apply(manifest)
-        job = cluster.wait(lambda: pending_with(cluster, name, "NodeFit"),
-                           what="nodeFit to hold the job")
+        job = cluster.wait(
+            lambda: pending_with(cluster, name, "NodeFit"), what="nodeFit to hold the job"
+        )
         assert job["status"].get("phase", "Pending") == "Pending"
         assert "cpu 500m" in job["status"]["message"]
     finally:
         for node in others:
             cluster.kubectl("uncordon", node)
-    done = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                        what="the job, once another node fits", timeout=120)
+    done = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        what="the job, once another node fits",
+        timeout=120,
+    )
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["nodeName"] in others

@@ -19,8 +19,11 @@ pytestmark = pytest.mark.e2e
 
 
 def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> list[dict]:
-    found = [pod for pod in pods(cluster, namespace, selector)
-             if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")]
+    found = [
+        pod
+        for pod in pods(cluster, namespace, selector)
+        if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")
+    ]
     return found if len(found) == count else []
 
 
@@ -28,7 +31,9 @@ def test_up_prints_the_line_to_paste_and_refuses_a_second_up(cluster: Cluster) -
     assert f"export KUBECONFIG={cluster.kubeconfig} PATH=" in cluster.up_output
     again = subprocess.run(
         [sys.executable, "-m", "berth.cli", "dev", "up", f"--state-dir={cluster.local.state_dir}"],
-        capture_output=True, text=True)
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 1
     assert "already runs" in again.stderr
 
@@ -44,8 +49,9 @@ def test_fake_nodes_are_ready(cluster: Cluster) -> None:
 
 def test_deployment_pods_are_scheduled_and_ready(cluster: Cluster, namespace: str) -> None:
     cluster.apply(deployment("web", replicas=3, cpu="100m"), namespace)
-    running = cluster.wait(lambda: ready_pods(cluster, namespace, "app=web", 3),
-                           what="3 ready pods of web")
+    running = cluster.wait(
+        lambda: ready_pods(cluster, namespace, "app=web", 3), what="3 ready pods of web"
+    )
     node_names = {node["metadata"]["name"] for node in cluster.get("nodes")["items"]}
     for pod in running:
         assert pod["spec"]["nodeName"] in node_names
@@ -54,8 +60,9 @@ def test_deployment_pods_are_scheduled_and_ready(cluster: Cluster, namespace: st
 
 def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str) -> None:
     cluster.apply(deployment("web", replicas=3, cpu="100m"), namespace)
-    before = cluster.wait(lambda: ready_pods(cluster, namespace, "app=web", 3),
-                          what="3 ready pods of web")
+    before = cluster.wait(
+        lambda: ready_pods(cluster, namespace, "app=web", 3), what="3 ready pods of web"
+    )
     victim = before[0]["metadata"]["name"]
     cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
 
@@ -71,15 +78,24 @@ def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str
     assert len(kept) == 2
 
 
-async def test_pdb_blocks_eviction_with_429(cluster: Cluster, namespace: str,
-                                            api: client.ApiClient) -> None:
+async def test_pdb_blocks_eviction_with_429(
+    cluster: Cluster, namespace: str, api: client.ApiClient
+) -> None:
     await cluster.aapply(deployment("db", replicas=2, cpu="100m"), namespace)
-    await cluster.aapply(json.dumps({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}},
-    }), namespace)
-    running = await cluster.await_(lambda: ready_pods(cluster, namespace, "app=db", 2),
-                                   what="2 ready pods of db")
+    await cluster.aapply(
+        json.dumps(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "db"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}},
+            }
+        ),
+        namespace,
+    )
+    running = await cluster.await_(
+        lambda: ready_pods(cluster, namespace, "app=db", 2), what="2 ready pods of db"
+    )
 
     def budget_exhausted() -> bool:
         status = cluster.get("pdb", "db", "-n", namespace).get("status", {})
@@ -98,52 +114,110 @@ async def test_pdb_blocks_eviction_with_429(cluster: Cluster, namespace: str,
 
 def test_scheduling_gate_holds_pod_until_removed(cluster: Cluster, namespace: str) -> None:
     def pod(name: str, gates: list[str]) -> str:
-        return json.dumps({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"schedulingGates": [{"name": gate} for gate in gates],
-                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
-        })
+        return json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "schedulingGates": [{"name": gate} for gate in gates],
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            }
+        )
 
     cluster.apply(pod("gated", ["berth.sh/test"]), namespace)
     cluster.apply(pod("free", []), namespace)
     # The scheduler has had its chance once the ungated twin, created after it, is bound.
-    cluster.wait(lambda: cluster.get("pod", "free", "-n", namespace)["spec"].get("nodeName"),
-                 what="the ungated pod to be scheduled")
+    cluster.wait(
+        lambda: cluster.get("pod", "free", "-n", namespace)["spec"].get("nodeName"),
+        what="the ungated pod to be scheduled",
+    )
     gated = cluster.get("pod", "gated", "-n", namespace)
     assert "nodeName" not in gated["spec"]
     assert gated["status"]["phase"] == "Pending"
     scheduled = [c for c in gated["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert scheduled[0]["reason"] == "SchedulingGated"
 
-    cluster.kubectl("patch", "pod", "gated", "-n", namespace, "--type=json",
-                    "-p", '[{"op": "remove", "path": "/spec/schedulingGates"}]')
-    cluster.wait(lambda: is_ready(cluster.get("pod", "gated", "-n", namespace)),
-                 what="the ungated pod to run")
+    cluster.kubectl(
+        "patch",
+        "pod",
+        "gated",
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/spec/schedulingGates"}]',
+    )
+    cluster.wait(
+        lambda: is_ready(cluster.get("pod", "gated", "-n", namespace)),
+        what="the ungated pod to run",
+    )
 
 
 def test_crd_installs_and_serves_objects(cluster: Cluster, namespace: str) -> None:
     group = f"t{uuid.uuid4().hex[:6]}.test.berth.sh"
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"widgets.{group}"},
         "spec": {
-            "group": group, "scope": "Namespaced",
+            "group": group,
+            "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                "openAPIV3Schema": {"type": "object", "properties": {"spec": {
-                    "type": "object", "properties": {"size": {"type": "integer"}}}}}}}],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"size": {"type": "integer"}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
         },
     }
     cluster.apply(json.dumps(crd))
     try:
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}",
-                        "--timeout=60s")
-        cluster.apply(json.dumps({"apiVersion": f"{group}/v1", "kind": "Widget",
-                                  "metadata": {"name": "w"}, "spec": {"size": 3}}), namespace)
+        cluster.kubectl(
+            "wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s"
+        )
+        cluster.apply(
+            json.dumps(
+                {
+                    "apiVersion": f"{group}/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": "w"},
+                    "spec": {"size": 3},
+                }
+            ),
+            namespace,
+        )
         assert cluster.get(f"widgets.{group}", "w", "-n", namespace)["spec"] == {"size": 3}
-        wrong = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=json.dumps(
-            {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "bad"},
-             "spec": {"size": "three"}}))
+        wrong = cluster.kubectl(
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            check=False,
+            input=json.dumps(
+                {
+                    "apiVersion": f"{group}/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": "bad"},
+                    "spec": {"size": "three"},
+                }
+            ),
+        )
         assert wrong.returncode != 0 and "spec.size" in wrong.stderr
     finally:
         cluster.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", check=False)

@@ -24,12 +24,16 @@ pytestmark = pytest.mark.e2e
 
 
 def test_no_room_anywhere_waits_then_times_out_without_evicting(
-        cluster: Cluster, namespace: str) -> None:
+    cluster: Cluster, namespace: str
+) -> None:
     # The pod may only run on its own node; the Reservation excludes that node.
-    cluster.apply(deployment("pinned", spec_extra={"nodeSelector": {
-        "kubernetes.io/hostname": "node-0"}}), namespace)
-    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "pinned", 1),
-                       what="the pinned pod")[0]
+    cluster.apply(
+        deployment("pinned", spec_extra={"nodeSelector": {"kubernetes.io/hostname": "node-0"}}),
+        namespace,
+    )
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "pinned", 1), what="the pinned pod")[
+        0
+    ]
     name, manifest = job_manifest(pod, ttl="15s")
     cluster.apply(manifest)
 
@@ -47,11 +51,19 @@ def test_no_room_anywhere_waits_then_times_out_without_evicting(
     survivor = cluster.get("pod", pod["metadata"]["name"], "-n", namespace)
     assert survivor["metadata"]["uid"] == pod["metadata"]["uid"]
     assert not survivor["metadata"].get("deletionTimestamp")
-    cluster.wait(lambda: not leftovers(cluster, namespace)["placeholders"],
-                 what="the placeholder to go")
-    cluster.wait(lambda: not cluster.get("reservations")["items"] or all(
-        r["metadata"]["name"] != job["metadata"]["uid"]
-        for r in cluster.get("reservations")["items"]), what="the Reservation to go")
+    cluster.wait(
+        lambda: not leftovers(cluster, namespace)["placeholders"], what="the placeholder to go"
+    )
+    cluster.wait(
+        lambda: (
+            not cluster.get("reservations")["items"]
+            or all(
+                r["metadata"]["name"] != job["metadata"]["uid"]
+                for r in cluster.get("reservations")["items"]
+            )
+        ),
+        what="the Reservation to go",
+    )
 
 
 def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) -> None:
@@ -60,13 +72,15 @@ def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) ->
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "direct", 2), what="the pods")[0]
     name, manifest = job_manifest(pod, mode="EvictDirectly")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
     assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
     assert condition(job, "Eviction")["reason"] == "EvictComplete"
     assert not cluster.get("reservations")["items"] or all(
         r["metadata"]["name"] != job["metadata"]["uid"]
-        for r in cluster.get("reservations")["items"])
+        for r in cluster.get("reservations")["items"]
+    )
     assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
 
 
@@ -74,22 +88,36 @@ def guarded_pods(cluster: Cluster, namespace: str) -> list[dict]:
     """Two pods under a PodDisruptionBudget that allows no disruption."""
     cluster.apply(deployment("guarded", replicas=2), namespace)
     pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
-    cluster.apply(json.dumps({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "g"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}}}),
-        namespace)
-    cluster.wait(lambda: cluster.get("pdb", "g", "-n", namespace).get("status", {})
-                 .get("currentHealthy") == 2, what="the PDB to count its pods")
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "g"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}},
+            }
+        ),
+        namespace,
+    )
+    cluster.wait(
+        lambda: (
+            cluster.get("pdb", "g", "-n", namespace).get("status", {}).get("currentHealthy") == 2
+        ),
+        what="the PDB to count its pods",
+    )
     return list(pods)
 
 
 def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
-        cluster: Cluster, namespace: str) -> None:
+    cluster: Cluster, namespace: str
+) -> None:
     pods = guarded_pods(cluster, namespace)
     name, manifest = job_manifest(pods[0], ttl="20s")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: pending_with(cluster, name, "BlockedByPDB"),
-                       what="arbitration to hold the job for the PDB")
+    job = cluster.wait(
+        lambda: pending_with(cluster, name, "BlockedByPDB"),
+        what="arbitration to hold the job for the PDB",
+    )
     assert job["status"].get("phase", "Pending") == "Pending"
     assert "g" in job["status"]["message"]
     job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
@@ -101,7 +129,8 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
 
 
 def test_pdb_refusing_the_eviction_is_retried_and_reported(
-        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
     # With arbitration off, the Eviction API itself refuses: the job says BlockedByPDB.
     restart_controller("arbitrationArgs:\n  enabled: false\n")
     pods = guarded_pods(cluster, namespace)
@@ -119,15 +148,19 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     assert "BlockedByPDB" in events(cluster, name)
     still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
     assert still["metadata"]["uid"] == pods[0]["metadata"]["uid"]
-    cluster.wait(lambda: not leftovers(cluster, namespace)["placeholders"],
-                 what="the placeholder to go")
+    cluster.wait(
+        lambda: not leftovers(cluster, namespace)["placeholders"], what="the placeholder to go"
+    )
 
 
 def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(
-        cluster: Cluster, namespace: str) -> None:
+    cluster: Cluster, namespace: str
+) -> None:
     # Pinned to its node, so its Reservation stays Pending: the abort comes before eviction.
-    cluster.apply(deployment("held", spec_extra={"nodeSelector": {
-        "kubernetes.io/hostname": "node-2"}}), namespace)
+    cluster.apply(
+        deployment("held", spec_extra={"nodeSelector": {"kubernetes.io/hostname": "node-2"}}),
+        namespace,
+    )
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "held", 1), what="the pod")[0]
     name, manifest = job_manifest(pod, paused=True)
     cluster.apply(manifest)
@@ -141,17 +174,33 @@ def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(
 
     cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":false}}')
     cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job to start")
-    cluster.wait(lambda: condition(job_of(cluster, name), "ReservationScheduled"),
-                 what="its reservation to be tried")
+    cluster.wait(
+        lambda: condition(job_of(cluster, name), "ReservationScheduled"),
+        what="its reservation to be tried",
+    )
     assert leftovers(cluster, namespace)["placeholders"]
-    cluster.kubectl("patch", "pmj", name, "--subresource=status", "--type=merge",
-                    "-p", '{"status":{"phase":"Aborted"}}')
+    cluster.kubectl(
+        "patch",
+        "pmj",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"phase":"Aborted"}}',
+    )
     job = job_of(cluster, name)
-    cluster.wait(lambda: all(r["metadata"]["name"] != job["metadata"]["uid"]
-                             for r in cluster.get("reservations")["items"]),
-                 what="the aborted job's Reservation to go")
-    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
-                 what="no placeholder or gated pod")
+    cluster.wait(
+        lambda: all(
+            r["metadata"]["name"] != job["metadata"]["uid"]
+            for r in cluster.get("reservations")["items"]
+        ),
+        what="the aborted job's Reservation to go",
+    )
+    cluster.wait(
+        lambda: not any(leftovers(cluster, namespace).values()), what="no placeholder or gated pod"
+    )
     assert job_of(cluster, name)["status"]["phase"] == "Aborted"
-    assert cluster.get("pod", pod["metadata"]["name"], "-n", namespace)["metadata"]["uid"] == \
-        pod["metadata"]["uid"]
+    assert (
+        cluster.get("pod", pod["metadata"]["name"], "-n", namespace)["metadata"]["uid"]
+        == pod["metadata"]["uid"]
+    )

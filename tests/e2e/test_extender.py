@@ -55,14 +55,25 @@ async def scheduling(cluster: Cluster, extender_log: Path) -> AsyncIterator[Sche
     url = f"http://127.0.0.1:{port}"
     with extender_log.open("w") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "extender", f"--kubeconfig={cluster.kubeconfig}",
-            "--host=127.0.0.1", f"--port={port}", cwd=REPO, stdout=log, stderr=log)
+            sys.executable,
+            "-m",
+            "extender",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            cwd=REPO,
+            stdout=log,
+            stderr=log,
+        )
     scheduler = None
     try:
+
         async def ready() -> bool:
             try:
-                async with aiohttp.ClientSession() as session, \
-                        session.get(f"{url}/readyz") as response:
+                async with (
+                    aiohttp.ClientSession() as session,
+                    session.get(f"{url}/readyz") as response,
+                ):
                     return response.status == 200
             except aiohttp.ClientError:
                 assert process.returncode is None, "the extender exited"
@@ -70,12 +81,20 @@ async def scheduling(cluster: Cluster, extender_log: Path) -> AsyncIterator[Sche
 
         await cluster.await_(ready, what="the extender to be ready")
         name = f"berth-extender-test-{uuid.uuid4().hex[:5]}"
-        extender = {"urlPrefix": url, "filterVerb": "filter", "prioritizeVerb": "prioritize",
-                    "preemptVerb": "preempt", "weight": 1, "nodeCacheCapable": True,
-                    # Not ignorable here, so that an extender failure shows in the test.
-                    "ignorable": False, "httpTimeout": "5s"}
-        scheduler = await asyncio.to_thread(cluster.local.start_scheduler, name=name,
-                                            scheduler_name=name, extenders=[extender])
+        extender = {
+            "urlPrefix": url,
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "preemptVerb": "preempt",
+            "weight": 1,
+            "nodeCacheCapable": True,
+            # Not ignorable here, so that an extender failure shows in the test.
+            "ignorable": False,
+            "httpTimeout": "5s",
+        }
+        scheduler = await asyncio.to_thread(
+            cluster.local.start_scheduler, name=name, scheduler_name=name, extenders=[extender]
+        )
         yield Scheduling(scheduler_name=name, extender_url=url)
     finally:
         if scheduler is not None:
@@ -92,12 +111,18 @@ def show_extender_log(extender_log: Path) -> Iterator[None]:
         print(extender_log.read_text()[-4000:])
 
 
-def pod(name: str, *, cpu: str, node: str | None = None, scheduler: str | None = None,
-        gates: tuple[str, ...] = ()) -> dict[str, Any]:
+def pod(
+    name: str,
+    *,
+    cpu: str,
+    node: str | None = None,
+    scheduler: str | None = None,
+    gates: tuple[str, ...] = (),
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": PAUSE,
-                        "resources": {"requests": {"cpu": cpu}}}],
-        "terminationGracePeriodSeconds": 0}
+        "containers": [{"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}],
+        "terminationGracePeriodSeconds": 0,
+    }
     if node:
         spec["nodeName"] = node
     if scheduler:
@@ -121,8 +146,10 @@ async def shape_free_cpu(cluster: Cluster, namespace: str, free: dict[str, str])
     """Fill each node with one pinned pod so that exactly `free` CPU is left on it."""
 
     def settled() -> bool:  # pods of earlier tests still terminating would free CPU later
-        return not any(item["metadata"].get("deletionTimestamp")
-                       for item in cluster.get("pods", "--all-namespaces")["items"])
+        return not any(
+            item["metadata"].get("deletionTimestamp")
+            for item in cluster.get("pods", "--all-namespaces")["items"]
+        )
 
     await cluster.await_(settled, what="terminating pods to be gone")
     used = await asyncio.to_thread(cpu_in_use, cluster)
@@ -130,25 +157,42 @@ async def shape_free_cpu(cluster: Cluster, namespace: str, free: dict[str, str])
         fill = Decimal(8) - used[node] - parse_quantity(left)
         assert fill >= 0, f"{node} has only {8 - used[node]} CPU free"
         if fill:
-            await cluster.aapply(json.dumps(pod(f"fill-{node}", cpu=f"{int(fill * 1000)}m",
-                                                node=node)), namespace)
+            await cluster.aapply(
+                json.dumps(pod(f"fill-{node}", cpu=f"{int(fill * 1000)}m", node=node)), namespace
+            )
 
 
-async def reserve(cluster: Cluster, namespace: str, name: str, *, node: str, cpu: str,
-                  scheduler: str) -> None:
+async def reserve(
+    cluster: Cluster, namespace: str, name: str, *, node: str, cpu: str, scheduler: str
+) -> None:
     """A Reservation whose placeholder the controller creates; pinned to `node`."""
-    await cluster.aapply(json.dumps({
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
-        "metadata": {"name": name},
-        "spec": {"template": {
-                     "metadata": {"namespace": namespace},
-                     "spec": {"schedulerName": scheduler,
-                              "nodeSelector": {"kubernetes.io/hostname": node},
-                              "containers": [{"name": "app", "image": PAUSE,
-                                              "resources": {"requests": {"cpu": cpu}}}]}},
-                 "owners": [{"object": {"name": "owner", "namespace": namespace}}],
-                 "ttl": "10m"},
-    }))
+    await cluster.aapply(
+        json.dumps(
+            {
+                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                "kind": "Reservation",
+                "metadata": {"name": name},
+                "spec": {
+                    "template": {
+                        "metadata": {"namespace": namespace},
+                        "spec": {
+                            "schedulerName": scheduler,
+                            "nodeSelector": {"kubernetes.io/hostname": node},
+                            "containers": [
+                                {
+                                    "name": "app",
+                                    "image": PAUSE,
+                                    "resources": {"requests": {"cpu": cpu}},
+                                }
+                            ],
+                        },
+                    },
+                    "owners": [{"object": {"name": "owner", "namespace": namespace}}],
+                    "ttl": "10m",
+                },
+            }
+        )
+    )
 
     def available() -> bool:
         status = cluster.get("reservation", name).get("status", {})
@@ -157,24 +201,41 @@ async def reserve(cluster: Cluster, namespace: str, name: str, *, node: str, cpu
     await cluster.await_(available, what=f"Reservation {name} to be Available on {node}")
 
 
-async def hand_over(cluster: Cluster, namespace: str, reservation: str, *,
-                    cpu: str, scheduler: str) -> dict[str, Any]:
+async def hand_over(
+    cluster: Cluster, namespace: str, reservation: str, *, cpu: str, scheduler: str
+) -> dict[str, Any]:
     """Create the owner, gated, and record it as the controller does after a claim; the
     controller then deletes the placeholder and removes Berth's gate. The test's own gate
     keeps the owner unbound: the Reservation stays in handover until the test lifts it."""
-    await cluster.aapply(json.dumps(pod("owner", cpu=cpu, scheduler=scheduler,
-                                        gates=(keys.RESERVATION_GATE, TEST_GATE))), namespace)
+    await cluster.aapply(
+        json.dumps(
+            pod("owner", cpu=cpu, scheduler=scheduler, gates=(keys.RESERVATION_GATE, TEST_GATE))
+        ),
+        namespace,
+    )
     owner = await cluster.aget("pod", "owner", "-n", namespace)
-    reference = {"apiVersion": "v1", "kind": "Pod", "name": "owner", "namespace": namespace,
-                 "uid": owner["metadata"]["uid"]}
-    await cluster.akubectl("patch", "reservation", reservation, "--subresource=status",
-                           "--type=merge", "-p",
-                           json.dumps({"status": {"currentOwners": [reference]}}))
+    reference = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "owner",
+        "namespace": namespace,
+        "uid": owner["metadata"]["uid"],
+    }
+    await cluster.akubectl(
+        "patch",
+        "reservation",
+        reservation,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"currentOwners": [reference]}}),
+    )
 
     def handed_over() -> bool:
         gates = cluster.get("pod", "owner", "-n", namespace)["spec"].get("schedulingGates")
-        placeholders = cluster.get("pods", "-n", namespace,
-                                   f"-l={keys.RESERVATION_LABEL}={reservation}")["items"]
+        placeholders = cluster.get(
+            "pods", "-n", namespace, f"-l={keys.RESERVATION_LABEL}={reservation}"
+        )["items"]
         return gates == [{"name": TEST_GATE}] and not placeholders
 
     await cluster.await_(handed_over, what="the controller to hand the Reservation over")
@@ -183,9 +244,13 @@ async def hand_over(cluster: Cluster, namespace: str, reservation: str, *,
 
 async def extender_filter(scheduling: Scheduling, pod: dict[str, Any]) -> dict[str, Any]:
     """Ask the extender directly, as the scheduler would."""
-    async with aiohttp.ClientSession() as session, session.post(
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
             f"{scheduling.extender_url}/filter",
-            json={"Pod": pod, "Nodes": None, "NodeNames": NODES}) as response:
+            json={"Pod": pod, "Nodes": None, "NodeNames": NODES},
+        ) as response,
+    ):
         result: dict[str, Any] = await response.json()
         return result
 
@@ -196,41 +261,66 @@ def bound_node(cluster: Cluster, namespace: str, name: str) -> str | None:
 
 
 async def test_owner_lands_on_its_reservation_node(
-        cluster: Cluster, namespace: str, scheduling: Scheduling) -> None:
+    cluster: Cluster, namespace: str, scheduling: Scheduling
+) -> None:
     # node-0 is the fullest; left to itself the scheduler would pick node-1 or node-2.
     await shape_free_cpu(cluster, namespace, {"node-0": "3", "node-1": "7", "node-2": "7"})
     reservation = f"{namespace}-owner"
     try:
-        await reserve(cluster, namespace, reservation, node="node-0", cpu="2",
-                      scheduler=scheduling.scheduler_name)
-        owner = await hand_over(cluster, namespace, reservation, cpu="2",
-                                scheduler=scheduling.scheduler_name)
+        await reserve(
+            cluster,
+            namespace,
+            reservation,
+            node="node-0",
+            cpu="2",
+            scheduler=scheduling.scheduler_name,
+        )
+        owner = await hand_over(
+            cluster, namespace, reservation, cpu="2", scheduler=scheduling.scheduler_name
+        )
 
         async def known_as_owner() -> bool:
             return bool((await extender_filter(scheduling, owner))["NodeNames"] == ["node-0"])
 
         await cluster.await_(known_as_owner, what="the extender to see the recorded owner")
-        await cluster.akubectl("patch", "pod", "owner", "-n", namespace, "--type=json", "-p",
-                               '[{"op": "remove", "path": "/spec/schedulingGates"}]')
-        node = await cluster.await_(lambda: bound_node(cluster, namespace, "owner"),
-                                    what="the owner to be bound")
+        await cluster.akubectl(
+            "patch",
+            "pod",
+            "owner",
+            "-n",
+            namespace,
+            "--type=json",
+            "-p",
+            '[{"op": "remove", "path": "/spec/schedulingGates"}]',
+        )
+        node = await cluster.await_(
+            lambda: bound_node(cluster, namespace, "owner"), what="the owner to be bound"
+        )
         assert node == "node-0"
     finally:
         await cluster.akubectl("delete", "reservation", reservation, check=False)
 
 
 async def test_capacity_in_handover_is_refused_to_other_pods(
-        cluster: Cluster, namespace: str, scheduling: Scheduling) -> None:
+    cluster: Cluster, namespace: str, scheduling: Scheduling
+) -> None:
     # node-1: 6 CPU free as the scheduler counts once the placeholder is gone, 4 of them
     # held for the owner. node-0 and node-2: 1 CPU free.
     await shape_free_cpu(cluster, namespace, {"node-0": "1", "node-1": "6.1", "node-2": "1"})
     await cluster.aapply(json.dumps(pod("nudge", cpu="100m", node="node-1")), namespace)
     reservation = f"{namespace}-held"
     try:
-        await reserve(cluster, namespace, reservation, node="node-1", cpu="4",
-                      scheduler=scheduling.scheduler_name)
-        await hand_over(cluster, namespace, reservation, cpu="4",
-                        scheduler=scheduling.scheduler_name)
+        await reserve(
+            cluster,
+            namespace,
+            reservation,
+            node="node-1",
+            cpu="4",
+            scheduler=scheduling.scheduler_name,
+        )
+        await hand_over(
+            cluster, namespace, reservation, cpu="4", scheduler=scheduling.scheduler_name
+        )
         competitor = pod("competitor", cpu="3", scheduler=scheduling.scheduler_name)
         competitor["metadata"]["namespace"] = namespace
 
@@ -242,10 +332,12 @@ async def test_capacity_in_handover_is_refused_to_other_pods(
         reason = f"Insufficient cpu: held for Reservation {reservation} in handover"
 
         def refused() -> list[dict[str, Any]]:
-            events = cluster.get("events", "-n", namespace,
-                                 "--field-selector=involvedObject.name=competitor")["items"]
-            return [e for e in events
-                    if e["reason"] == "FailedScheduling" and reason in e["message"]]
+            events = cluster.get(
+                "events", "-n", namespace, "--field-selector=involvedObject.name=competitor"
+            )["items"]
+            return [
+                e for e in events if e["reason"] == "FailedScheduling" and reason in e["message"]
+            ]
 
         events = await cluster.await_(refused, what="FailedScheduling naming the Reservation")
         assert "2 Insufficient cpu" in events[0]["message"]  # node-0 and node-2: full
@@ -260,8 +352,10 @@ async def test_capacity_in_handover_is_refused_to_other_pods(
 
         await cluster.await_(released, what="the extender to see the Reservation gone")
         await cluster.akubectl("delete", "pod", "nudge", "-n", namespace)
-        node = await cluster.await_(lambda: bound_node(cluster, namespace, "competitor"),
-                                    what="the competitor to be bound once the hold is gone")
+        node = await cluster.await_(
+            lambda: bound_node(cluster, namespace, "competitor"),
+            what="the competitor to be bound once the hold is gone",
+        )
         assert node == "node-1"
     finally:
         await cluster.akubectl("delete", "reservation", reservation, check=False)

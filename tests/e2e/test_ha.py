@@ -56,13 +56,16 @@ def leader_pid_or_none(cluster: Cluster) -> int | None:
 def leader_pid(cluster: Cluster) -> int:
     lease = cluster.get("lease", "berth-controller", "-n", "berth-system")
     holder = lease["spec"]["holderIdentity"]
-    return next(c.pid for c in cluster.local.components
-                if c.name.startswith("berth-controller") and f"-{c.pid}-" in holder)
+    return next(
+        c.pid
+        for c in cluster.local.components
+        if c.name.startswith("berth-controller") and f"-{c.pid}-" in holder
+    )
 
 
 def test_standby_takes_over_mid_migration_without_repeating_steps(
-        cluster: Cluster, namespace: str, standby: None,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    cluster: Cluster, namespace: str, standby: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     first = leader_pid(cluster)
@@ -72,16 +75,24 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
             cluster.wait(lambda c=component: ready(c.port), what=f"{component.name} ready")
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
-    cluster.wait(lambda: condition(job_of(cluster, name), "ReservationCreated"),
-                 what="the migration to start")
+    cluster.wait(
+        lambda: condition(job_of(cluster, name), "ReservationCreated"),
+        what="the migration to start",
+    )
     os.killpg(first, signal.SIGKILL)
     killed = time.monotonic()
-    cluster.wait(lambda: leader_pid_or_none(cluster) not in (None, first),
-                 what="the standby to take the lease", timeout=30)
+    cluster.wait(
+        lambda: leader_pid_or_none(cluster) not in (None, first),
+        what="the standby to take the lease",
+        timeout=30,
+    )
     with capsys.disabled():
         print(f"\nleader killed; standby leading after {time.monotonic() - killed:.1f}s")
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the standby to finish the migration", timeout=60)
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        what="the standby to finish the migration",
+        timeout=60,
+    )
     assert job["status"]["phase"] == "Succeeded", job["status"]
     assert leader_pid(cluster) != first
     repeated = [reason for reason, count in Counter(events(cluster, name)).items() if count > 1]

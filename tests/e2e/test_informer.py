@@ -18,28 +18,42 @@ def pod(name: str, node: str | None = None) -> str:
     spec: dict[str, object] = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
     if node:
         spec["nodeName"] = node
-    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                       "spec": spec})
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
 
 
 async def test_informer_follows_create_update_delete_with_index(
-        cluster: Cluster, namespace: str, kube: Kube) -> None:
+    cluster: Cluster, namespace: str, kube: Kube
+) -> None:
     seen: list[tuple[str, str]] = []
-    informer = Informer(kube, PODS, namespace=namespace, indexes={"node": pod_node},
-                        handler=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])))
+    informer = Informer(
+        kube,
+        PODS,
+        namespace=namespace,
+        indexes={"node": pod_node},
+        handler=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+    )
     task = asyncio.create_task(informer.run())
     try:
         await asyncio.wait_for(informer.synced.wait(), 30)
         await cluster.aapply(pod("a", node="node-1"), namespace)
-        await cluster.await_(lambda: informer.by_index("node", "node-1"),
-                             what="pod a indexed under node-1")
+        await cluster.await_(
+            lambda: informer.by_index("node", "node-1"), what="pod a indexed under node-1"
+        )
         await cluster.akubectl("label", "pod", "a", "-n", namespace, "color=blue")
         await cluster.await_(
-            lambda: (informer.get(f"{namespace}/a") or {}).get("metadata", {})
-            .get("labels", {}).get("color") == "blue", what="the label to arrive")
+            lambda: (
+                (informer.get(f"{namespace}/a") or {})
+                .get("metadata", {})
+                .get("labels", {})
+                .get("color")
+                == "blue"
+            ),
+            what="the label to arrive",
+        )
         await cluster.akubectl("delete", "pod", "a", "-n", namespace, "--wait=false")
-        await cluster.await_(lambda: informer.get(f"{namespace}/a") is None,
-                             what="the deletion to arrive")
+        await cluster.await_(
+            lambda: informer.get(f"{namespace}/a") is None, what="the deletion to arrive"
+        )
         assert informer.by_index("node", "node-1") == []
         assert ("ADDED", "a") in seen and ("DELETED", "a") in seen
     finally:
@@ -47,10 +61,15 @@ async def test_informer_follows_create_update_delete_with_index(
 
 
 async def test_informer_catches_up_after_missing_events(
-        cluster: Cluster, namespace: str, kube: Kube) -> None:
+    cluster: Cluster, namespace: str, kube: Kube
+) -> None:
     seen: list[tuple[str, str]] = []
-    informer = Informer(kube, PODS, namespace=namespace,
-                        handler=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])))
+    informer = Informer(
+        kube,
+        PODS,
+        namespace=namespace,
+        handler=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+    )
     task = asyncio.create_task(informer.run())
     try:
         await asyncio.wait_for(informer.synced.wait(), 30)
@@ -62,15 +81,18 @@ async def test_informer_catches_up_after_missing_events(
         task.cancel()
         await cluster.aapply(pod("missed"), namespace)
         task = asyncio.create_task(informer.run())
-        await cluster.await_(lambda: informer.get(f"{namespace}/missed"),
-                             what="the resumed watch to deliver the missed pod")
+        await cluster.await_(
+            lambda: informer.get(f"{namespace}/missed"),
+            what="the resumed watch to deliver the missed pod",
+        )
         assert informer.relists == 1
 
         # Away again, and this time the version is forgotten (as after a 410): the relist
         # reports what vanished meanwhile as DELETED.
         task.cancel()
-        await cluster.akubectl("delete", "pod", "doomed", "-n", namespace, "--grace-period=0",
-                               "--force")
+        await cluster.akubectl(
+            "delete", "pod", "doomed", "-n", namespace, "--grace-period=0", "--force"
+        )
         informer.resource_version = ""
         task = asyncio.create_task(informer.run())
         await cluster.await_(lambda: informer.relists == 2, what="the relist")

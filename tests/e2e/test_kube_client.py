@@ -10,21 +10,32 @@ from tests.e2e.kube import Cluster
 pytestmark = pytest.mark.e2e
 
 
-async def test_errors_carry_status_and_reason(cluster: Cluster, namespace: str,
-                                              kube: Kube) -> None:
+async def test_errors_carry_status_and_reason(cluster: Cluster, namespace: str, kube: Kube) -> None:
     with pytest.raises(KubeError) as missing:
         await kube.get(PODS, "no-such-pod", namespace)
     assert missing.value.not_found and missing.value.reason == "NotFound"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
     created = await kube.create(PODS, pod, namespace=namespace)
     assert created["metadata"]["uid"]
     with pytest.raises(KubeError) as exists:
         await kube.create(PODS, pod, namespace=namespace)
     assert exists.value.conflict and exists.value.reason == "AlreadyExists"
     with pytest.raises(KubeError) as invalid:
-        await kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"},
-                                 "spec": {"containers": []}}, namespace=namespace)
+        await kube.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "q"},
+                "spec": {"containers": []},
+            },
+            namespace=namespace,
+        )
     assert invalid.value.status == 422 and "spec.containers" in invalid.value.message
     with pytest.raises(KubeError) as wrong_uid:
         await kube.delete(PODS, "p", namespace=namespace, uid="not-its-uid")

@@ -20,17 +20,22 @@ def kubectl_migrate(cluster: Cluster, *args: str) -> subprocess.CompletedProcess
     """Through our kubectl, which finds the `kubectl-migrate` plugin on PATH."""
     assert cluster.local.binaries is not None
     path = f"{Path(sys.executable).parent}:{cluster.local.binaries.bin_dir}:{os.environ['PATH']}"
-    return subprocess.run([str(cluster.local.binaries.kubectl), "migrate", *args],
-                          env={**os.environ, "PATH": path, "KUBECONFIG": str(cluster.kubeconfig)},
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [str(cluster.local.binaries.kubectl), "migrate", *args],
+        env={**os.environ, "PATH": path, "KUBECONFIG": str(cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_migrate_pod_to_a_node_waits_and_lands_there(cluster: Cluster, namespace: str) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     target = next(n for n in ("node-0", "node-1", "node-2") if n != pod["spec"]["nodeName"])
-    result = kubectl_migrate(cluster, "pod", pod["metadata"]["name"], "-n", namespace,
-                             "--to", target, "--wait")
+    result = kubectl_migrate(
+        cluster, "pod", pod["metadata"]["name"], "-n", namespace, "--to", target, "--wait"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Succeeded" in result.stdout and "Complete" in result.stdout
     (new,) = ready_pods(cluster, namespace, "web", 1)
@@ -41,9 +46,12 @@ def test_migrate_pod_to_a_node_waits_and_lands_there(cluster: Cluster, namespace
 def test_migrate_node_empties_it_into_reserved_places(cluster: Cluster, namespace: str) -> None:
     cluster.apply(deployment("web", replicas=4), namespace)
     cluster.wait(lambda: ready_pods(cluster, namespace, "web", 4), what="4 pods")
-    node = max(("node-0", "node-1", "node-2"),
-               key=lambda n: sum(p["spec"].get("nodeName") == n
-                                 for p in pods(cluster, namespace, "app=web")))
+    node = max(
+        ("node-0", "node-1", "node-2"),
+        key=lambda n: sum(
+            p["spec"].get("nodeName") == n for p in pods(cluster, namespace, "app=web")
+        ),
+    )
     on_node = [p for p in pods(cluster, namespace, "app=web") if p["spec"]["nodeName"] == node]
     result = kubectl_migrate(cluster, "node", node, "-n", namespace, "--wait")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -53,8 +61,9 @@ def test_migrate_node_empties_it_into_reserved_places(cluster: Cluster, namespac
     moved = [p for p in after if "berth.sh/claim" in (p["metadata"].get("annotations") or {})]
     assert len(moved) == len(on_node)
     for pod in moved:
-        bound = json.loads(pod["metadata"]["annotations"][
-            "scheduling.koordinator.sh/reservation-allocated"])
+        bound = json.loads(
+            pod["metadata"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"]
+        )
         reservation = cluster.get("reservation", bound["name"])
         assert reservation["status"]["nodeName"] == pod["spec"]["nodeName"]
         assert reservation["status"]["phase"] == "Succeeded"

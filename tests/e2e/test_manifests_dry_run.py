@@ -47,7 +47,8 @@ def name_of(obj: dict) -> str:
 
 
 def test_server_accepts_every_object_without_cert_manager(
-        cluster: Cluster, berth_namespace: None) -> None:
+    cluster: Cluster, berth_namespace: None
+) -> None:
     overlay = MANIFESTS / "without-cert-manager"
     expected = {name_of(obj) for obj in rendered(cluster, overlay)}
 
@@ -58,9 +59,20 @@ def test_server_accepts_every_object_without_cert_manager(
     # here means the pods would be rejected once created.
     assert "PodSecurity" not in result.stderr, result.stderr
     kinds = {name.split("/")[0].split(".")[0] for name in expected}
-    assert {"namespace", "customresourcedefinition", "serviceaccount", "clusterrole",
-            "clusterrolebinding", "role", "rolebinding", "configmap", "deployment",
-            "service", "poddisruptionbudget", "mutatingwebhookconfiguration"} <= kinds
+    assert {
+        "namespace",
+        "customresourcedefinition",
+        "serviceaccount",
+        "clusterrole",
+        "clusterrolebinding",
+        "role",
+        "rolebinding",
+        "configmap",
+        "deployment",
+        "service",
+        "poddisruptionbudget",
+        "mutatingwebhookconfiguration",
+    } <= kinds
 
 
 def test_full_overlay_adds_only_the_cert_manager_objects(cluster: Cluster) -> None:
@@ -69,5 +81,6 @@ def test_full_overlay_adds_only_the_cert_manager_objects(cluster: Cluster) -> No
 
     assert without < full
     assert {name.split("/")[0] for name in full - without} == {
-        "issuer.cert-manager.io", "certificate.cert-manager.io",
+        "issuer.cert-manager.io",
+        "certificate.cert-manager.io",
     }

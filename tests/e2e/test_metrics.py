@@ -23,19 +23,19 @@ pytestmark = pytest.mark.e2e
 async def scrape(cluster: Cluster, component: str) -> list[Sample]:
     port = next(c.port for c in cluster.local.components if c.name == component)
     context = ssl.create_default_context(cafile=cluster.local.pki / "ca.crt")
-    async with aiohttp.ClientSession() as session, session.get(
-            f"https://127.0.0.1:{port}/metrics", ssl=context) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"https://127.0.0.1:{port}/metrics", ssl=context) as response,
+    ):
         assert response.status == 200
         assert response.content_type == "text/plain"
         text = await response.text()
-    return [sample for family in text_string_to_metric_families(text)
-            for sample in family.samples]
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
 def total(samples: list[Sample], name: str, **labels: str) -> float:
     """The sum of the samples `name` that carry `labels` (and any others)."""
-    return sum(s.value for s in samples
-               if s.name == name and labels.items() <= s.labels.items())
+    return sum(s.value for s in samples if s.name == name and labels.items() <= s.labels.items())
 
 
 MOVED = [
@@ -49,35 +49,39 @@ untouched, the extender passes it a node."""
 
 
 async def test_webhook_and_extender_count_the_requests_of_a_new_pod(
-        cluster: Cluster, namespace: str) -> None:
+    cluster: Cluster, namespace: str
+) -> None:
     components = {component for component, _, _ in MOVED}
     before = {component: await scrape(cluster, component) for component in components}
     await cluster.aapply(deployment("web"), namespace)
     await cluster.await_(
         lambda: any(pod["spec"].get("nodeName") for pod in pods(cluster, namespace, "app=web")),
-        what="the pod of Deployment web to be scheduled")
+        what="the pod of Deployment web to be scheduled",
+    )
     after = {component: await scrape(cluster, component) for component in components}
     for component, name, labels in MOVED:
-        assert total(after[component], name, **labels) > \
-            total(before[component], name, **labels), f"{component}: {name}{labels}"
+        assert total(after[component], name, **labels) > total(before[component], name, **labels), (
+            f"{component}: {name}{labels}"
+        )
 
 
 async def scrape_controller(cluster: Cluster) -> list[Sample]:
     """The leader's metrics: plain HTTP beside /healthz (the controller serves no API)."""
     port = next(c.port for c in cluster.local.components if c.name == "berth-controller")
-    async with aiohttp.ClientSession() as session, session.get(
-            f"http://127.0.0.1:{port}/metrics") as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
         assert response.status == 200
         text = await response.text()
-    return [sample for family in text_string_to_metric_families(text)
-            for sample in family.samples]
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
-async def test_a_migration_moves_the_controllers_counters(cluster: Cluster,
-                                                          namespace: str) -> None:
+async def test_a_migration_moves_the_controllers_counters(cluster: Cluster, namespace: str) -> None:
     await cluster.aapply(deployment("web"), namespace)
-    pod = (await cluster.await_(lambda: ready_pods(cluster, namespace, "web", 1),
-                                what="the pod"))[0]
+    pod = (await cluster.await_(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod"))[
+        0
+    ]
     before = await scrape_controller(cluster)
     name, manifest = job_manifest(pod)
     await cluster.aapply(manifest)

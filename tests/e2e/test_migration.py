@@ -40,16 +40,21 @@ def describe_events(cluster: Cluster, name: str) -> list[str]:
 
 def test_seed_quick_start(cluster: Cluster) -> None:
     deployment_yaml = (SEEDS / "pod-demo.yaml").read_text()
-    cluster.kubectl("create", "-f", "-",
-                    input=deployment_yaml.replace("koord-scheduler", "default-scheduler"))
+    cluster.kubectl(
+        "create", "-f", "-", input=deployment_yaml.replace("koord-scheduler", "default-scheduler")
+    )
     try:
-        old = cluster.wait(lambda: ready_pods(cluster, "default", "pod-demo", 1),
-                           what="pod-demo")[0]
+        old = cluster.wait(lambda: ready_pods(cluster, "default", "pod-demo", 1), what="pod-demo")[
+            0
+        ]
         job_yaml = (SEEDS / "migrationjob-demo.yaml").read_text()
-        cluster.kubectl("create", "-f", "-",
-                        input=job_yaml.replace(SEED_POD, old["metadata"]["name"]))
-        job = cluster.wait(lambda: phase_is(cluster, "migrationjob-demo", "Succeeded", "Failed"),
-                           what="the migration to end")
+        cluster.kubectl(
+            "create", "-f", "-", input=job_yaml.replace(SEED_POD, old["metadata"]["name"])
+        )
+        job = cluster.wait(
+            lambda: phase_is(cluster, "migrationjob-demo", "Succeeded", "Failed"),
+            what="the migration to end",
+        )
         assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
         header, row = cluster.kubectl("get", "pmj", "migrationjob-demo").stdout.splitlines()
         columns = dict(zip(header.split(), row.split(), strict=True))
@@ -60,13 +65,16 @@ def test_seed_quick_start(cluster: Cluster) -> None:
         assert new["spec"]["nodeName"] == columns["NODE"] != old["spec"]["nodeName"]
         assert new["metadata"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"]
         assert describe_events(cluster, "migrationjob-demo") == [
-            "ReservationCreated", "ReservationScheduled", "Evicting", "EvictComplete",
-            "Complete"]
+            "ReservationCreated",
+            "ReservationScheduled",
+            "Evicting",
+            "EvictComplete",
+            "Complete",
+        ]
         assert not any(leftovers(cluster, "default").values())
     finally:
         cluster.kubectl("delete", "pmj", "migrationjob-demo", "--ignore-not-found")
-        cluster.kubectl("delete", "deployment", "pod-demo", "-n", "default",
-                        "--ignore-not-found")
+        cluster.kubectl("delete", "deployment", "pod-demo", "-n", "default", "--ignore-not-found")
 
 
 def test_reservation_ref_uses_the_given_reservation(cluster: Cluster, namespace: str) -> None:
@@ -87,17 +95,23 @@ spec:
       nodeSelector: {{kubernetes.io/hostname: {target}}}
       containers: [{{name: app, resources: {{requests: {{cpu: 200m}}}}}}]
   owners:
-  - controller: {{apiVersion: apps/v1, kind: ReplicaSet, name: {rs['name']}, uid: {rs['uid']},
+  - controller: {{apiVersion: apps/v1, kind: ReplicaSet, name: {rs["name"]}, uid: {rs["uid"]},
                   namespace: {namespace}}}
 """)
     try:
-        cluster.wait(lambda: cluster.get("reservation", rsv_name).get("status", {})
-                     .get("phase") == "Available", what="the Reservation to be Available")
-        name, manifest = job_manifest(old, reservationOptions={"reservationRef": {
-            "name": rsv_name}})
+        cluster.wait(
+            lambda: (
+                cluster.get("reservation", rsv_name).get("status", {}).get("phase") == "Available"
+            ),
+            what="the Reservation to be Available",
+        )
+        name, manifest = job_manifest(
+            old, reservationOptions={"reservationRef": {"name": rsv_name}}
+        )
         cluster.apply(manifest)
-        job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                           what="the migration to end")
+        job = cluster.wait(
+            lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the migration to end"
+        )
         assert job["status"]["phase"] == "Succeeded", job["status"]
         assert job["status"]["nodeName"] == target
         assert condition(job, "ReservationCreated") == {}
@@ -130,23 +144,34 @@ def cpu_in_use(cluster: Cluster, *, skip_namespace: str) -> dict[str, Decimal]:
 
 
 def bare_pod(name: str, *, cpu_millis: Decimal, role: str, node: str | None = None) -> dict:
-    spec: dict = {"containers": [{"name": "c", "image": PAUSE, "resources": {
-        "requests": {"cpu": f"{int(cpu_millis)}m"}}}], "terminationGracePeriodSeconds": 0}
+    spec: dict = {
+        "containers": [
+            {"name": "c", "image": PAUSE, "resources": {"requests": {"cpu": f"{int(cpu_millis)}m"}}}
+        ],
+        "terminationGracePeriodSeconds": 0,
+    }
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"role": role}}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"role": role}},
+        "spec": spec,
+    }
 
 
 def settled(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]] | None:
     """The pods of `selector` once each is bound or refused by the scheduler."""
-    found = [p for p in pods(cluster, namespace, selector)
-             if not p["metadata"].get("deletionTimestamp")]
+    found = [
+        p for p in pods(cluster, namespace, selector) if not p["metadata"].get("deletionTimestamp")
+    ]
     for pod in found:
-        scheduled = [c for c in pod["status"].get("conditions") or []
-                     if c["type"] == "PodScheduled"]
+        scheduled = [
+            c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"
+        ]
         if not pod["spec"].get("nodeName") and not (
-                scheduled and scheduled[0].get("reason") == "Unschedulable"):
+            scheduled and scheduled[0].get("reason") == "Unschedulable"
+        ):
             return None
     return found or None
 
@@ -156,39 +181,75 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
     competing pods are already waiting for capacity when the pod is evicted (a PDB holds
     the eviction until they are). Returns where the replacement ended: "reserved" (the one
     node with room), "elsewhere" or "pending"."""
-    cluster.kubectl("delete", "pods", "-n", namespace, "-l", "role in (filler,flood)",
-                    "--grace-period=0", "--force", "--wait=true")
+    cluster.kubectl(
+        "delete",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        "role in (filler,flood)",
+        "--grace-period=0",
+        "--force",
+        "--wait=true",
+    )
     victim = cluster.wait(lambda: ready_pods(cluster, namespace, "victim", 1), what="victim")[0]
     source = victim["spec"]["nodeName"]
     used = cpu_in_use(cluster, skip_namespace=namespace)
     target, other = sorted((n for n in NODES if n != source), key=lambda n: used[n])
     free = {source: Decimal(0), target: Decimal(3000), other: Decimal(1000)}
-    fillers = [bare_pod(f"filler-{node}", cpu_millis=NODE_CPU - used[node] - free[node],
-                        role="filler", node=node)
-               for node in NODES if NODE_CPU - used[node] - free[node] > 0]
+    fillers = [
+        bare_pod(
+            f"filler-{node}",
+            cpu_millis=NODE_CPU - used[node] - free[node],
+            role="filler",
+            node=node,
+        )
+        for node in NODES
+        if NODE_CPU - used[node] - free[node] > 0
+    ]
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": fillers}), namespace)
-    cluster.apply(json.dumps({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "hold"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}}}),
-        namespace)
-    cluster.wait(lambda: cluster.get("pdb", "hold", "-n", namespace).get("status", {})
-                 .get("currentHealthy") == 1, what="the PDB to hold the pod")
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "hold"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}},
+            }
+        ),
+        namespace,
+    )
+    cluster.wait(
+        lambda: (
+            cluster.get("pdb", "hold", "-n", namespace).get("status", {}).get("currentHealthy") == 1
+        ),
+        what="the PDB to hold the pod",
+    )
     name, manifest = job_manifest(victim, mode=mode, ttl="90s")
     cluster.apply(manifest)
-    cluster.wait(lambda: condition(job_of(cluster, name), "Eviction").get("reason") ==
-                 "BlockedByPDB", what="the eviction to wait on the PDB", timeout=30)
-    flood = [bare_pod(f"flood-{i}", cpu_millis=Decimal(3000), role="flood")
-             for i in range(FLOOD)]
+    cluster.wait(
+        lambda: condition(job_of(cluster, name), "Eviction").get("reason") == "BlockedByPDB",
+        what="the eviction to wait on the PDB",
+        timeout=30,
+    )
+    flood = [bare_pod(f"flood-{i}", cpu_millis=Decimal(3000), role="flood") for i in range(FLOOD)]
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": flood}), namespace)
-    cluster.wait(lambda: settled(cluster, namespace, "role=flood"),
-                 what="the competing pods to be placed or refused")
+    cluster.wait(
+        lambda: settled(cluster, namespace, "role=flood"),
+        what="the competing pods to be placed or refused",
+    )
     cluster.kubectl("delete", "pdb", "hold", "-n", namespace)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
     replacement = cluster.wait(
-        lambda: [p for p in settled(cluster, namespace, "app=victim") or []
-                 if p["metadata"]["uid"] != victim["metadata"]["uid"]],
-        what="the replacement to be placed or refused")[0]
+        lambda: [
+            p
+            for p in settled(cluster, namespace, "app=victim") or []
+            if p["metadata"]["uid"] != victim["metadata"]["uid"]
+        ],
+        what="the replacement to be placed or refused",
+    )[0]
     flood_nodes = [p["spec"].get("nodeName") for p in pods(cluster, namespace, "role=flood")]
     cluster.kubectl("delete", "pmj", name, "--wait=false")
     node = replacement["spec"].get("nodeName")
@@ -198,27 +259,44 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
         assert target not in flood_nodes, "a competing pod took the reserved place"
     if node is None:
         # Free its place for the next round: the flood goes, the replacement then fits.
-        cluster.kubectl("delete", "pods", "-n", namespace, "-l", "role in (filler,flood)",
-                        "--grace-period=0", "--force", "--wait=true")
+        cluster.kubectl(
+            "delete",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            "role in (filler,flood)",
+            "--grace-period=0",
+            "--force",
+            "--wait=true",
+        )
         return "pending"
     return "reserved" if node == target else "elsewhere"
 
 
 def test_contention_reservation_first_always_lands_evict_directly_does_not(
-        cluster: Cluster, namespace: str, capsys: pytest.CaptureFixture[str],
-        restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster,
+    namespace: str,
+    capsys: pytest.CaptureFixture[str],
+    restart_controller: Callable[[str], None],
+) -> None:
     # The PDB that holds each eviction is the test's stopwatch, not a limit to arbitrate.
     restart_controller("arbitrationArgs:\n  enabled: false\n")
     cluster.apply(deployment("victim", cpu="3"), namespace)
     outcomes: dict[str, Counter[str]] = {}
     for mode in ("ReservationFirst", "EvictDirectly"):
-        outcomes[mode] = Counter(contention_round(cluster, namespace, mode=mode)
-                                 for _ in range(ROUNDS))
+        outcomes[mode] = Counter(
+            contention_round(cluster, namespace, mode=mode) for _ in range(ROUNDS)
+        )
     with capsys.disabled():
-        print(f"\ncontention over {ROUNDS} migrations each, {FLOOD} competing pods waiting "
-              "for capacity at each eviction:")
+        print(
+            f"\ncontention over {ROUNDS} migrations each, {FLOOD} competing pods waiting "
+            "for capacity at each eviction:"
+        )
         for mode, counts in outcomes.items():
-            print(f"  {mode:<17} on the reserved node {counts['reserved']:>2}, "
-                  f"elsewhere {counts['elsewhere']:>2}, left Pending {counts['pending']:>2}")
+            print(
+                f"  {mode:<17} on the reserved node {counts['reserved']:>2}, "
+                f"elsewhere {counts['elsewhere']:>2}, left Pending {counts['pending']:>2}"
+            )
     assert outcomes["ReservationFirst"] == Counter(reserved=ROUNDS)
     assert not any(leftovers(cluster, namespace).values())

@@ -55,17 +55,20 @@ def reservation_of(cluster: Cluster, job: dict[str, Any]) -> dict[str, Any]:
 
 STAGES: dict[str, Callable[[Cluster, str], Any]] = {
     "before the reservation": lambda cluster, name: True,
-    "after the reservation": lambda cluster, name: condition(job_of(cluster, name),
-                                                             "ReservationCreated"),
+    "after the reservation": lambda cluster, name: condition(
+        job_of(cluster, name), "ReservationCreated"
+    ),
     "after the eviction": lambda cluster, name: condition(job_of(cluster, name), "Eviction"),
-    "during the handover": lambda cluster, name: reservation_of(
-        cluster, job_of(cluster, name)).get("status", {}).get("currentOwners"),
+    "during the handover": lambda cluster, name: (
+        reservation_of(cluster, job_of(cluster, name)).get("status", {}).get("currentOwners")
+    ),
 }
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_controller_killed_mid_migration_is_picked_up_by_the_next_one(
-        cluster: Cluster, namespace: str, stage: str, restore_components: None) -> None:
+    cluster: Cluster, namespace: str, stage: str, restore_components: None
+) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     if stage == "before the reservation":
@@ -73,68 +76,116 @@ def test_controller_killed_mid_migration_is_picked_up_by_the_next_one(
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
     if stage != "before the reservation":
-        cluster.wait(lambda: STAGES[stage](cluster, name), what=f"the job {stage}",
-                     timeout=30)
+        cluster.wait(lambda: STAGES[stage](cluster, name), what=f"the job {stage}", timeout=30)
         kill(cluster, "berth-controller")
     cluster.local.start_controller(name="berth-controller")
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end after the restart")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        what="the job to end after the restart",
+    )
     assert job["status"]["phase"] == "Succeeded", job["status"]
     new = cluster.get("pod", job["status"]["podRef"]["name"], "-n", namespace)
     assert new["spec"]["nodeName"] == job["status"]["nodeName"]
-    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
-                 what="no placeholder and no gated pod")
+    cluster.wait(
+        lambda: not any(leftovers(cluster, namespace).values()),
+        what="no placeholder and no gated pod",
+    )
 
 
 def test_webhook_down_never_blocks_pods_and_the_job_says_why(
-        cluster: Cluster, namespace: str, restore_components: None) -> None:
+    cluster: Cluster, namespace: str, restore_components: None
+) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     kill(cluster, "berth-webhook")
     name, manifest = job_manifest(pod, ttl="60s")
     cluster.apply(manifest)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end")
-    assert (job["status"]["phase"], job["status"]["reason"]) == ("Failed",
-                                                                  "ReservationNotUsed")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
+    assert (job["status"]["phase"], job["status"]["reason"]) == ("Failed", "ReservationNotUsed")
     assert "webhook" in job["status"]["message"]
     # The replacement was created anyway (failurePolicy Ignore) and runs ungated.
-    replacement = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1),
-                               what="the replacement to run")[0]
+    replacement = cluster.wait(
+        lambda: ready_pods(cluster, namespace, "web", 1), what="the replacement to run"
+    )[0]
     assert replacement["metadata"]["uid"] != pod["metadata"]["uid"]
     assert not replacement["spec"].get("schedulingGates")
-    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
-                 what="no placeholder and no gated pod")
+    cluster.wait(
+        lambda: not any(leftovers(cluster, namespace).values()),
+        what="no placeholder and no gated pod",
+    )
 
 
 def test_forged_binding_annotation_gets_no_owner_privileges(
-        cluster: Cluster, namespace: str) -> None:
+    cluster: Cluster, namespace: str
+) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     rs = pod["metadata"]["ownerReferences"][0]
     name = f"forge-{namespace}"[:60]
     # An Available Reservation open to the workload's replacement, as during a migration.
-    cluster.apply(json.dumps({
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
-        "metadata": {"name": name, "annotations": {"berth.sh/consumable": "true"}},
-        "spec": {"ttl": "5m", "template": {"metadata": {"namespace": namespace}, "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}},
-            "owners": [{"controller": {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                       "name": rs["name"], "uid": rs["uid"],
-                                       "namespace": namespace}}]}}))
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                "kind": "Reservation",
+                "metadata": {"name": name, "annotations": {"berth.sh/consumable": "true"}},
+                "spec": {
+                    "ttl": "5m",
+                    "template": {
+                        "metadata": {"namespace": namespace},
+                        "spec": {
+                            "containers": [
+                                {"name": "c", "resources": {"requests": {"cpu": "100m"}}}
+                            ]
+                        },
+                    },
+                    "owners": [
+                        {
+                            "controller": {
+                                "apiVersion": "apps/v1",
+                                "kind": "ReplicaSet",
+                                "name": rs["name"],
+                                "uid": rs["uid"],
+                                "namespace": namespace,
+                            }
+                        }
+                    ],
+                },
+            }
+        )
+    )
     try:
         reservation = cluster.wait(
-            lambda: (r := cluster.get("reservation", name)).get("status", {}).get(
-                "phase") == "Available" and r, what="the Reservation to be Available")
-        forged = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": "forger", "annotations": {
-                "scheduling.koordinator.sh/reservation-allocated": json.dumps(
-                    {"name": name, "uid": reservation["metadata"]["uid"]}),
-                "berth.sh/claim": "forged-token"}},
-            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+            lambda: (
+                (r := cluster.get("reservation", name)).get("status", {}).get("phase")
+                == "Available"
+                and r
+            ),
+            what="the Reservation to be Available",
+        )
+        forged = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "forger",
+                "annotations": {
+                    "scheduling.koordinator.sh/reservation-allocated": json.dumps(
+                        {"name": name, "uid": reservation["metadata"]["uid"]}
+                    ),
+                    "berth.sh/claim": "forged-token",
+                },
+            },
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }
         cluster.apply(json.dumps(forged), namespace)
-        forger = cluster.wait(lambda: (p := cluster.get("pod", "forger", "-n", namespace))[
-            "spec"].get("nodeName") and p, what="the forger to be scheduled as any pod")
+        forger = cluster.wait(
+            lambda: (
+                (p := cluster.get("pod", "forger", "-n", namespace))["spec"].get("nodeName") and p
+            ),
+            what="the forger to be scheduled as any pod",
+        )
         assert "schedulingGates" not in forger["spec"]
         assert not (forger["spec"].get("affinity") or {}).get("nodeAffinity")
         reservation = cluster.get("reservation", name)
@@ -142,5 +193,7 @@ def test_forged_binding_annotation_gets_no_owner_privileges(
         assert "berth.sh/claim" not in reservation["metadata"]["annotations"]
     finally:
         cluster.kubectl("delete", "reservation", name, "--ignore-not-found")
-    cluster.wait(lambda: not any(leftovers(cluster, namespace).values()),
-                 what="no placeholder and no gated pod")
+    cluster.wait(
+        lambda: not any(leftovers(cluster, namespace).values()),
+        what="no placeholder and no gated pod",
+    )

@@ -25,86 +25,134 @@ pytestmark = pytest.mark.e2e
 
 
 def test_delete_policy_deletes_even_where_a_pdb_forbids_eviction(
-        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
     # Arbitration would hold the job for the PDB; off, the policy alone decides.
     restart_controller("evictionPolicy: Delete\narbitrationArgs:\n  enabled: false\n")
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
-    cluster.apply(json.dumps({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}), namespace)
-    cluster.wait(lambda: cluster.get("pdb", "web", "-n", namespace).get("status", {})
-                 .get("currentHealthy") == 1, what="the PDB to count the pod")
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            }
+        ),
+        namespace,
+    )
+    cluster.wait(
+        lambda: (
+            cluster.get("pdb", "web", "-n", namespace).get("status", {}).get("currentHealthy") == 1
+        ),
+        what="the PDB to count the pod",
+    )
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
     assert job["status"]["phase"] == "Succeeded", job["status"]
     assert condition(job, "Eviction")["reason"] == "EvictComplete"
 
 
 def test_soft_eviction_only_marks_the_pod_and_waits_for_its_removal(
-        cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]) -> None:
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
     restart_controller("evictionPolicy: SoftEviction\n")
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
     key = "scheduling.koordinator.sh/soft-eviction"
-    marked = cluster.wait(lambda: (p := cluster.get("pod", pod["metadata"]["name"], "-n",
-                                                    namespace))["metadata"].get(
-        "annotations", {}).get(key) and p, what="the soft-eviction mark")
+    marked = cluster.wait(
+        lambda: (
+            (p := cluster.get("pod", pod["metadata"]["name"], "-n", namespace))["metadata"]
+            .get("annotations", {})
+            .get(key)
+            and p
+        ),
+        what="the soft-eviction mark",
+    )
     assert json.loads(marked["metadata"]["annotations"][key])["reason"]
     assert not marked["metadata"].get("deletionTimestamp")
     assert job_of(cluster, name)["status"]["phase"] == "Running"
     # Whoever honours soft evictions now removes the pod; the migration completes.
     cluster.kubectl("delete", "pod", pod["metadata"]["name"], "-n", namespace, "--wait=false")
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
     assert job["status"]["phase"] == "Succeeded", job["status"]
 
 
 async def test_delete_options_grace_period_reaches_the_pod(
-        cluster: Cluster, namespace: str) -> None:
+    cluster: Cluster, namespace: str
+) -> None:
     await cluster.aapply(deployment("web"), namespace)
-    pod = (await cluster.await_(lambda: ready_pods(cluster, namespace, "web", 1),
-                                what="the pod"))[0]
+    pod = (await cluster.await_(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod"))[
+        0
+    ]
     kube = await Kube.connect(cluster.kubeconfig)
     try:
         listed = await kube.list(PODS, namespace=namespace)
-        watch = kube.watch(PODS, namespace=namespace,
-                           resource_version=listed["metadata"]["resourceVersion"])
+        watch = kube.watch(
+            PODS, namespace=namespace, resource_version=listed["metadata"]["resourceVersion"]
+        )
         name, manifest = job_manifest(pod, deleteOptions={"gracePeriodSeconds": 60})
         await cluster.aapply(manifest)
         # The first update that marks the pod for deletion carries the grace period asked
         # for (kwok then finishes the deletion at once, as a kubelet would after it).
         async for event in watch:
             metadata = event["object"]["metadata"]
-            if metadata.get("uid") == pod["metadata"]["uid"] and \
-                    metadata.get("deletionTimestamp"):
+            if metadata.get("uid") == pod["metadata"]["uid"] and metadata.get("deletionTimestamp"):
                 assert metadata["deletionGracePeriodSeconds"] == 60
                 break
     finally:
         await kube.close()
-    job = await cluster.await_(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                               what="the job to end")
+    job = await cluster.await_(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
     assert job["status"]["phase"] == "Succeeded", job["status"]
 
 
 def test_statefulset_pod_keeps_its_name_and_lands_in_its_reservation(
-        cluster: Cluster, namespace: str) -> None:
-    cluster.apply(json.dumps({
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
-        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
-                 "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
-                     "containers": [{"name": "db", "image": PAUSE, "resources": {
-                         "requests": {"cpu": "200m"}}}]}}}}), namespace)
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "db"},
+                "spec": {
+                    "replicas": 1,
+                    "serviceName": "db",
+                    "selector": {"matchLabels": {"app": "db"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "db"}},
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "db",
+                                    "image": PAUSE,
+                                    "resources": {"requests": {"cpu": "200m"}},
+                                }
+                            ]
+                        },
+                    },
+                },
+            }
+        ),
+        namespace,
+    )
     old = cluster.wait(lambda: ready_pods(cluster, namespace, "db", 1), what="db-0")[0]
     assert old["metadata"]["name"] == "db-0"
     name, manifest = job_manifest(old)
     cluster.apply(manifest)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-                       what="the job to end")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
     assert job["status"]["phase"] == "Succeeded", job["status"]
     new = cluster.get("pod", "db-0", "-n", namespace)
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
@@ -122,7 +170,8 @@ def second_webhook(cluster: Cluster) -> Iterator[None]:
 
 
 def test_two_migrations_of_one_deployment_get_different_reservations(
-        cluster: Cluster, namespace: str, second_webhook: None) -> None:
+    cluster: Cluster, namespace: str, second_webhook: None
+) -> None:
     configuration = cluster.get("mutatingwebhookconfiguration", "berth")
     assert len(configuration["webhooks"]) == 2
     cluster.apply(deployment("web", replicas=2), namespace)
@@ -132,14 +181,22 @@ def test_two_migrations_of_one_deployment_get_different_reservations(
         name, manifest = job_manifest(pod)
         cluster.apply(manifest)
         names.append(name)
-    jobs = [cluster.wait(lambda n=n: phase_is(cluster, n, "Succeeded", "Failed"),
-                         what=f"job {n} to end") for n in names]
-    assert [j["status"]["phase"] for j in jobs] == ["Succeeded", "Succeeded"], \
-        [j["status"] for j in jobs]
-    new_pods = [cluster.get("pod", j["status"]["podRef"]["name"], "-n", namespace)
-                for j in jobs]
-    bound = {json.loads(p["metadata"]["annotations"][
-        "scheduling.koordinator.sh/reservation-allocated"])["name"] for p in new_pods}
+    jobs = [
+        cluster.wait(
+            lambda n=n: phase_is(cluster, n, "Succeeded", "Failed"), what=f"job {n} to end"
+        )
+        for n in names
+    ]
+    assert [j["status"]["phase"] for j in jobs] == ["Succeeded", "Succeeded"], [
+        j["status"] for j in jobs
+    ]
+    new_pods = [cluster.get("pod", j["status"]["podRef"]["name"], "-n", namespace) for j in jobs]
+    bound = {
+        json.loads(p["metadata"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"])[
+            "name"
+        ]
+        for p in new_pods
+    }
     assert bound == {j["metadata"]["uid"] for j in jobs}
     assert all(is_ready(p) for p in new_pods)
     assert len(pods(cluster, namespace, "app=web")) == 2

@@ -45,7 +45,8 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 REVIEW: dict[str, Any] = json.loads(
-    (REPO / "tests" / "data" / "admission_review_pod_create.json").read_text())
+    (REPO / "tests" / "data" / "admission_review_pod_create.json").read_text()
+)
 PAUSE = "registry.k8s.io/pause:3.10"
 TEST_LABEL = "webhook-test/namespace"
 
@@ -76,8 +77,11 @@ def without_session_webhook(cluster: Cluster) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("webhook-certs")
-    subprocess.run([sys.executable, "-m", "berth.cli", "certs", f"--out={out}",
-                    "--ip=127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "berth.cli", "certs", f"--out={out}", "--ip=127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -92,22 +96,34 @@ def spawn(cluster: Cluster, certs: Path) -> Replica:
     log = certs / f"webhook-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "webhook", f"--kubeconfig={cluster.kubeconfig}",
-             "--host=127.0.0.1", f"--port={port}", f"--tls-cert-file={certs / 'tls.crt'}",
-             f"--tls-private-key-file={certs / 'tls.key'}"],
-            cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "webhook",
+                f"--kubeconfig={cluster.kubeconfig}",
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--tls-cert-file={certs / 'tls.crt'}",
+                f"--tls-private-key-file={certs / 'tls.key'}",
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     return Replica(f"https://127.0.0.1:{port}", process, log)
 
 
 @asynccontextmanager
-async def webhook_replicas(cluster: Cluster, certs: Path, tls: ssl.SSLContext,
-                           count: int) -> AsyncIterator[list[Replica]]:
+async def webhook_replicas(
+    cluster: Cluster, certs: Path, tls: ssl.SSLContext, count: int
+) -> AsyncIterator[list[Replica]]:
     replicas: list[Replica] = []
     try:
         for _ in range(count):
             replicas.append(spawn(cluster, certs))
         async with aiohttp.ClientSession() as session:
             for replica in replicas:
+
                 async def ready(replica: Replica = replica) -> bool:
                     assert replica.process.poll() is None, replica.log.read_text()
                     try:
@@ -124,8 +140,9 @@ async def webhook_replicas(cluster: Cluster, certs: Path, tls: ssl.SSLContext,
 
 
 @pytest.fixture(scope="module")
-async def replicas(cluster: Cluster, certs: Path,
-                   tls: ssl.SSLContext) -> AsyncIterator[list[Replica]]:
+async def replicas(
+    cluster: Cluster, certs: Path, tls: ssl.SSLContext
+) -> AsyncIterator[list[Replica]]:
     async with webhook_replicas(cluster, certs, tls, count=2) as started:
         yield started
 
@@ -134,23 +151,35 @@ async def replicas(cluster: Cluster, certs: Path,
 def delete_reservations(cluster: Cluster, namespace: str) -> Iterator[None]:
     """Reservations are cluster-scoped: they outlive the test's namespace unless deleted."""
     yield
-    cluster.kubectl("delete", "reservations", "-l", f"{TEST_LABEL}={namespace}", "--wait=false",
-                    check=False)
+    cluster.kubectl(
+        "delete", "reservations", "-l", f"{TEST_LABEL}={namespace}", "--wait=false", check=False
+    )
 
 
 # ----- the world: workloads, Reservations, the webhook configuration ---------------------
 
+
 def deployment(replicas: int) -> str:
-    return json.dumps({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "app", "image": PAUSE}]}}},
-    })
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "app", "image": PAUSE}]},
+                },
+            },
+        }
+    )
 
 
-async def web_replicaset(cluster: Cluster, namespace: str, *,
-                         replicas: int) -> tuple[dict[str, Any], str]:
+async def web_replicaset(
+    cluster: Cluster, namespace: str, *, replicas: int
+) -> tuple[dict[str, Any], str]:
     """Deploy `web`; its ReplicaSet as a controller reference, and the Deployment's UID."""
     await cluster.aapply(deployment(replicas), namespace)
 
@@ -163,37 +192,73 @@ async def web_replicaset(cluster: Cluster, namespace: str, *,
 
 
 def reference(obj: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-            "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"], "controller": True}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+    }
 
 
-async def make_reservations(cluster: Cluster, namespace: str, *, owner: dict[str, Any],
-                            nodes: list[str], workload: str | None = None,
-                            prefix: str = "r") -> list[str]:
+async def make_reservations(
+    cluster: Cluster,
+    namespace: str,
+    *,
+    owner: dict[str, Any],
+    nodes: list[str],
+    workload: str | None = None,
+    prefix: str = "r",
+) -> list[str]:
     """Consumable Reservations for the pods of `owner`, one on each of `nodes`, made as a
     migration makes them: created, held on their node by the controller's placeholder
     (the template pins it there), then opened to claims."""
     names = [f"{namespace}-{prefix}{index}" for index in range(len(nodes))]
     annotations = {keys.WORKLOAD: workload} if workload else {}
     for name, node in zip(names, nodes, strict=True):
-        pin = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
-        await cluster.akubectl("create", "-f", "-", input=json.dumps({
-            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
-            "metadata": {"name": name, "labels": {TEST_LABEL: namespace},
-                         "annotations": annotations},
-            "spec": {"template": {"metadata": {"namespace": namespace}, "spec": {
-                         "containers": [{"name": "app", "image": PAUSE}],
-                         "affinity": {"nodeAffinity": pin}}},
-                     "owners": [{"controller": {**owner, "namespace": namespace}}]},
-        }))
+        pin = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            }
+        }
+        await cluster.akubectl(
+            "create",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                    "kind": "Reservation",
+                    "metadata": {
+                        "name": name,
+                        "labels": {TEST_LABEL: namespace},
+                        "annotations": annotations,
+                    },
+                    "spec": {
+                        "template": {
+                            "metadata": {"namespace": namespace},
+                            "spec": {
+                                "containers": [{"name": "app", "image": PAUSE}],
+                                "affinity": {"nodeAffinity": pin},
+                            },
+                        },
+                        "owners": [{"controller": {**owner, "namespace": namespace}}],
+                    },
+                }
+            ),
+        )
 
     def available() -> bool:
-        found = {r["metadata"]["name"]: r for r in cluster.get(
-            "reservations", "-l", f"{TEST_LABEL}={namespace}")["items"]}
-        return all(name in found and phase(found[name]) == "Available"
-                   and node_of(found[name]) == node
-                   for name, node in zip(names, nodes, strict=True))
+        found = {
+            r["metadata"]["name"]: r
+            for r in cluster.get("reservations", "-l", f"{TEST_LABEL}={namespace}")["items"]
+        }
+        return all(
+            name in found and phase(found[name]) == "Available" and node_of(found[name]) == node
+            for name, node in zip(names, nodes, strict=True)
+        )
 
     await cluster.await_(available, what=f"reservations {names} to be available")
     await cluster.akubectl("annotate", "reservation", *names, f"{keys.CONSUMABLE}=true")
@@ -206,16 +271,18 @@ async def reservation(cluster: Cluster, name: str) -> dict[str, Any]:
 
 async def probe_owner(cluster: Cluster, namespace: str, tag: str) -> dict[str, Any]:
     """A ConfigMap that controls probe pods, and a Reservation for them."""
-    configmap = json.loads((await cluster.akubectl(
-        "create", "configmap", tag, "-n", namespace, "-o", "json")).stdout)
+    configmap = json.loads(
+        (await cluster.akubectl("create", "configmap", tag, "-n", namespace, "-o", "json")).stdout
+    )
     owner = reference(configmap)
     await make_reservations(cluster, namespace, owner=owner, nodes=["node-0"], prefix=tag)
     return owner
 
 
 @asynccontextmanager
-async def pods_as_admitted(cluster: Cluster, namespace: str,
-                           selector: str) -> AsyncIterator[dict[str, dict[str, Any]]]:
+async def pods_as_admitted(
+    cluster: Cluster, namespace: str, selector: str
+) -> AsyncIterator[dict[str, dict[str, Any]]]:
     """Each pod of `selector`, by name, as the API server first stored it: right after
     admission, before the controller lifts the gate of a pod that claimed a Reservation."""
     kube = await Kube.connect(cluster.kubeconfig)
@@ -224,8 +291,9 @@ async def pods_as_admitted(cluster: Cluster, namespace: str,
     def first_seen(kind: str, pod: dict[str, Any]) -> None:
         admitted.setdefault(pod["metadata"]["name"], pod)
 
-    informer = Informer(kube, PODS, namespace=namespace, label_selector=selector,
-                        handler=first_seen)
+    informer = Informer(
+        kube, PODS, namespace=namespace, label_selector=selector, handler=first_seen
+    )
     task = asyncio.create_task(informer.run())
     try:
         await asyncio.wait_for(informer.synced.wait(), 30)
@@ -238,48 +306,78 @@ async def pods_as_admitted(cluster: Cluster, namespace: str,
 def owned_pod(owner: dict[str, Any], *, name: str | None = None) -> str:
     metadata: dict[str, Any] = {"ownerReferences": [owner]}
     metadata.update({"name": name} if name else {"generateName": "probe-"})
-    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-                       "spec": {"containers": [{"name": "app", "image": PAUSE}]}})
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {"containers": [{"name": "app", "image": PAUSE}]},
+        }
+    )
 
 
 def configuration(name: str, namespace: str, *, urls: list[str], ca: bytes) -> str:
     """One webhook entry per replica: every pod passes each in turn, so the later ones
     must see the first one's claim and add nothing."""
-    return json.dumps({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": f"replica-{index}.reservation-binding.berth.sh",
-            "clientConfig": {"url": f"{url}/mutate-pod", "caBundle": base64.b64encode(ca).decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun",
-            "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded", "timeoutSeconds": 5,
-        } for index, url in enumerate(urls)],
-    })
+    return json.dumps(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": f"replica-{index}.reservation-binding.berth.sh",
+                    "clientConfig": {
+                        "url": f"{url}/mutate-pod",
+                        "caBundle": base64.b64encode(ca).decode(),
+                    },
+                    "rules": [
+                        {
+                            "operations": ["CREATE"],
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "NoneOnDryRun",
+                    "failurePolicy": "Ignore",
+                    "reinvocationPolicy": "IfNeeded",
+                    "timeoutSeconds": 5,
+                }
+                for index, url in enumerate(urls)
+            ],
+        }
+    )
 
 
 @asynccontextmanager
-async def registered(cluster: Cluster, namespace: str, replicas: list[Replica],
-                     certs: Path) -> AsyncIterator[None]:
+async def registered(
+    cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path
+) -> AsyncIterator[None]:
     """The webhook configuration, in effect for `namespace` until the block ends."""
     name = f"berth-test-{namespace}"
-    await cluster.aapply(configuration(name, namespace, urls=[r.url for r in replicas],
-                                       ca=(certs / "ca.crt").read_bytes()))
+    await cluster.aapply(
+        configuration(
+            name, namespace, urls=[r.url for r in replicas], ca=(certs / "ca.crt").read_bytes()
+        )
+    )
     try:
         owner = await probe_owner(cluster, namespace, "probe-api")
 
         def bound() -> bool:
-            created = cluster.kubectl("create", "-n", namespace, "-o", "json", "-f", "-",
-                                      input=owned_pod(owner))
+            created = cluster.kubectl(
+                "create", "-n", namespace, "-o", "json", "-f", "-", input=owned_pod(owner)
+            )
             return is_gated(json.loads(created.stdout))
 
         await cluster.await_(bound, what="the API server to call the webhook")
         yield
     finally:
-        await cluster.akubectl("delete", "mutatingwebhookconfiguration", name,
-                               "--ignore-not-found")
+        await cluster.akubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
 
 
 def review(namespace: str, owner: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
@@ -289,13 +387,13 @@ def review(namespace: str, owner: dict[str, Any], *, dry_run: bool = False) -> d
     request.update(uid=str(uuid.uuid4()), namespace=namespace, dryRun=dry_run)
     metadata = request["object"]["metadata"]
     metadata.pop("managedFields")
-    metadata.update(namespace=namespace, ownerReferences=[owner],
-                    generateName=f"{owner['name']}-")
+    metadata.update(namespace=namespace, ownerReferences=[owner], generateName=f"{owner['name']}-")
     return body
 
 
-async def post(session: aiohttp.ClientSession, replica: Replica, body: dict[str, Any],
-               tls: ssl.SSLContext) -> list[dict[str, Any]]:
+async def post(
+    session: aiohttp.ClientSession, replica: Replica, body: dict[str, Any], tls: ssl.SSLContext
+) -> list[dict[str, Any]]:
     """POST a review to a replica; the JSONPatch of its answer ([] when none)."""
     async with session.post(f"{replica.url}/mutate-pod", json=body, ssl=tls) as response:
         assert response.status == 200, await response.text()
@@ -305,11 +403,13 @@ async def post(session: aiohttp.ClientSession, replica: Replica, body: dict[str,
     return patch
 
 
-async def until_fresh(cluster: Cluster, namespace: str, replica: Replica, tls: ssl.SSLContext,
-                      tag: str) -> None:
+async def until_fresh(
+    cluster: Cluster, namespace: str, replica: Replica, tls: ssl.SSLContext, tag: str
+) -> None:
     """Until the replica's cache holds every Reservation made so far (see the docstring)."""
     owner = await probe_owner(cluster, namespace, tag)
     async with aiohttp.ClientSession() as session:
+
         async def bound() -> bool:
             return bool(await post(session, replica, review(namespace, owner), tls))
 
@@ -323,14 +423,19 @@ def allocated_name(pod: dict[str, Any]) -> str:
 
 # ----- the tests ----------------------------------------------------------------------------
 
+
 async def test_replacement_pod_is_bound_to_its_reservation(
-        cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path) -> None:
+    cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path
+) -> None:
     owner, deployment_uid = await web_replicaset(cluster, namespace, replicas=1)
     await cluster.await_(lambda: pods(cluster, namespace, "app=web"), what="the first pod")
-    [name] = await make_reservations(cluster, namespace, owner=owner, nodes=["node-1"],
-                                     workload=deployment_uid)
-    async with pods_as_admitted(cluster, namespace, "app=web") as admitted, \
-            registered(cluster, namespace, replicas, certs):
+    [name] = await make_reservations(
+        cluster, namespace, owner=owner, nodes=["node-1"], workload=deployment_uid
+    )
+    async with (
+        pods_as_admitted(cluster, namespace, "app=web") as admitted,
+        registered(cluster, namespace, replicas, certs),
+    ):
         await cluster.akubectl("scale", "deployment", "web", "-n", namespace, "--replicas=2")
 
         async def bound() -> list[dict[str, Any]]:
@@ -339,24 +444,43 @@ async def test_replacement_pod_is_bound_to_its_reservation(
         [new] = await cluster.await_(bound, what="the new pod to be bound")
 
     assert new["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
-    assert new["spec"]["affinity"] == {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In",
-                              "values": ["node-1"]}]}]}}}
+    assert new["spec"]["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     claimed = await reservation(cluster, name)
-    assert json.loads(new["metadata"]["annotations"][keys.RESERVATION_ALLOCATED]) == \
-        {"name": name, "uid": claimed["metadata"]["uid"]}
+    assert json.loads(new["metadata"]["annotations"][keys.RESERVATION_ALLOCATED]) == {
+        "name": name,
+        "uid": claimed["metadata"]["uid"],
+    }
     # One claim, though the pod passed both replicas: the second saw the first's.
     assert claim_of(claimed) == pod_claim(new)
 
 
 async def test_pods_created_together_get_different_reservations(
-        cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path) -> None:
+    cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path
+) -> None:
     owner, deployment_uid = await web_replicaset(cluster, namespace, replicas=0)
-    names = await make_reservations(cluster, namespace, owner=owner, workload=deployment_uid,
-                                    nodes=["node-0", "node-1", "node-2"])
-    async with pods_as_admitted(cluster, namespace, "app=web") as admitted, \
-            registered(cluster, namespace, replicas, certs):
+    names = await make_reservations(
+        cluster,
+        namespace,
+        owner=owner,
+        workload=deployment_uid,
+        nodes=["node-0", "node-1", "node-2"],
+    )
+    async with (
+        pods_as_admitted(cluster, namespace, "app=web") as admitted,
+        registered(cluster, namespace, replicas, certs),
+    ):
         # The ReplicaSet controller creates the 2nd and 3rd pods in one concurrent batch.
         await cluster.akubectl("scale", "deployment", "web", "-n", namespace, "--replicas=3")
 
@@ -372,26 +496,36 @@ async def test_pods_created_together_get_different_reservations(
 
 
 async def test_replicas_racing_for_reservations_never_share_one(
-        cluster: Cluster, namespace: str, replicas: list[Replica], tls: ssl.SSLContext) -> None:
+    cluster: Cluster, namespace: str, replicas: list[Replica], tls: ssl.SSLContext
+) -> None:
     """Both replicas get claim requests at the same instant, all made from caches that show
     the same Reservations unclaimed: only the resourceVersion precondition keeps two pods
     from taking the same one."""
     owner, deployment_uid = await web_replicaset(cluster, namespace, replicas=0)
-    names = await make_reservations(cluster, namespace, owner=owner, workload=deployment_uid,
-                                    nodes=["node-0", "node-1", "node-2"] * 2)
+    names = await make_reservations(
+        cluster,
+        namespace,
+        owner=owner,
+        workload=deployment_uid,
+        nodes=["node-0", "node-1", "node-2"] * 2,
+    )
     for index, replica in enumerate(replicas):
         await until_fresh(cluster, namespace, replica, tls, f"probe-{index}")
 
     async with aiohttp.ClientSession() as session:
-        patches = await asyncio.gather(*(
-            post(session, replicas[i % 2], review(namespace, owner), tls)
-            for i in range(len(names))))
+        patches = await asyncio.gather(
+            *(
+                post(session, replicas[i % 2], review(namespace, owner), tls)
+                for i in range(len(names))
+            )
+        )
 
     bindings: dict[str, str] = {}
     for patch in patches:
         annotations = next(op["value"] for op in patch if op["path"] == "/metadata/annotations")
-        bindings[json.loads(annotations[keys.RESERVATION_ALLOCATED])["name"]] = \
-            annotations[keys.CLAIM]
+        bindings[json.loads(annotations[keys.RESERVATION_ALLOCATED])["name"]] = annotations[
+            keys.CLAIM
+        ]
     assert sorted(bindings) == sorted(names), "a reservation went to two pods"
     for name, token in bindings.items():
         assert claim_of(await reservation(cluster, name)) == token
@@ -400,35 +534,65 @@ async def test_replicas_racing_for_reservations_never_share_one(
 
 
 async def test_dry_run_claims_nothing(
-        cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path) -> None:
+    cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path
+) -> None:
     owner, deployment_uid = await web_replicaset(cluster, namespace, replicas=0)
-    [name] = await make_reservations(cluster, namespace, owner=owner, nodes=["node-1"],
-                                     workload=deployment_uid)
+    [name] = await make_reservations(
+        cluster, namespace, owner=owner, nodes=["node-1"], workload=deployment_uid
+    )
     async with registered(cluster, namespace, replicas, certs):
-        dry = json.loads((await cluster.akubectl(
-            "create", "-n", namespace, "--dry-run=server", "-o", "json", "-f", "-",
-            input=owned_pod(owner, name="dry"))).stdout)
+        dry = json.loads(
+            (
+                await cluster.akubectl(
+                    "create",
+                    "-n",
+                    namespace,
+                    "--dry-run=server",
+                    "-o",
+                    "json",
+                    "-f",
+                    "-",
+                    input=owned_pod(owner, name="dry"),
+                )
+            ).stdout
+        )
         assert not is_gated(dry) and pod_claim(dry) is None
         assert claim_of(await reservation(cluster, name)) is None
         assert f"pod {namespace}/dry: dry run" in replicas[0].log.read_text()
         # The same pod, created for real, is bound.
-        real = json.loads((await cluster.akubectl(
-            "create", "-n", namespace, "-o", "json", "-f", "-",
-            input=owned_pod(owner, name="real"))).stdout)
+        real = json.loads(
+            (
+                await cluster.akubectl(
+                    "create",
+                    "-n",
+                    namespace,
+                    "-o",
+                    "json",
+                    "-f",
+                    "-",
+                    input=owned_pod(owner, name="real"),
+                )
+            ).stdout
+        )
         assert is_gated(real) and allocated_name(real) == name
 
 
 async def test_pod_creation_goes_on_while_the_webhook_is_down(
-        cluster: Cluster, namespace: str, certs: Path, tls: ssl.SSLContext) -> None:
+    cluster: Cluster, namespace: str, certs: Path, tls: ssl.SSLContext
+) -> None:
     owner, deployment_uid = await web_replicaset(cluster, namespace, replicas=0)
-    [name] = await make_reservations(cluster, namespace, owner=owner, nodes=["node-1"],
-                                     workload=deployment_uid)
-    async with webhook_replicas(cluster, certs, tls, count=1) as (replica,), \
-            registered(cluster, namespace, [replica], certs):
+    [name] = await make_reservations(
+        cluster, namespace, owner=owner, nodes=["node-1"], workload=deployment_uid
+    )
+    async with (
+        webhook_replicas(cluster, certs, tls, count=1) as (replica,),
+        registered(cluster, namespace, [replica], certs),
+    ):
         assert replica.stop() == 0, replica.log.read_text()
         await cluster.akubectl("scale", "deployment", "web", "-n", namespace, "--replicas=1")
-        [created] = await cluster.await_(lambda: pods(cluster, namespace, "app=web"),
-                                         what="the pod, created without the webhook")
+        [created] = await cluster.await_(
+            lambda: pods(cluster, namespace, "app=web"), what="the pod, created without the webhook"
+        )
 
     assert not is_gated(created) and pod_claim(created) is None
     assert claim_of(await reservation(cluster, name)) is None

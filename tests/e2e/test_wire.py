@@ -40,8 +40,9 @@ def record(name: str, body: dict[str, Any]) -> None:
 
 
 @asynccontextmanager
-async def serve(app: web.Application, port: int,
-                ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[None]:
+async def serve(
+    app: web.Application, port: int, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[None]:
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ssl_context).start()
@@ -58,11 +59,19 @@ def extender_app(seen: dict[str, list[dict[str, Any]]]) -> web.Application:
         names = args["NodeNames"] or []
         labels = args["Pod"]["metadata"].get("labels") or {}
         if labels.get(REJECT_LABEL) == "true":
-            result = {"NodeNames": [], "FailedNodes": {n: REJECT_REASON for n in names},
-                      "FailedAndUnresolvableNodes": None, "Error": ""}
+            result = {
+                "NodeNames": [],
+                "FailedNodes": {n: REJECT_REASON for n in names},
+                "FailedAndUnresolvableNodes": None,
+                "Error": "",
+            }
         else:
-            result = {"NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": None,
-                      "Error": ""}
+            result = {
+                "NodeNames": names,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": None,
+                "Error": "",
+            }
         return web.json_response(result)
 
     async def prioritize(request: web.Request) -> web.Response:
@@ -77,38 +86,61 @@ def extender_app(seen: dict[str, list[dict[str, Any]]]) -> web.Application:
 
 
 def pod_manifest(name: str, *, scheduler: str, labels: dict[str, str]) -> str:
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-        "spec": {"schedulerName": scheduler,
-                 "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
-    })
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "schedulerName": scheduler,
+                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }
+    )
 
 
 async def test_scheduler_calls_extender_filter(cluster: Cluster, namespace: str) -> None:
     port = free_port()
     seen: dict[str, list[dict[str, Any]]] = {"filter": [], "prioritize": []}
     scheduler_name = f"extender-test-{uuid.uuid4().hex[:5]}"
-    extender = {"urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter",
-                "prioritizeVerb": "prioritize", "weight": 1, "nodeCacheCapable": True,
-                "ignorable": False, "httpTimeout": "5s"}
+    extender = {
+        "urlPrefix": f"http://127.0.0.1:{port}",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "weight": 1,
+        "nodeCacheCapable": True,
+        "ignorable": False,
+        "httpTimeout": "5s",
+    }
     async with serve(extender_app(seen), port):
         scheduler = await asyncio.to_thread(
-            cluster.local.start_scheduler, name=scheduler_name, scheduler_name=scheduler_name,
-            extenders=[extender])
+            cluster.local.start_scheduler,
+            name=scheduler_name,
+            scheduler_name=scheduler_name,
+            extenders=[extender],
+        )
         try:
-            await cluster.aapply(pod_manifest("accepted", scheduler=scheduler_name, labels={}),
-                                 namespace)
-            await cluster.aapply(pod_manifest("rejected", scheduler=scheduler_name,
-                                              labels={REJECT_LABEL: "true"}), namespace)
+            await cluster.aapply(
+                pod_manifest("accepted", scheduler=scheduler_name, labels={}), namespace
+            )
+            await cluster.aapply(
+                pod_manifest("rejected", scheduler=scheduler_name, labels={REJECT_LABEL: "true"}),
+                namespace,
+            )
             await cluster.await_(
                 lambda: cluster.get("pod", "accepted", "-n", namespace)["spec"].get("nodeName"),
-                what="the accepted pod to be scheduled")
+                what="the accepted pod to be scheduled",
+            )
 
             def rejection_event() -> list[dict[str, Any]]:
-                events = cluster.get("events", "-n", namespace,
-                                     "--field-selector=involvedObject.name=rejected")["items"]
-                return [e for e in events
-                        if e["reason"] == "FailedScheduling" and REJECT_REASON in e["message"]]
+                events = cluster.get(
+                    "events", "-n", namespace, "--field-selector=involvedObject.name=rejected"
+                )["items"]
+                return [
+                    e
+                    for e in events
+                    if e["reason"] == "FailedScheduling" and REJECT_REASON in e["message"]
+                ]
 
             await cluster.await_(rejection_event, what="a FailedScheduling event for the pod")
             rejected = await cluster.aget("pod", "rejected", "-n", namespace)
@@ -116,8 +148,7 @@ async def test_scheduler_calls_extender_filter(cluster: Cluster, namespace: str)
         finally:
             await asyncio.to_thread(cluster.local.stop, scheduler)
 
-    sample = next(args for args in seen["filter"]
-                  if args["Pod"]["metadata"]["name"] == "accepted")
+    sample = next(args for args in seen["filter"] if args["Pod"]["metadata"]["name"] == "accepted")
     # nodeCacheCapable: node names only, no full Node objects, and Go's exact field names.
     assert set(sample) == {"Pod", "Nodes", "NodeNames"}
     assert sample["Nodes"] is None
@@ -128,12 +159,16 @@ async def test_scheduler_calls_extender_filter(cluster: Cluster, namespace: str)
     record("extender_prioritize_args.json", seen["prioritize"][0])
 
 
-async def test_apiserver_calls_tls_webhook_on_pod_create(cluster: Cluster, namespace: str,
-                                                       tmp_path: Path) -> None:
+async def test_apiserver_calls_tls_webhook_on_pod_create(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
     certs = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "berth.cli", "certs", f"--out={tmp_path}", "--ip=127.0.0.1"],
-        capture_output=True, text=True, check=True)
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "tls.crt" in certs.stdout
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
@@ -142,32 +177,56 @@ async def test_apiserver_calls_tls_webhook_on_pod_create(cluster: Cluster, names
     async def mutate(request: web.Request) -> web.Response:
         review = await request.json()
         reviews.append(review)
-        patch = [{"op": "add", "path": "/metadata/annotations",
-                  "value": {"berth.sh/webhook-test": "seen"}}]
-        return web.json_response({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "response": {"uid": review["request"]["uid"], "allowed": True, "patchType": "JSONPatch",
-                         "patch": base64.b64encode(json.dumps(patch).encode()).decode()},
-        })
+        patch = [
+            {
+                "op": "add",
+                "path": "/metadata/annotations",
+                "value": {"berth.sh/webhook-test": "seen"},
+            }
+        ]
+        return web.json_response(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": review["request"]["uid"],
+                    "allowed": True,
+                    "patchType": "JSONPatch",
+                    "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
+                },
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/mutate", mutate)
     port = free_port()
     name = f"webhook-test-{namespace}"
     configuration = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
-        "webhooks": [{
-            "name": "pods.webhook-test.berth.sh",
-            "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate",
-                             "caBundle": base64.b64encode((tmp_path / "ca.crt").read_bytes())
-                             .decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "admissionReviewVersions": ["v1"], "sideEffects": "None",
-            "failurePolicy": "Fail", "timeoutSeconds": 5,
-        }],
+        "webhooks": [
+            {
+                "name": "pods.webhook-test.berth.sh",
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}/mutate",
+                    "caBundle": base64.b64encode((tmp_path / "ca.crt").read_bytes()).decode(),
+                },
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+            }
+        ],
     }
     async with serve(app, port, context):
         await cluster.aapply(json.dumps(configuration))
@@ -175,20 +234,45 @@ async def test_apiserver_calls_tls_webhook_on_pod_create(cluster: Cluster, names
             probe = pod_manifest("probe", scheduler="default-scheduler", labels={})
 
             def mutated_on_dry_run() -> bool:
-                result = cluster.kubectl("create", "-n", namespace, "--dry-run=server", "-o",
-                                         "json", "-f", "-", input=probe, check=False)
+                result = cluster.kubectl(
+                    "create",
+                    "-n",
+                    namespace,
+                    "--dry-run=server",
+                    "-o",
+                    "json",
+                    "-f",
+                    "-",
+                    input=probe,
+                    check=False,
+                )
                 return result.returncode == 0 and "berth.sh/webhook-test" in result.stdout
 
             # The API server picks the configuration up asynchronously.
             await cluster.await_(mutated_on_dry_run, what="the webhook to be in effect")
             # A replacement-like pod: made by a ReplicaSet, with generateName and an owner.
-            await cluster.aapply(json.dumps({
-                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                         "template": {"metadata": {"labels": {"app": "web"}},
-                                      "spec": {"containers": [{"name": "app",
-                                               "image": "registry.k8s.io/pause:3.10"}]}}},
-            }), namespace)
+            await cluster.aapply(
+                json.dumps(
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "metadata": {"name": "web"},
+                        "spec": {
+                            "replicas": 1,
+                            "selector": {"matchLabels": {"app": "web"}},
+                            "template": {
+                                "metadata": {"labels": {"app": "web"}},
+                                "spec": {
+                                    "containers": [
+                                        {"name": "app", "image": "registry.k8s.io/pause:3.10"}
+                                    ]
+                                },
+                            },
+                        },
+                    }
+                ),
+                namespace,
+            )
 
             async def created() -> list[dict[str, Any]]:
                 items = (await cluster.aget("pods", "-n", namespace, "-l", "app=web"))["items"]

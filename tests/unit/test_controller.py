@@ -49,17 +49,30 @@ def cond(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == kind)
 
 
-def view(*, job_obj: dict[str, Any] | None = None, pod_obj: dict[str, Any] | None = None,
-         rsv: dict[str, Any] | None = None, owner: dict[str, Any] | None = None,
-         now: datetime = T0) -> jobs.JobView:
-    return jobs.JobView(job=job_obj or job(), pod=pod_obj, reservation=rsv, owner=owner,
-                        workload_uid="uid-deploy", now=now, args=ARGS)
+def view(
+    *,
+    job_obj: dict[str, Any] | None = None,
+    pod_obj: dict[str, Any] | None = None,
+    rsv: dict[str, Any] | None = None,
+    owner: dict[str, Any] | None = None,
+    now: datetime = T0,
+) -> jobs.JobView:
+    return jobs.JobView(
+        job=job_obj or job(),
+        pod=pod_obj,
+        reservation=rsv,
+        owner=owner,
+        workload_uid="uid-deploy",
+        now=now,
+        args=ARGS,
+    )
 
 
 EVICTING = [{"type": "Eviction", "status": "False", "reason": "Evicting", "message": "m"}]
 
 
 # ----- the job state machine --------------------------------------------------------------
+
 
 def test_pending_job_is_left_to_arbitration() -> None:
     assert view_plan(job_obj=job(phase=None), pod_obj=pod()).actions == []
@@ -71,8 +84,12 @@ def view_plan(**kwargs: Any) -> Plan:
 
 def test_running_job_creates_its_reservation_and_records_it() -> None:
     plan = view_plan(pod_obj=pod())
-    assert kinds(plan) == ["Create:reservations", "Patch:podmigrationjobs",
-                           "UpdateStatus:podmigrationjobs", "Event:ReservationCreated"]
+    assert kinds(plan) == [
+        "Create:reservations",
+        "Patch:podmigrationjobs",
+        "UpdateStatus:podmigrationjobs",
+        "Event:ReservationCreated",
+    ]
     created = plan.actions[0]
     assert isinstance(created, Create)
     assert created.body["metadata"]["name"] == "uid-job-1"
@@ -84,8 +101,13 @@ def test_running_job_creates_its_reservation_and_records_it() -> None:
 
 def test_unscheduled_reservation_reports_the_schedulers_message() -> None:
     rsv = reservation()
-    rsv["status"]["conditions"] = [{"type": "Scheduled", "status": "False",
-                                    "message": "0/3 nodes are available: Insufficient cpu."}]
+    rsv["status"]["conditions"] = [
+        {
+            "type": "Scheduled",
+            "status": "False",
+            "message": "0/3 nodes are available: Insufficient cpu.",
+        }
+    ]
     plan = view_plan(pod_obj=pod(), rsv=rsv)
     scheduled = cond(status_of(plan), "ReservationScheduled")
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
@@ -95,18 +117,31 @@ def test_unscheduled_reservation_reports_the_schedulers_message() -> None:
 
 def test_available_reservation_opens_it_then_records_evicting_before_evicting() -> None:
     plan = view_plan(pod_obj=pod(), rsv=reservation(phase="Available", node="node-1"))
-    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ReservationScheduled",
-                           "Patch:reservations"]
+    assert kinds(plan) == [
+        "UpdateStatus:podmigrationjobs",
+        "Event:ReservationScheduled",
+        "Patch:reservations",
+    ]
     opened = plan.actions[-1]
     assert isinstance(opened, Patch)
     assert opened.patch["metadata"]["annotations"][keys.CONSUMABLE] == "true"
     assert status_of(plan)["nodeName"] == "node-1"
     assert not any(isinstance(a, Evict) for a in plan.actions)
-    scheduled = job(conditions=[{"type": "ReservationScheduled", "status": "True",
-                                 "reason": "Scheduled", "message": "reserved on node-1"}])
-    plan = view_plan(job_obj=scheduled, pod_obj=pod(),
-                     rsv=reservation(phase="Available", node="node-1",
-                                     annotations={keys.CONSUMABLE: "true"}))
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    plan = view_plan(
+        job_obj=scheduled,
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+    )
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:Evicting", "Evict"]
     assert cond(status_of(plan), "Eviction")["reason"] == "Evicting"
     evict = plan.actions[-1]
@@ -114,23 +149,27 @@ def test_available_reservation_opens_it_then_records_evicting_before_evicting() 
 
 
 def test_paused_job_waits_with_its_reservation() -> None:
-    plan = view_plan(job_obj=job(paused=True), pod_obj=pod(),
-                     rsv=reservation(phase="Available", node="node-1"))
+    plan = view_plan(
+        job_obj=job(paused=True), pod_obj=pod(), rsv=reservation(phase="Available", node="node-1")
+    )
     assert not any(isinstance(a, Evict) for a in plan.actions)
 
 
 def test_job_delete_options_reach_the_eviction() -> None:
     job_obj = job()
     job_obj["spec"]["deleteOptions"] = {"gracePeriodSeconds": 60}
-    plan = view_plan(job_obj=job_obj, pod_obj=pod(),
-                     rsv=reservation(phase="Available", node="node-1",
-                                     annotations={keys.CONSUMABLE: "true"}))
+    plan = view_plan(
+        job_obj=job_obj,
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+    )
     evict = plan.actions[-1]
     assert isinstance(evict, Evict) and evict.delete_options == {"gracePeriodSeconds": 60}
 
 
-@pytest.mark.parametrize("rsv", [None, reservation(), reservation(phase="Available",
-                                                                  node="node-1")])
+@pytest.mark.parametrize(
+    "rsv", [None, reservation(), reservation(phase="Available", node="node-1")]
+)
 def test_ttl_before_eviction_fails_without_evicting(rsv: dict[str, Any] | None) -> None:
     plan = view_plan(pod_obj=pod(), rsv=rsv, now=later(301))
     status = status_of(plan)
@@ -158,8 +197,11 @@ def test_missing_pod_before_eviction_fails_the_job() -> None:
 
 
 def test_missing_pod_after_evicting_is_evict_complete_not_missing() -> None:
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
-                     rsv=reservation(phase="Available", node="node-1"))
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Available", node="node-1"),
+    )
     status = status_of(plan)
     assert status["phase"] == "Running"
     assert cond(status, "Eviction")["reason"] == "EvictComplete"
@@ -169,30 +211,42 @@ def test_missing_pod_after_evicting_is_evict_complete_not_missing() -> None:
 
 def test_same_name_pod_with_a_new_uid_counts_as_evicted() -> None:
     statefulset_pod = pod(uid="uid-new", rs=None)
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=statefulset_pod,
-                     rsv=reservation(phase="Available", node="node-1"))
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=statefulset_pod,
+        rsv=reservation(phase="Available", node="node-1"),
+    )
     assert cond(status_of(plan), "Eviction")["reason"] == "EvictComplete"
 
 
 def test_pod_still_there_is_evicted_again() -> None:
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=pod(),
-                     rsv=reservation(phase="Available", node="node-1"))
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1"),
+    )
     assert kinds(plan) == ["Evict"]
 
 
 def test_terminating_pod_is_waited_for() -> None:
     terminating = pod()
     terminating["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:01Z"
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=terminating,
-                     rsv=reservation(phase="Available", node="node-1"))
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=terminating,
+        rsv=reservation(phase="Available", node="node-1"),
+    )
     assert plan.actions == [] and plan.requeue_after
 
 
 def test_bound_and_ready_owner_completes_the_job() -> None:
     new = pod("web-2", node="node-1")
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
-                     rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
-                     owner=new)
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+        owner=new,
+    )
     status = status_of(plan)
     assert (status["phase"], status["status"]) == ("Succeeded", "Complete")
     assert status["podRef"]["name"] == "web-2"
@@ -203,17 +257,24 @@ def test_bound_and_ready_owner_completes_the_job() -> None:
 
 def test_bound_owner_not_ready_waits() -> None:
     new = pod("web-2", node="node-1", ready=False)
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
-                     rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
-                     owner=new)
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+        owner=new,
+    )
     status = status_of(plan)
     assert status["phase"] == "Running"
     assert cond(status, "BoundPodReady")["reason"] == "WaitForBoundPodReady"
 
 
 def test_ttl_after_eviction_fails_and_says_what_happened() -> None:
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=None,
-                     rsv=reservation(phase="Available", node="node-1"), now=later(301))
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Available", node="node-1"),
+        now=later(301),
+    )
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
     assert "after the pod was evicted" in status["message"]
@@ -234,9 +295,11 @@ def test_evict_directly_evicts_then_succeeds_when_the_pod_is_gone() -> None:
 
 
 def test_blocked_eviction_is_reported_as_blocked_by_pdb() -> None:
-    plan = jobs.eviction_refused(view(job_obj=job(conditions=EVICTING), pod_obj=pod()),
-                                 status_code=429, message="Cannot evict pod as it would "
-                                 "violate the pod's disruption budget.")
+    plan = jobs.eviction_refused(
+        view(job_obj=job(conditions=EVICTING), pod_obj=pod()),
+        status_code=429,
+        message="Cannot evict pod as it would violate the pod's disruption budget.",
+    )
     status = status_of(plan)
     assert cond(status, "Eviction")["reason"] == "BlockedByPDB"
     assert status["reason"] == "BlockedByPDB"
@@ -245,12 +308,20 @@ def test_blocked_eviction_is_reported_as_blocked_by_pdb() -> None:
 
 # ----- the Reservation lifecycle ----------------------------------------------------------
 
-def rsv_plan(rsv: dict[str, Any], *, ph: dict[str, Any] | None = None,
-             claimer: dict[str, Any] | None = None, owner: dict[str, Any] | None = None,
-             now: datetime = T0) -> Plan:
-    return reservations.decide(reservations.ReservationView(
-        reservation=rsv, placeholder=ph, claimer=claimer, owner=owner, now=now,
-        image="pause"))
+
+def rsv_plan(
+    rsv: dict[str, Any],
+    *,
+    ph: dict[str, Any] | None = None,
+    claimer: dict[str, Any] | None = None,
+    owner: dict[str, Any] | None = None,
+    now: datetime = T0,
+) -> Plan:
+    return reservations.decide(
+        reservations.ReservationView(
+            reservation=rsv, placeholder=ph, claimer=claimer, owner=owner, now=now, image="pause"
+        )
+    )
 
 
 def test_new_reservation_gets_a_placeholder() -> None:
@@ -266,10 +337,12 @@ def test_bound_placeholder_makes_the_reservation_available() -> None:
 
 
 def test_claimer_is_recorded_as_owner() -> None:
-    rsv = reservation(phase="Available", node="node-1",
-                      annotations={keys.CONSUMABLE: "true", keys.CLAIM: "tok"})
-    claimer = pod("web-2", node=None, gates=[keys.RESERVATION_GATE],
-                  annotations={keys.CLAIM: "tok"})
+    rsv = reservation(
+        phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true", keys.CLAIM: "tok"}
+    )
+    claimer = pod(
+        "web-2", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"}
+    )
     plan = rsv_plan(rsv, ph=placeholder(), claimer=claimer)
     assert status_of(plan)["currentOwners"][0]["uid"] == "uid-web-2"
 
@@ -311,25 +384,30 @@ def test_lost_placeholder_is_recreated_and_the_reservation_pending_again() -> No
 
 # ----- building the Reservation and its placeholder ---------------------------------------
 
+
 def test_reservation_excludes_the_source_node_and_keeps_constraints() -> None:
     source = pod(node="node-0")
     source["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
-    source["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuring"
-                                                   "Execution": {"nodeSelectorTerms": [
-                                                       {"matchExpressions": [{
-                                                           "key": "zone", "operator": "In",
-                                                           "values": ["a"]}]},
-                                                       {"matchExpressions": [{
-                                                           "key": "zone", "operator": "In",
-                                                           "values": ["b"]}]}]}}}
+    source["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                ]
+            }
+        }
+    }
     body = build.reservation_for(job=job(), pod=source, workload_uid="uid-deploy", ttl="5m")
     spec = body["spec"]["template"]["spec"]
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
+        "nodeSelectorTerms"
+    ]
     assert len(terms) == 2
     for term in terms:
-        assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in \
-            term["matchFields"]
+        assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in term[
+            "matchFields"
+        ]
     assert spec["tolerations"] == source["spec"]["tolerations"]
     assert body["spec"]["owners"][0]["controller"]["uid"] == "uid-web-rs"
     assert body["metadata"]["annotations"][keys.WORKLOAD] == "uid-deploy"
@@ -339,9 +417,9 @@ def test_reservation_excludes_the_source_node_and_keeps_constraints() -> None:
 def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> None:
     source = pod()
     source["spec"]["initContainers"] = [
-        {"name": "sidecar", "restartPolicy": "Always",
-         "resources": {"requests": {"cpu": "100m"}}},
-        {"name": "init", "resources": {"requests": {"cpu": "1"}}}]
+        {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
+        {"name": "init", "resources": {"requests": {"cpu": "1"}}},
+    ]
     source["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
     rsv = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m")
     rsv["metadata"]["uid"] = "uid-rsv"
@@ -356,6 +434,7 @@ def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> N
 
 
 # ----- pending jobs -----------------------------------------------------------------------
+
 
 def test_pending_job_times_out_with_the_reason_it_waited() -> None:
     waiting = job(phase="Pending")
@@ -378,17 +457,23 @@ def test_rolled_back_job_deletes_even_an_expired_reservation() -> None:
     assert kinds(plan) == ["Delete:reservations"]
 
 
-@pytest.mark.parametrize(("age", "claimed", "expected"), [
-    (5, False, []),
-    (31, False, ["Patch:pods", "Event:ReservationGateRemoved"]),
-    (31, True, []),
-])
-def test_stray_gate_is_removed_after_a_grace_period(age: int, claimed: bool,
-                                                    expected: list[str]) -> None:
-    gated = pod("web-9", node=None, gates=[keys.RESERVATION_GATE],
-                annotations={keys.CLAIM: "forged"})
-    plan = reservations.stray_gate(gated, claimed=reservation() if claimed else None,
-                                   now=later(age))
+@pytest.mark.parametrize(
+    ("age", "claimed", "expected"),
+    [
+        (5, False, []),
+        (31, False, ["Patch:pods", "Event:ReservationGateRemoved"]),
+        (31, True, []),
+    ],
+)
+def test_stray_gate_is_removed_after_a_grace_period(
+    age: int, claimed: bool, expected: list[str]
+) -> None:
+    gated = pod(
+        "web-9", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "forged"}
+    )
+    plan = reservations.stray_gate(
+        gated, claimed=reservation() if claimed else None, now=later(age)
+    )
     assert kinds(plan) == expected
 
 
@@ -402,71 +487,135 @@ def test_reservation_without_template_namespace_places_its_placeholder_by_its_ow
 
 
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
-    evicting = [*EVICTING, {"type": "ReservationCreated", "status": "True",
-                            "lastTransitionTime": "2026-01-01T12:00:05Z"}]
+    evicting = [
+        *EVICTING,
+        {
+            "type": "ReservationCreated",
+            "status": "True",
+            "lastTransitionTime": "2026-01-01T12:00:05Z",
+        },
+    ]
     stray = pod("web-2", node="node-2")
     stray["metadata"]["creationTimestamp"] = "2026-01-01T12:00:06Z"
     older = pod("web-0", node="node-1")
-    jv = jobs.JobView(job=job(conditions=evicting), pod=None,
-                      reservation=reservation(phase="Available", node="node-1"), owner=None,
-                      workload_uid=None, now=later(10), args=ARGS, siblings=(older, stray))
+    jv = jobs.JobView(
+        job=job(conditions=evicting),
+        pod=None,
+        reservation=reservation(phase="Available", node="node-1"),
+        owner=None,
+        workload_uid=None,
+        now=later(10),
+        args=ARGS,
+        siblings=(older, stray),
+    )
     status = status_of(jobs.decide(jv))
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
     assert "web-2" in status["message"] and "webhook" in status["message"]
 
 
 def test_reservation_on_the_pods_own_node_is_never_a_reason_to_evict() -> None:
-    plan = view_plan(job_obj=job(reservation_ref="mine"), pod_obj=pod(node="node-0"),
-                     rsv=reservation("mine", phase="Available", node="node-0"))
+    plan = view_plan(
+        job_obj=job(reservation_ref="mine"),
+        pod_obj=pod(node="node-0"),
+        rsv=reservation("mine", phase="Available", node="node-0"),
+    )
     assert status_of(plan)["phase"] == "Failed"
     assert not any(isinstance(a, Evict) for a in plan.actions)
 
 
 def test_a_pod_bound_by_berth_before_is_not_pinned_to_its_node_again() -> None:
     moved = pod(node="node-1", annotations={keys.RESERVATION_ALLOCATED: '{"name":"r"}'})
-    moved["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuring"
-                                                  "Execution": {"nodeSelectorTerms": [{
-                                                      "matchFields": [{
-                                                          "key": "metadata.name",
-                                                          "operator": "In",
-                                                          "values": ["node-1"]}]}]}}}
+    moved["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     body = build.reservation_for(job=job(), pod=moved, workload_uid=None, ttl="5m")
     terms = body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn",
-                                       "values": ["node-1"]}]}]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}
+    ]
 
 
 def test_job_template_narrows_the_pods_placement() -> None:
     source = pod(node="node-0")
     source["spec"]["nodeSelector"] = {"disk": "ssd"}
-    source["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuring"
-                                                   "Execution": {"nodeSelectorTerms": [
-                                                       {"matchExpressions": [{
-                                                           "key": "zone", "operator": "In",
-                                                           "values": ["a"]}]}]}}}
-    to_node_2 = {"spec": {"template": {"spec": {
-        "nodeSelector": {"pool": "big"},
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
-                                                    "values": ["node-2"]}]}]}}}}}}}
-    body = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m",
-                                 template=to_node_2)
+    source["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    to_node_2 = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeSelector": {"pool": "big"},
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchFields": [
+                                            {
+                                                "key": "metadata.name",
+                                                "operator": "In",
+                                                "values": ["node-2"],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            }
+        }
+    }
+    body = build.reservation_for(
+        job=job(), pod=source, workload_uid=None, ttl="5m", template=to_node_2
+    )
     spec = body["spec"]["template"]["spec"]
     assert spec["nodeSelector"] == {"disk": "ssd", "pool": "big"}
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
+        "nodeSelectorTerms"
+    ]
     assert term["matchExpressions"] == [{"key": "zone", "operator": "In", "values": ["a"]}]
     assert {"key": "metadata.name", "operator": "In", "values": ["node-2"]} in term["matchFields"]
-    assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in \
-        term["matchFields"]
+    assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in term[
+        "matchFields"
+    ]
 
 
 def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
-    scheduled = job(conditions=[{"type": "ReservationScheduled", "status": "True",
-                                 "reason": "Scheduled", "message": "reserved on node-1"}])
-    opened = reservation(phase="Available", node="node-1", annotations={
-        keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"})
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    opened = reservation(
+        phase="Available",
+        node="node-1",
+        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"},
+    )
     waiting = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(0.5))
     assert waiting.actions == [] and waiting.requeue_after
     go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1))
@@ -474,6 +623,7 @@ def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
 
 
 # ----- admission: arbitration's decision written on the job -------------------------------
+
 
 def pending_job() -> dict[str, Any]:
     return job("job-1", phase="Pending", pod_uid=None)
@@ -488,8 +638,10 @@ def test_admission_of_an_admitted_job(dry_run: bool) -> None:
         assert kinds(plan) == ["Patch:podmigrationjobs", "UpdateStatus:podmigrationjobs"]
         patch = next(a for a in plan.actions if isinstance(a, Patch))
         assert patch.patch["metadata"]["annotations"] == {
-            keys.POD_UID: target["metadata"]["uid"], keys.SOURCE_NODE: "node-0",
-            keys.WORKLOAD: "uid-web"}
+            keys.POD_UID: target["metadata"]["uid"],
+            keys.SOURCE_NODE: "node-0",
+            keys.WORKLOAD: "uid-web",
+        }
         assert status_of(plan)["phase"] == "Running"
         return
     # A dry run starts nothing: the job stays Pending and says what would have happened.
@@ -508,7 +660,9 @@ def test_admission_of_a_failed_job_ends_it_in_either_mode(dry_run: bool) -> None
     plan = jobs.admission(decision, workload_uid=None, dry_run=dry_run)
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ForbiddenMigratePod"]
     assert (status_of(plan)["phase"], status_of(plan)["message"]) == (
-        "Failed", "pod is a DaemonSet pod")
+        "Failed",
+        "pod is a DaemonSet pod",
+    )
 
 
 def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
@@ -517,7 +671,7 @@ def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs"]
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Pending", "MaxMigratingPerNode")
-    unchanged = Decision({**decision.job, "status": status}, "wait", "MaxMigratingPerNode",
-                         "2 migrations already")
+    unchanged = Decision(
+        {**decision.job, "status": status}, "wait", "MaxMigratingPerNode", "2 migrations already"
+    )
     assert jobs.admission(unchanged, workload_uid=None, dry_run=False).actions == []
-

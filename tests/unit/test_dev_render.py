@@ -9,8 +9,9 @@ from berth.dev import binaries, render
 
 
 def test_kubeconfig_embeds_certificates_and_selects_its_context() -> None:
-    config = render.kubeconfig(server="https://127.0.0.1:6443", ca_pem=b"CA", cert_pem=b"CERT",
-                               key_pem=b"KEY")
+    config = render.kubeconfig(
+        server="https://127.0.0.1:6443", ca_pem=b"CA", cert_pem=b"CERT", key_pem=b"KEY"
+    )
     cluster = config["clusters"][0]["cluster"]
     user = config["users"][0]["user"]
     assert cluster["server"] == "https://127.0.0.1:6443"
@@ -24,8 +25,9 @@ def test_scheduler_config_lists_extenders_only_when_given() -> None:
     assert "extenders" not in plain
     assert plain["profiles"] == [{"schedulerName": "default-scheduler"}]
     extender = {"urlPrefix": "http://127.0.0.1:1", "filterVerb": "filter"}
-    with_extender = render.scheduler_config(kubeconfig_path=Path("/k"), scheduler_name="x",
-                                            extenders=[extender])
+    with_extender = render.scheduler_config(
+        kubeconfig_path=Path("/k"), scheduler_name="x", extenders=[extender]
+    )
     assert with_extender["extenders"] == [extender]
     assert with_extender["profiles"] == [{"schedulerName": "x"}]
     assert with_extender["leaderElection"] == {"leaderElect": False}
@@ -48,11 +50,16 @@ def test_source_hash_depends_on_the_go_version() -> None:
 
 
 def test_webhook_configuration_has_one_entry_per_replica_and_never_blocks() -> None:
-    config = render.webhook_configuration(urls=["https://127.0.0.1:1/m", "https://127.0.0.1:2/m"],
-                                          ca_bundle="Q0E=", skip_namespaces=["kube-system"])
+    config = render.webhook_configuration(
+        urls=["https://127.0.0.1:1/m", "https://127.0.0.1:2/m"],
+        ca_bundle="Q0E=",
+        skip_namespaces=["kube-system"],
+    )
     hooks = config["webhooks"]
-    assert [h["clientConfig"]["url"] for h in hooks] == ["https://127.0.0.1:1/m",
-                                                         "https://127.0.0.1:2/m"]
+    assert [h["clientConfig"]["url"] for h in hooks] == [
+        "https://127.0.0.1:1/m",
+        "https://127.0.0.1:2/m",
+    ]
     assert len({h["name"] for h in hooks}) == 2
     for hook in hooks:
         assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "NoneOnDryRun"

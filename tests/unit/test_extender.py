@@ -45,9 +45,15 @@ def ledger() -> Ledger:
     return ledger
 
 
-def scheduled(sample: dict[str, Any], *, cpu: str | None = None, uid: str | None = None,
-              labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-              nodes: list[str] | None = None) -> dict[str, Any]:
+def scheduled(
+    sample: dict[str, Any],
+    *,
+    cpu: str | None = None,
+    uid: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    nodes: list[str] | None = None,
+) -> dict[str, Any]:
     """The recorded request, about a pod changed as asked, with these candidate nodes."""
     args = copy.deepcopy(sample)
     metadata, spec = args["Pod"]["metadata"], args["Pod"]["spec"]
@@ -69,30 +75,77 @@ RESERVED = "reserved for this pod on node-1 by Reservation r"
 FORGED = {keys.CLAIM: "a-token", keys.RESERVATION_ALLOCATED: '{"name": "r", "uid": "x"}'}
 
 
-@pytest.mark.parametrize(("change", "passed", "failed", "unresolvable"), [
-    pytest.param({}, NODES, {}, {}, id="no requests fit anywhere"),
-    pytest.param({"cpu": "2"}, NODES, {}, {}, id="fits what the hold leaves"),
-    pytest.param({"cpu": "3"}, ["node-0", "node-2"], {"node-1": HELD}, {},
-                 id="refused the capacity held in handover"),
-    pytest.param({"cpu": "3", "annotations": FORGED}, ["node-0", "node-2"],
-                 {"node-1": HELD}, {}, id="a forged claim gets nothing"),
-    pytest.param({"cpu": "4", "uid": R_OWNER}, ["node-1"], {},
-                 {"node-0": RESERVED, "node-2": RESERVED}, id="the owner goes to its node"),
-    pytest.param({"uid": R_OWNER, "nodes": ["node-0", "node-2"]}, [], {},
-                 {"node-0": RESERVED, "node-2": RESERVED}, id="owner, its node not offered"),
-    pytest.param({"uid": Q_OWNER}, ["node-2"], {},
-                 {n: "reserved for this pod on node-2 by Reservation q"
-                  for n in ("node-0", "node-1")}, id="owner while the placeholder lives"),
-    pytest.param({"cpu": "7", "nodes": ["node-9", "node-1"]}, ["node-9"], {"node-1": HELD}, {},
-                 id="unknown nodes pass: the scheduler judges them"),
-    pytest.param({"cpu": "7", "labels": {keys.RESERVATION_LABEL: "other"}}, ["node-0"],
-                 {"node-1": HELD, "node-2": HELD_Q}, {}, id="a placeholder is held off too"),
-])
-def test_filter(ledger: Ledger, change: dict[str, Any], passed: list[str],
-                failed: dict[str, str], unresolvable: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("change", "passed", "failed", "unresolvable"),
+    [
+        pytest.param({}, NODES, {}, {}, id="no requests fit anywhere"),
+        pytest.param({"cpu": "2"}, NODES, {}, {}, id="fits what the hold leaves"),
+        pytest.param(
+            {"cpu": "3"},
+            ["node-0", "node-2"],
+            {"node-1": HELD},
+            {},
+            id="refused the capacity held in handover",
+        ),
+        pytest.param(
+            {"cpu": "3", "annotations": FORGED},
+            ["node-0", "node-2"],
+            {"node-1": HELD},
+            {},
+            id="a forged claim gets nothing",
+        ),
+        pytest.param(
+            {"cpu": "4", "uid": R_OWNER},
+            ["node-1"],
+            {},
+            {"node-0": RESERVED, "node-2": RESERVED},
+            id="the owner goes to its node",
+        ),
+        pytest.param(
+            {"uid": R_OWNER, "nodes": ["node-0", "node-2"]},
+            [],
+            {},
+            {"node-0": RESERVED, "node-2": RESERVED},
+            id="owner, its node not offered",
+        ),
+        pytest.param(
+            {"uid": Q_OWNER},
+            ["node-2"],
+            {},
+            {n: "reserved for this pod on node-2 by Reservation q" for n in ("node-0", "node-1")},
+            id="owner while the placeholder lives",
+        ),
+        pytest.param(
+            {"cpu": "7", "nodes": ["node-9", "node-1"]},
+            ["node-9"],
+            {"node-1": HELD},
+            {},
+            id="unknown nodes pass: the scheduler judges them",
+        ),
+        pytest.param(
+            {"cpu": "7", "labels": {keys.RESERVATION_LABEL: "other"}},
+            ["node-0"],
+            {"node-1": HELD, "node-2": HELD_Q},
+            {},
+            id="a placeholder is held off too",
+        ),
+    ],
+)
+def test_filter(
+    ledger: Ledger,
+    change: dict[str, Any],
+    passed: list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+) -> None:
     result = filter_nodes(ledger, parse_args(scheduled(FILTER_ARGS, **change)))
-    assert result == {"Nodes": None, "NodeNames": passed, "FailedNodes": failed,
-                      "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+    assert result == {
+        "Nodes": None,
+        "NodeNames": passed,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
 
 
 def test_filter_over_http_bytes(ledger: Ledger) -> None:
@@ -124,73 +177,136 @@ def scores(ledger: Ledger, args: dict[str, Any], placement: Placement) -> dict[s
 PLACEHOLDER = {keys.RESERVATION_LABEL: "new"}
 
 
-@pytest.mark.parametrize(("change", "placement", "expected"), [
-    # Owner: its node only.
-    pytest.param({"uid": R_OWNER}, Placement.SPREAD, {"node-0": 0, "node-1": 10, "node-2": 0},
-                 id="owner"),
-    # Placeholder of 2 CPU; memory stays all free (share 1), CPU left is 6/8, 0/8, 3/8.
-    pytest.param({"cpu": "2", "labels": PLACEHOLDER}, Placement.SPREAD,
-                 {"node-0": 9, "node-1": 5, "node-2": 7}, id="placeholder, spread"),
-    pytest.param({"cpu": "2", "labels": PLACEHOLDER}, Placement.BINPACK,
-                 {"node-0": 1, "node-1": 5, "node-2": 3}, id="placeholder, binpack"),
-    pytest.param({"cpu": "2", "labels": PLACEHOLDER, "nodes": ["node-9"]}, Placement.SPREAD,
-                 {"node-9": 0}, id="placeholder, unknown node"),
-    # Others: promised to Reservations 0/8, 4/8 (handover), 3/8 (placeholder).
-    pytest.param({"cpu": "1"}, Placement.SPREAD, {"node-0": 10, "node-1": 5, "node-2": 6},
-                 id="others avoid promised capacity"),
-    pytest.param({"cpu": "1"}, Placement.BINPACK, {"node-0": 10, "node-1": 5, "node-2": 6},
-                 id="placement is for placeholders only"),
-    pytest.param({"nodes": ["node-9"]}, Placement.SPREAD, {"node-9": 10},
-                 id="unknown node promises nothing"),
-])
-def test_prioritize(ledger: Ledger, change: dict[str, Any], placement: Placement,
-                    expected: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    ("change", "placement", "expected"),
+    [
+        # Owner: its node only.
+        pytest.param(
+            {"uid": R_OWNER}, Placement.SPREAD, {"node-0": 0, "node-1": 10, "node-2": 0}, id="owner"
+        ),
+        # Placeholder of 2 CPU; memory stays all free (share 1), CPU left is 6/8, 0/8, 3/8.
+        pytest.param(
+            {"cpu": "2", "labels": PLACEHOLDER},
+            Placement.SPREAD,
+            {"node-0": 9, "node-1": 5, "node-2": 7},
+            id="placeholder, spread",
+        ),
+        pytest.param(
+            {"cpu": "2", "labels": PLACEHOLDER},
+            Placement.BINPACK,
+            {"node-0": 1, "node-1": 5, "node-2": 3},
+            id="placeholder, binpack",
+        ),
+        pytest.param(
+            {"cpu": "2", "labels": PLACEHOLDER, "nodes": ["node-9"]},
+            Placement.SPREAD,
+            {"node-9": 0},
+            id="placeholder, unknown node",
+        ),
+        # Others: promised to Reservations 0/8, 4/8 (handover), 3/8 (placeholder).
+        pytest.param(
+            {"cpu": "1"},
+            Placement.SPREAD,
+            {"node-0": 10, "node-1": 5, "node-2": 6},
+            id="others avoid promised capacity",
+        ),
+        pytest.param(
+            {"cpu": "1"},
+            Placement.BINPACK,
+            {"node-0": 10, "node-1": 5, "node-2": 6},
+            id="placement is for placeholders only",
+        ),
+        pytest.param(
+            {"nodes": ["node-9"]},
+            Placement.SPREAD,
+            {"node-9": 10},
+            id="unknown node promises nothing",
+        ),
+    ],
+)
+def test_prioritize(
+    ledger: Ledger, change: dict[str, Any], placement: Placement, expected: dict[str, int]
+) -> None:
     assert scores(ledger, scheduled(PRIORITIZE_ARGS, **change), placement) == expected
 
 
 def preemption(victims: dict[str, list[str]], **change: Any) -> dict[str, Any]:
     """A preempt request in the nodeCacheCapable form, about the recorded pod."""
-    return {"Pod": scheduled(FILTER_ARGS, **change)["Pod"],
-            "NodeNameToVictims": None,
-            "NodeNameToMetaVictims": {
-                name: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 1}
-                for name, uids in victims.items()}}
+    return {
+        "Pod": scheduled(FILTER_ARGS, **change)["Pod"],
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            name: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 1}
+            for name, uids in victims.items()
+        },
+    }
 
 
-@pytest.mark.parametrize(("victims", "change", "kept"), [
-    pytest.param({"node-0": ["uid-x"]}, {"cpu": "1"}, ["node-0"], id="ordinary victim"),
-    pytest.param({"node-2": ["uid-q-placeholder"]}, {"cpu": "1"}, [],
-                 id="a placeholder is never a victim"),
-    pytest.param({"node-2": ["uid-x", "uid-q-placeholder"]}, {"cpu": "1"}, [],
-                 id="nor part of a victim set"),
-    pytest.param({"node-1": ["uid-busy"]}, {"cpu": "4"}, ["node-1"],
-                 id="victims make room beside the hold"),
-    pytest.param({"node-1": ["uid-busy"]}, {"cpu": "5"}, [],
-                 id="victims cannot make room: the hold stays"),
-    pytest.param({"node-1": ["uid-unknown"]}, {"cpu": "3"}, [],
-                 id="an unknown victim frees nothing"),
-    pytest.param({"node-0": ["uid-x"], "node-1": ["uid-busy"]}, {"uid": R_OWNER}, ["node-1"],
-                 id="the owner preempts only on its node"),
-])
-def test_preempt(ledger: Ledger, victims: dict[str, list[str]], change: dict[str, Any],
-                 kept: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("victims", "change", "kept"),
+    [
+        pytest.param({"node-0": ["uid-x"]}, {"cpu": "1"}, ["node-0"], id="ordinary victim"),
+        pytest.param(
+            {"node-2": ["uid-q-placeholder"]},
+            {"cpu": "1"},
+            [],
+            id="a placeholder is never a victim",
+        ),
+        pytest.param(
+            {"node-2": ["uid-x", "uid-q-placeholder"]},
+            {"cpu": "1"},
+            [],
+            id="nor part of a victim set",
+        ),
+        pytest.param(
+            {"node-1": ["uid-busy"]},
+            {"cpu": "4"},
+            ["node-1"],
+            id="victims make room beside the hold",
+        ),
+        pytest.param(
+            {"node-1": ["uid-busy"]},
+            {"cpu": "5"},
+            [],
+            id="victims cannot make room: the hold stays",
+        ),
+        pytest.param(
+            {"node-1": ["uid-unknown"]}, {"cpu": "3"}, [], id="an unknown victim frees nothing"
+        ),
+        pytest.param(
+            {"node-0": ["uid-x"], "node-1": ["uid-busy"]},
+            {"uid": R_OWNER},
+            ["node-1"],
+            id="the owner preempts only on its node",
+        ),
+    ],
+)
+def test_preempt(
+    ledger: Ledger, victims: dict[str, list[str]], change: dict[str, Any], kept: list[str]
+) -> None:
     args = preemption(victims, **change)
     result, dropped = preempt(ledger, parse_preemption_args(args))
-    assert result == {"NodeNameToMetaVictims": {
-        name: args["NodeNameToMetaVictims"][name] for name in kept}}
+    assert result == {
+        "NodeNameToMetaVictims": {name: args["NodeNameToMetaVictims"][name] for name in kept}
+    }
     assert sorted(dropped) == sorted(set(victims) - set(kept))
 
 
 def test_preempt_with_whole_pods(ledger: Ledger) -> None:
     """nodeCacheCapable: false sends whole victim pods; the answer is UIDs all the same."""
     placeholder = pod("q-placeholder", cpu="3", node="node-2", placeholder="q")
-    args = {"Pod": scheduled(FILTER_ARGS, cpu="1")["Pod"], "NodeNameToMetaVictims": None,
-            "NodeNameToVictims": {
-                "node-0": {"Pods": [pod("x", node="node-0")], "NumPDBViolations": 0},
-                "node-2": {"Pods": [placeholder], "NumPDBViolations": 0}}}
+    args = {
+        "Pod": scheduled(FILTER_ARGS, cpu="1")["Pod"],
+        "NodeNameToMetaVictims": None,
+        "NodeNameToVictims": {
+            "node-0": {"Pods": [pod("x", node="node-0")], "NumPDBViolations": 0},
+            "node-2": {"Pods": [placeholder], "NumPDBViolations": 0},
+        },
+    }
     result, dropped = preempt(ledger, parse_preemption_args(args))
-    assert result == {"NodeNameToMetaVictims": {
-        "node-0": {"Pods": [{"UID": "uid-x"}], "NumPDBViolations": 0}}}
+    assert result == {
+        "NodeNameToMetaVictims": {"node-0": {"Pods": [{"UID": "uid-x"}], "NumPDBViolations": 0}}
+    }
     assert dropped == {"node-2": "victim ns/q-placeholder is the placeholder of Reservation q"}
 
 
@@ -198,47 +314,80 @@ POD = FILTER_ARGS["Pod"]
 BAD_QUANTITY = scheduled(FILTER_ARGS, cpu="lots")["Pod"]
 
 
-@pytest.mark.parametrize(("verb", "body", "message"), [
-    *[(verb, b"{not json", "bad") for verb in ("filter", "prioritize", "preempt")],
-    *[(verb, b"[]", "the request must be an object, not list")
-      for verb in ("filter", "prioritize", "preempt")],
-    *[(verb, b"{}", "the request has no Pod") for verb in ("filter", "prioritize", "preempt")],
-    ("filter", {"Pod": "accepted", "NodeNames": NODES}, "Pod must be an object, not str"),
-    ("filter", {"Pod": {"spec": {}}, "NodeNames": NODES}, "Pod.metadata must be an object"),
-    ("filter", {"Pod": POD, "NodeNames": "node-0"}, "NodeNames must be a list, not str"),
-    ("filter", {"Pod": POD, "NodeNames": [0]}, "each of NodeNames must be a non-empty string"),
-    ("filter", {"Pod": POD, "NodeNames": None, "Nodes": None},
-     "the request has neither NodeNames nor Nodes"),
-    ("filter", {"Pod": POD, "Nodes": {"items": [{"metadata": {}}]}},
-     "a node's name must be a non-empty string"),
-    ("filter", {"Pod": BAD_QUANTITY, "NodeNames": NODES}, "invalid quantity 'lots'"),
-    ("prioritize", {"Pod": POD, "Nodes": []}, "Nodes must be an object, not list"),
-    ("preempt", {"Pod": POD, "NodeNameToMetaVictims": {"node-0": {"Pods": [{"UID": 7}]}}},
-     "a victim's UID must be a non-empty string"),
-    ("preempt", {"Pod": POD, "NodeNameToMetaVictims": {"node-0": []}},
-     "the victims on node-0 must be an object"),
-    ("preempt", {"Pod": POD, "NodeNameToMetaVictims": {
-        "node-0": {"Pods": [], "NumPDBViolations": "1"}}}, "NumPDBViolations must be an integer"),
-    ("preempt", {"Pod": POD, "NodeNameToVictims": {"node-0": {"Pods": [{"metadata": {}}]}}},
-     "a victim's uid must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    ("verb", "body", "message"),
+    [
+        *[(verb, b"{not json", "bad") for verb in ("filter", "prioritize", "preempt")],
+        *[
+            (verb, b"[]", "the request must be an object, not list")
+            for verb in ("filter", "prioritize", "preempt")
+        ],
+        *[(verb, b"{}", "the request has no Pod") for verb in ("filter", "prioritize", "preempt")],
+        ("filter", {"Pod": "accepted", "NodeNames": NODES}, "Pod must be an object, not str"),
+        ("filter", {"Pod": {"spec": {}}, "NodeNames": NODES}, "Pod.metadata must be an object"),
+        ("filter", {"Pod": POD, "NodeNames": "node-0"}, "NodeNames must be a list, not str"),
+        ("filter", {"Pod": POD, "NodeNames": [0]}, "each of NodeNames must be a non-empty string"),
+        (
+            "filter",
+            {"Pod": POD, "NodeNames": None, "Nodes": None},
+            "the request has neither NodeNames nor Nodes",
+        ),
+        (
+            "filter",
+            {"Pod": POD, "Nodes": {"items": [{"metadata": {}}]}},
+            "a node's name must be a non-empty string",
+        ),
+        ("filter", {"Pod": BAD_QUANTITY, "NodeNames": NODES}, "invalid quantity 'lots'"),
+        ("prioritize", {"Pod": POD, "Nodes": []}, "Nodes must be an object, not list"),
+        (
+            "preempt",
+            {"Pod": POD, "NodeNameToMetaVictims": {"node-0": {"Pods": [{"UID": 7}]}}},
+            "a victim's UID must be a non-empty string",
+        ),
+        (
+            "preempt",
+            {"Pod": POD, "NodeNameToMetaVictims": {"node-0": []}},
+            "the victims on node-0 must be an object",
+        ),
+        (
+            "preempt",
+            {
+                "Pod": POD,
+                "NodeNameToMetaVictims": {"node-0": {"Pods": [], "NumPDBViolations": "1"}},
+            },
+            "NumPDBViolations must be an integer",
+        ),
+        (
+            "preempt",
+            {"Pod": POD, "NodeNameToVictims": {"node-0": {"Pods": [{"metadata": {}}]}}},
+            "a victim's uid must be a non-empty string",
+        ),
+    ],
+)
 def test_bad_requests_get_an_error_not_an_exception(
-        ledger: Ledger, verb: str, body: bytes | dict[str, Any], message: str) -> None:
+    ledger: Ledger, verb: str, body: bytes | dict[str, Any], message: str
+) -> None:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
     status, result = answer(ledger, verb, raw, placement=Placement.SPREAD, ready=True)
     if verb == "filter":
         # The scheduler reads Error only from a 200; it fails the attempt with that message.
         assert status == 200
-        assert result == {"Nodes": None, "NodeNames": None, "FailedNodes": None,
-                          "FailedAndUnresolvableNodes": None, "Error": result["Error"]}
+        assert result == {
+            "Nodes": None,
+            "NodeNames": None,
+            "FailedNodes": None,
+            "FailedAndUnresolvableNodes": None,
+            "Error": result["Error"],
+        }
     else:
         assert status == 400
     assert result["Error"].startswith(f"bad {verb} request: ")
     assert message in result["Error"]
 
 
-@pytest.mark.parametrize(("verb", "status"), [
-    ("filter", 200), ("prioritize", 503), ("preempt", 503)])
+@pytest.mark.parametrize(
+    ("verb", "status"), [("filter", 200), ("prioritize", 503), ("preempt", 503)]
+)
 def test_no_answer_before_the_caches_sync(ledger: Ledger, verb: str, status: int) -> None:
     body = orjson.dumps(FILTER_ARGS)
     code, result = answer(ledger, verb, body, placement=Placement.SPREAD, ready=False)
@@ -248,11 +397,13 @@ def test_no_answer_before_the_caches_sync(ledger: Ledger, verb: str, status: int
 
 def test_answers_use_the_go_field_names(ledger: Ledger) -> None:
     body = orjson.dumps(FILTER_ARGS)
-    for verb, fields in (("filter", {"Nodes", "NodeNames", "FailedNodes",
-                                     "FailedAndUnresolvableNodes", "Error"}),
-                         ("preempt", {"NodeNameToMetaVictims"})):
+    for verb, fields in (
+        ("filter", {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}),
+        ("preempt", {"NodeNameToMetaVictims"}),
+    ):
         _, result = answer(ledger, verb, body, placement=Placement.SPREAD, ready=True)
         assert set(result) == fields
-    _, result = answer(ledger, "prioritize", orjson.dumps(PRIORITIZE_ARGS),
-                       placement=Placement.SPREAD, ready=True)
+    _, result = answer(
+        ledger, "prioritize", orjson.dumps(PRIORITIZE_ARGS), placement=Placement.SPREAD, ready=True
+    )
     assert all(set(entry) == {"Host", "Score"} for entry in result)

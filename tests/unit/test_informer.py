@@ -10,16 +10,20 @@ from berth.kube.informer import Informer
 
 
 def version(rv: str, *, phase: str, uid: str = "uid-1") -> dict[str, Any]:
-    return {"metadata": {"name": "job-1", "uid": uid, "resourceVersion": rv},
-            "status": {"phase": phase}}
+    return {
+        "metadata": {"name": "job-1", "uid": uid, "resourceVersion": rv},
+        "status": {"phase": phase},
+    }
 
 
 def cache() -> tuple[Informer, list[tuple[str, str]]]:
     seen: list[tuple[str, str]] = []
-    informer = Informer(cast(Kube, None), PODMIGRATIONJOBS,
-                        indexes={"phase": lambda o: [o["status"]["phase"]]},
-                        handler=lambda kind, obj: seen.append(
-                            (kind, obj["metadata"]["resourceVersion"])))
+    informer = Informer(
+        cast(Kube, None),
+        PODMIGRATIONJOBS,
+        indexes={"phase": lambda o: [o["status"]["phase"]]},
+        handler=lambda kind, obj: seen.append((kind, obj["metadata"]["resourceVersion"])),
+    )
     asyncio.run(informer._apply("ADDED", version("10", phase="Pending")))
     return informer, seen
 
@@ -40,9 +44,12 @@ def test_an_own_write_is_seen_at_once_and_its_event_still_reaches_the_handler() 
 
 def test_what_is_not_newer_is_not_assumed() -> None:
     informer, _ = cache()
-    for stale in (version("9", phase="Running"), version("10", phase="Running"),
-                  version("12", phase="Running", uid="uid-2"),
-                  version("", phase="Running")):
+    for stale in (
+        version("9", phase="Running"),
+        version("10", phase="Running"),
+        version("12", phase="Running", uid="uid-2"),
+        version("", phase="Running"),
+    ):
         informer.assume(stale)
         assert informer.get("job-1") == version("10", phase="Pending")
     informer.assume({"metadata": {"name": "job-2", "uid": "u", "resourceVersion": "20"}})

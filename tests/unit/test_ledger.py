@@ -15,38 +15,66 @@ Event = tuple[str, str, dict[str, Any]]
 
 
 def node(name: str, cpu: str = "8") -> dict[str, Any]:
-    return {"metadata": {"name": name},
-            "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"}}}
+    return {
+        "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"}},
+    }
 
 
-def pod(name: str, *, cpu: str = "1", node: str | None = None, uid: str | None = None,
-        phase: str = "Running", placeholder: str | None = None) -> dict[str, Any]:
+def pod(
+    name: str,
+    *,
+    cpu: str = "1",
+    node: str | None = None,
+    uid: str | None = None,
+    phase: str = "Running",
+    placeholder: str | None = None,
+) -> dict[str, Any]:
     labels = {keys.RESERVATION_LABEL: placeholder} if placeholder else {}
-    spec: dict[str, Any] = {"containers": [{"name": "c",
-                                            "resources": {"requests": {"cpu": cpu}}}]}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
     if node:
         spec["nodeName"] = node
-    return {"metadata": {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}",
-                         "labels": labels},
-            "spec": spec, "status": {"phase": phase}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid or f"uid-{name}",
+            "labels": labels,
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
-def reservation(name: str, *, node: str | None = "node-0", phase: str = "Available",
-                owners: tuple[str, ...] = (), cpu: str = "2") -> dict[str, Any]:
-    return {"metadata": {"name": name},
-            "spec": {"template": {"spec": {"containers": [
-                {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}},
-            "status": {"phase": phase, "nodeName": node, "allocatable": {"cpu": cpu},
-                       "currentOwners": [{"name": uid, "namespace": "ns", "uid": uid}
-                                         for uid in owners]}}
+def reservation(
+    name: str,
+    *,
+    node: str | None = "node-0",
+    phase: str = "Available",
+    owners: tuple[str, ...] = (),
+    cpu: str = "2",
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+            }
+        },
+        "status": {
+            "phase": phase,
+            "nodeName": node,
+            "allocatable": {"cpu": cpu},
+            "currentOwners": [{"name": uid, "namespace": "ns", "uid": uid} for uid in owners],
+        },
+    }
 
 
 def ledger_after(events: list[Event]) -> Ledger:
     ledger = Ledger()
     for name in ("node-0", "node-1"):
         ledger.on_node("ADDED", node(name))
-    handlers = {"pod": ledger.on_pod, "node": ledger.on_node,
-                "reservation": ledger.on_reservation}
+    handlers = {"pod": ledger.on_pod, "node": ledger.on_node, "reservation": ledger.on_reservation}
     for what, kind, obj in events:
         handlers[what](kind, obj)
     return ledger
@@ -63,71 +91,212 @@ OWNER_BOUND = pod("owner", cpu="2", uid="owner-uid", node="node-0")
 R_OWNED = reservation("r", owners=("owner-uid",))
 
 
-@pytest.mark.parametrize(("events", "node0", "node1", "in_handover"), [
-    pytest.param([], "8", "8", [], id="empty"),
-    pytest.param([("pod", "ADDED", pod("a", node="node-0"))], "7", "8", [], id="bound pod"),
-    pytest.param([("pod", "ADDED", pod("a"))], "8", "8", [], id="pending pod"),
-    pytest.param([("pod", "ADDED", pod("a", node="node-0", phase="Succeeded"))], "8", "8", [],
-                 id="terminal pod"),
-    pytest.param([("pod", "ADDED", pod("a", node="node-0")),
-                  ("pod", "MODIFIED", pod("a", node="node-0"))], "7", "8", [],
-                 id="an update counts once"),
-    pytest.param([("pod", "ADDED", pod("a")), ("pod", "MODIFIED", pod("a", node="node-1"))],
-                 "8", "7", [], id="binding charges the node"),
-    pytest.param([("pod", "ADDED", pod("a", node="node-0")),
-                  ("pod", "MODIFIED", pod("a", node="node-1"))], "8", "7", [],
-                 id="a node change moves the charge"),
-    pytest.param([("pod", "ADDED", pod("a", node="node-0")),
-                  ("pod", "MODIFIED", pod("a", node="node-0", phase="Failed"))], "8", "8", [],
-                 id="going terminal releases"),
-    pytest.param([("pod", "ADDED", pod("a", node="node-0")),
-                  ("pod", "DELETED", pod("a", node="node-0"))], "8", "8", [], id="deleted"),
-    pytest.param([("pod", "ADDED", pod("a", node="node-0", uid="1")),
-                  ("pod", "MODIFIED", pod("a", cpu="3", node="node-1", uid="2"))],
-                 "8", "5", [], id="same name, new UID replaces the old pod"),
-    # Reservations: once an owner is recorded the Reservation holds the capacity, even
-    # while this cache still sees its placeholder; the two are never counted twice.
-    pytest.param([("pod", "ADDED", PLACEHOLDER), ("reservation", "ADDED", R_OWNED),
-                  ("pod", "ADDED", OWNER)], "6", "8", ["r"], id="live placeholder"),
-    pytest.param([("pod", "ADDED", PLACEHOLDER), ("reservation", "ADDED", R_OWNED),
-                  ("pod", "ADDED", OWNER), ("pod", "DELETED", PLACEHOLDER)], "6", "8", ["r"],
-                 id="handover: placeholder gone, owner not bound"),
-    pytest.param([("reservation", "ADDED", R_OWNED)], "6", "8", ["r"],
-                 id="handover: owner not seen yet"),
-    pytest.param([("pod", "ADDED", PLACEHOLDER), ("pod", "ADDED", OWNER),
-                  ("pod", "DELETED", PLACEHOLDER), ("reservation", "ADDED", R_OWNED)],
-                 "6", "8", ["r"], id="handover: placeholder gone before the owner is seen"),
-    pytest.param([("pod", "ADDED", PLACEHOLDER), ("reservation", "ADDED", R_OWNED),
-                  ("pod", "MODIFIED", {**PLACEHOLDER, "status": {"phase": "Failed"}})],
-                 "6", "8", ["r"], id="handover: placeholder terminal"),
-    pytest.param([("reservation", "ADDED", R_OWNED), ("pod", "ADDED", OWNER),
-                  ("pod", "MODIFIED", OWNER_BOUND)], "6", "8", [],
-                 id="owner bound: its own pod is charged instead"),
-    pytest.param([("reservation", "ADDED", R_OWNED), ("pod", "ADDED", OWNER),
-                  ("pod", "MODIFIED", {**OWNER_BOUND, "spec": {
-                      **OWNER_BOUND["spec"], "nodeName": "node-1"}})], "8", "6", [],
-                 id="owner bound elsewhere ends the hold"),
-    pytest.param([("reservation", "ADDED", R_OWNED), ("pod", "ADDED", OWNER_BOUND),
-                  ("pod", "DELETED", OWNER_BOUND)], "6", "8", ["r"],
-                 id="owner deleted: held until the Reservation ends"),
-    pytest.param([("reservation", "ADDED", reservation("r"))], "8", "8", [],
-                 id="no owner recorded: nothing to hold for"),
-    pytest.param([("reservation", "ADDED", reservation("r", phase="Pending",
-                                                       owners=("owner-uid",)))],
-                 "8", "8", [], id="pending Reservation holds nothing"),
-    pytest.param([("reservation", "ADDED", R_OWNED),
-                  ("reservation", "MODIFIED", reservation("r", phase="Succeeded",
-                                                          owners=("owner-uid",)))],
-                 "8", "8", [], id="succeeded Reservation holds nothing"),
-    pytest.param([("reservation", "ADDED", R_OWNED), ("reservation", "DELETED", R_OWNED)],
-                 "8", "8", [], id="deleted Reservation holds nothing"),
-    pytest.param([("reservation", "ADDED", R_OWNED),
-                  ("reservation", "MODIFIED", reservation("r", node="node-1",
-                                                          owners=("owner-uid",)))],
-                 "8", "6", ["r"], id="the hold follows status.nodeName"),
-])
-def test_free_capacity(events: list[Event], node0: str, node1: str,
-                       in_handover: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("events", "node0", "node1", "in_handover"),
+    [
+        pytest.param([], "8", "8", [], id="empty"),
+        pytest.param([("pod", "ADDED", pod("a", node="node-0"))], "7", "8", [], id="bound pod"),
+        pytest.param([("pod", "ADDED", pod("a"))], "8", "8", [], id="pending pod"),
+        pytest.param(
+            [("pod", "ADDED", pod("a", node="node-0", phase="Succeeded"))],
+            "8",
+            "8",
+            [],
+            id="terminal pod",
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", pod("a", node="node-0")),
+                ("pod", "MODIFIED", pod("a", node="node-0")),
+            ],
+            "7",
+            "8",
+            [],
+            id="an update counts once",
+        ),
+        pytest.param(
+            [("pod", "ADDED", pod("a")), ("pod", "MODIFIED", pod("a", node="node-1"))],
+            "8",
+            "7",
+            [],
+            id="binding charges the node",
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", pod("a", node="node-0")),
+                ("pod", "MODIFIED", pod("a", node="node-1")),
+            ],
+            "8",
+            "7",
+            [],
+            id="a node change moves the charge",
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", pod("a", node="node-0")),
+                ("pod", "MODIFIED", pod("a", node="node-0", phase="Failed")),
+            ],
+            "8",
+            "8",
+            [],
+            id="going terminal releases",
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", pod("a", node="node-0")),
+                ("pod", "DELETED", pod("a", node="node-0")),
+            ],
+            "8",
+            "8",
+            [],
+            id="deleted",
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", pod("a", node="node-0", uid="1")),
+                ("pod", "MODIFIED", pod("a", cpu="3", node="node-1", uid="2")),
+            ],
+            "8",
+            "5",
+            [],
+            id="same name, new UID replaces the old pod",
+        ),
+        # Reservations: once an owner is recorded the Reservation holds the capacity, even
+        # while this cache still sees its placeholder; the two are never counted twice.
+        pytest.param(
+            [
+                ("pod", "ADDED", PLACEHOLDER),
+                ("reservation", "ADDED", R_OWNED),
+                ("pod", "ADDED", OWNER),
+            ],
+            "6",
+            "8",
+            ["r"],
+            id="live placeholder",
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", PLACEHOLDER),
+                ("reservation", "ADDED", R_OWNED),
+                ("pod", "ADDED", OWNER),
+                ("pod", "DELETED", PLACEHOLDER),
+            ],
+            "6",
+            "8",
+            ["r"],
+            id="handover: placeholder gone, owner not bound",
+        ),
+        pytest.param(
+            [("reservation", "ADDED", R_OWNED)], "6", "8", ["r"], id="handover: owner not seen yet"
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", PLACEHOLDER),
+                ("pod", "ADDED", OWNER),
+                ("pod", "DELETED", PLACEHOLDER),
+                ("reservation", "ADDED", R_OWNED),
+            ],
+            "6",
+            "8",
+            ["r"],
+            id="handover: placeholder gone before the owner is seen",
+        ),
+        pytest.param(
+            [
+                ("pod", "ADDED", PLACEHOLDER),
+                ("reservation", "ADDED", R_OWNED),
+                ("pod", "MODIFIED", {**PLACEHOLDER, "status": {"phase": "Failed"}}),
+            ],
+            "6",
+            "8",
+            ["r"],
+            id="handover: placeholder terminal",
+        ),
+        pytest.param(
+            [
+                ("reservation", "ADDED", R_OWNED),
+                ("pod", "ADDED", OWNER),
+                ("pod", "MODIFIED", OWNER_BOUND),
+            ],
+            "6",
+            "8",
+            [],
+            id="owner bound: its own pod is charged instead",
+        ),
+        pytest.param(
+            [
+                ("reservation", "ADDED", R_OWNED),
+                ("pod", "ADDED", OWNER),
+                (
+                    "pod",
+                    "MODIFIED",
+                    {**OWNER_BOUND, "spec": {**OWNER_BOUND["spec"], "nodeName": "node-1"}},
+                ),
+            ],
+            "8",
+            "6",
+            [],
+            id="owner bound elsewhere ends the hold",
+        ),
+        pytest.param(
+            [
+                ("reservation", "ADDED", R_OWNED),
+                ("pod", "ADDED", OWNER_BOUND),
+                ("pod", "DELETED", OWNER_BOUND),
+            ],
+            "6",
+            "8",
+            ["r"],
+            id="owner deleted: held until the Reservation ends",
+        ),
+        pytest.param(
+            [("reservation", "ADDED", reservation("r"))],
+            "8",
+            "8",
+            [],
+            id="no owner recorded: nothing to hold for",
+        ),
+        pytest.param(
+            [("reservation", "ADDED", reservation("r", phase="Pending", owners=("owner-uid",)))],
+            "8",
+            "8",
+            [],
+            id="pending Reservation holds nothing",
+        ),
+        pytest.param(
+            [
+                ("reservation", "ADDED", R_OWNED),
+                (
+                    "reservation",
+                    "MODIFIED",
+                    reservation("r", phase="Succeeded", owners=("owner-uid",)),
+                ),
+            ],
+            "8",
+            "8",
+            [],
+            id="succeeded Reservation holds nothing",
+        ),
+        pytest.param(
+            [("reservation", "ADDED", R_OWNED), ("reservation", "DELETED", R_OWNED)],
+            "8",
+            "8",
+            [],
+            id="deleted Reservation holds nothing",
+        ),
+        pytest.param(
+            [
+                ("reservation", "ADDED", R_OWNED),
+                ("reservation", "MODIFIED", reservation("r", node="node-1", owners=("owner-uid",))),
+            ],
+            "8",
+            "6",
+            ["r"],
+            id="the hold follows status.nodeName",
+        ),
+    ],
+)
+def test_free_capacity(events: list[Event], node0: str, node1: str, in_handover: list[str]) -> None:
     ledger = ledger_after(events)
     assert free_cpu(ledger, "node-0") == Decimal(node0)
     assert free_cpu(ledger, "node-1") == Decimal(node1)
@@ -139,36 +308,61 @@ def test_unknown_and_deleted_nodes_have_no_capacity() -> None:
     assert ledger.free("node-9") is None and ledger.allocatable("node-9") is None
     assert ledger.free("node-1") is None
     assert ledger.allocatable("node-0") == {
-        "cpu": Decimal(8), "memory": Decimal(16 * 2**30), "pods": Decimal(110)}
+        "cpu": Decimal(8),
+        "memory": Decimal(16 * 2**30),
+        "pods": Decimal(110),
+    }
 
 
-@pytest.mark.parametrize(("events", "uid", "expected"), [
-    pytest.param([("reservation", "ADDED", R_OWNED)], "owner-uid", ("r", "node-0"),
-                 id="recorded owner"),
-    pytest.param([("reservation", "ADDED", R_OWNED)], "someone-else", None, id="other pod"),
-    pytest.param([("reservation", "ADDED", reservation("r", phase="Pending",
-                                                       owners=("owner-uid",)))],
-                 "owner-uid", None, id="not Available"),
-    pytest.param([("reservation", "ADDED", reservation("r", node=None,
-                                                       owners=("owner-uid",)))],
-                 "owner-uid", None, id="no node"),
-    pytest.param([("reservation", "ADDED", R_OWNED),
-                  ("reservation", "MODIFIED", reservation("r", owners=("new-uid",)))],
-                 "owner-uid", None, id="owner replaced"),
-    pytest.param([("reservation", "ADDED", R_OWNED), ("reservation", "DELETED", R_OWNED)],
-                 "owner-uid", None, id="Reservation deleted"),
-])
+@pytest.mark.parametrize(
+    ("events", "uid", "expected"),
+    [
+        pytest.param(
+            [("reservation", "ADDED", R_OWNED)], "owner-uid", ("r", "node-0"), id="recorded owner"
+        ),
+        pytest.param([("reservation", "ADDED", R_OWNED)], "someone-else", None, id="other pod"),
+        pytest.param(
+            [("reservation", "ADDED", reservation("r", phase="Pending", owners=("owner-uid",)))],
+            "owner-uid",
+            None,
+            id="not Available",
+        ),
+        pytest.param(
+            [("reservation", "ADDED", reservation("r", node=None, owners=("owner-uid",)))],
+            "owner-uid",
+            None,
+            id="no node",
+        ),
+        pytest.param(
+            [
+                ("reservation", "ADDED", R_OWNED),
+                ("reservation", "MODIFIED", reservation("r", owners=("new-uid",))),
+            ],
+            "owner-uid",
+            None,
+            id="owner replaced",
+        ),
+        pytest.param(
+            [("reservation", "ADDED", R_OWNED), ("reservation", "DELETED", R_OWNED)],
+            "owner-uid",
+            None,
+            id="Reservation deleted",
+        ),
+    ],
+)
 def test_reserved_for(events: list[Event], uid: str, expected: tuple[str, str] | None) -> None:
     assert ledger_after(events).reserved_for(uid) == expected
 
 
 def test_promised_counts_bound_placeholders_and_handover() -> None:
-    ledger = ledger_after([
-        ("pod", "ADDED", pod("ordinary", cpu="3", node="node-0")),
-        ("pod", "ADDED", PLACEHOLDER),  # 2, for r
-        ("pod", "ADDED", pod("pending-placeholder", cpu="5", placeholder="q")),
-        ("reservation", "ADDED", reservation("s", cpu="1", owners=("s-owner",))),
-    ])
+    ledger = ledger_after(
+        [
+            ("pod", "ADDED", pod("ordinary", cpu="3", node="node-0")),
+            ("pod", "ADDED", PLACEHOLDER),  # 2, for r
+            ("pod", "ADDED", pod("pending-placeholder", cpu="5", placeholder="q")),
+            ("reservation", "ADDED", reservation("s", cpu="1", owners=("s-owner",))),
+        ]
+    )
     assert ledger.promised("node-0") == {"cpu": Decimal(3)}
     assert ledger.promised("node-1") == {}
     assert free_cpu(ledger, "node-0") == Decimal(2)
@@ -182,13 +376,25 @@ def test_pod_entries_by_uid() -> None:
     assert ledger.pod("nobody") is None
 
 
-@pytest.mark.parametrize(("status", "spec", "cpu"), [
-    ({"allocatable": {"cpu": "1500m"}}, {"containers": [
-        {"name": "c", "resources": {"requests": {"cpu": "1"}}}]}, "1.5"),
-    ({}, {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
-          "overhead": {"cpu": "250m"}}, "1.25"),
-    ({}, {}, None),
-])
+@pytest.mark.parametrize(
+    ("status", "spec", "cpu"),
+    [
+        (
+            {"allocatable": {"cpu": "1500m"}},
+            {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "1.5",
+        ),
+        (
+            {},
+            {
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                "overhead": {"cpu": "250m"},
+            },
+            "1.25",
+        ),
+        ({}, {}, None),
+    ],
+)
 def test_held_by(status: dict[str, Any], spec: dict[str, Any], cpu: str | None) -> None:
     held = held_by({"spec": {"template": {"spec": spec}}, "status": status})
     assert held.get("cpu") == (Decimal(cpu) if cpu else None)

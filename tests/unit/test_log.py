@@ -9,8 +9,9 @@ from berth.log import JSONFormatter
 
 
 def test_json_lines_carry_level_message_and_context() -> None:
-    record = logging.LogRecord("controller.app", logging.WARNING, __file__, 1,
-                               "evicting %s", ("ns/web-1",), None)
+    record = logging.LogRecord(
+        "controller.app", logging.WARNING, __file__, 1, "evicting %s", ("ns/web-1",), None
+    )
     record.job = "mig-1"
     record.pod = "ns/web-1"
     line = json.loads(JSONFormatter().format(record))

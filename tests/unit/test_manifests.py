@@ -63,15 +63,22 @@ def pyproject_version() -> str:
 
 def test_the_full_overlay_lists_every_part() -> None:
     assert kustomization(MANIFESTS)["resources"] == [
-        "namespace", "crds", "rbac", "controller", "webhook", "extender", "cert-manager",
+        "namespace",
+        "crds",
+        "rbac",
+        "controller",
+        "webhook",
+        "extender",
+        "cert-manager",
     ]
 
 
 def test_the_overlay_without_cert_manager_lists_every_other_part() -> None:
     overlay = MANIFESTS / "without-cert-manager"
     resources = kustomization(overlay)["resources"]
-    assert resources == [f"../{part}" for part in kustomization(MANIFESTS)["resources"]
-                         if part != "cert-manager"]
+    assert resources == [
+        f"../{part}" for part in kustomization(MANIFESTS)["resources"] if part != "cert-manager"
+    ]
     # No CA injector there: the overlay drops the annotation meant for it.
     [patch] = kustomization(overlay)["patches"]
     assert patch["target"] == {"kind": "MutatingWebhookConfiguration", "name": "berth"}
@@ -89,8 +96,12 @@ def test_namespaced_objects_name_their_namespace() -> None:
     # Written out rather than set by kustomize, so each file is also valid for
     # `kubectl apply -f` and the namespace is visible where it matters (the
     # webhook's service reference, RBAC subjects, the inject-ca-from annotation).
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                      "MutatingWebhookConfiguration"}
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+    }
     for part in ("namespace", "rbac", *COMPONENTS, "cert-manager"):
         for o in objects(MANIFESTS / part):
             expected = None if o["kind"] in cluster_scoped else NAMESPACE
@@ -102,8 +113,14 @@ def test_namespaced_objects_name_their_namespace() -> None:
 KOORD = "scheduling.koordinator.sh"
 READ = {"get", "list", "watch"}
 FULL = READ | {"create", "update", "patch", "delete"}
-WORKLOADS = {("apps", "replicasets"), ("apps", "deployments"), ("apps", "statefulsets"),
-             ("apps", "daemonsets"), ("batch", "jobs"), ("", "replicationcontrollers")}
+WORKLOADS = {
+    ("apps", "replicasets"),
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("batch", "jobs"),
+    ("", "replicationcontrollers"),
+}
 
 # Exactly what each component may do, per (apiGroup, resource). Granting more
 # fails the test as surely as granting less.
@@ -187,8 +204,12 @@ def test_the_controller_may_only_touch_its_own_lease_in_its_namespace() -> None:
             assert rule["resourceNames"] == ["berth-controller"]
     # Nothing else is namespaced: all other permissions are cluster-wide reads
     # and the controller's own kinds.
-    cluster_rules = [rule for r in roles_bound_to(found, "berth-controller")
-                     if r["kind"] == "ClusterRole" for rule in r["rules"]]
+    cluster_rules = [
+        rule
+        for r in roles_bound_to(found, "berth-controller")
+        if r["kind"] == "ClusterRole"
+        for rule in r["rules"]
+    ]
     assert ("coordination.k8s.io", "leases") not in granted(cluster_rules)
 
 
@@ -196,10 +217,24 @@ def test_the_controller_may_only_touch_its_own_lease_in_its_namespace() -> None:
 
 COMMANDS = {
     "controller": ["controller", "--config", "/etc/berth/config.yaml"],
-    "webhook": ["webhook", "--port", "9443", "--tls-cert-file", "/etc/berth/tls/tls.crt",
-                "--tls-private-key-file", "/etc/berth/tls/tls.key"],
-    "extender": ["extender", "--port", "8443", "--tls-cert-file", "/etc/berth/tls/tls.crt",
-                 "--tls-private-key-file", "/etc/berth/tls/tls.key"],
+    "webhook": [
+        "webhook",
+        "--port",
+        "9443",
+        "--tls-cert-file",
+        "/etc/berth/tls/tls.crt",
+        "--tls-private-key-file",
+        "/etc/berth/tls/tls.key",
+    ],
+    "extender": [
+        "extender",
+        "--port",
+        "8443",
+        "--tls-cert-file",
+        "/etc/berth/tls/tls.crt",
+        "--tls-private-key-file",
+        "/etc/berth/tls/tls.key",
+    ],
 }
 PORTS = {"controller": (8080, "HTTP"), "webhook": (9443, "HTTPS"), "extender": (8443, "HTTPS")}
 
@@ -257,7 +292,8 @@ def test_deployment_is_hardened(component: str) -> None:
     def effective(key: str) -> Any:
         # A container's setting wins over the pod's.
         return container.get("securityContext", {}).get(
-            key, pod.get("securityContext", {}).get(key))
+            key, pod.get("securityContext", {}).get(key)
+        )
 
     assert effective("runAsNonRoot") is True
     assert effective("seccompProfile") == {"type": "RuntimeDefault"}
@@ -282,8 +318,9 @@ def test_servers_stay_available_through_drains(component: str) -> None:
     budget = one(found, "PodDisruptionBudget", f"berth-{component}")["spec"]
     assert budget == {"minAvailable": 1, "selector": {"matchLabels": labels}}
 
-    [term] = (spec["template"]["spec"]["affinity"]["podAntiAffinity"]
-              ["preferredDuringSchedulingIgnoredDuringExecution"])
+    [term] = spec["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"] == {"matchLabels": labels}
 
@@ -301,8 +338,9 @@ def test_service_serves_https_on_443(component: str) -> None:
 @pytest.mark.parametrize("component", ["webhook", "extender"])
 def test_servers_mount_the_serving_certificate(component: str) -> None:
     pod = deployment(component)["spec"]["template"]["spec"]
-    [mount] = [m for m in the_container(component)["volumeMounts"]
-               if m["mountPath"] == "/etc/berth/tls"]
+    [mount] = [
+        m for m in the_container(component)["volumeMounts"] if m["mountPath"] == "/etc/berth/tls"
+    ]
     [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert volume["secret"]["secretName"] == "berth-tls"
 
@@ -310,8 +348,9 @@ def test_servers_mount_the_serving_certificate(component: str) -> None:
 def test_controller_is_a_single_leader_elected_replica_with_its_config() -> None:
     spec = deployment("controller")["spec"]
     assert spec["replicas"] == 1
-    [mount] = [m for m in the_container("controller")["volumeMounts"]
-               if m["mountPath"] == "/etc/berth"]
+    [mount] = [
+        m for m in the_container("controller")["volumeMounts"] if m["mountPath"] == "/etc/berth"
+    ]
     [volume] = [v for v in spec["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
     [generator] = kustomization(MANIFESTS / "controller")["configMapGenerator"]
     assert volume["configMap"]["name"] == generator["name"] == "berth-controller-config"
@@ -323,12 +362,30 @@ def test_controller_is_a_single_leader_elected_replica_with_its_config() -> None
 
 # The keys of MigrationControllerArgs, as the table in the seeds lists them.
 SEED_KEYS = {
-    "dryRun", "evictFailedBarePods", "evictLocalStoragePods", "evictSystemCriticalPods",
-    "ignorePvcPods", "labelSelector", "priorityThreshold", "maxConcurrentReconciles",
-    "namespaces", "nodeFit", "nodeSelector", "maxMigratingPerNode",
-    "maxMigratingPerNamespace", "maxMigratingPerWorkload", "maxUnavailablePerWorkload",
-    "skipCheckExpectedReplicas", "objectLimiters", "defaultJobMode", "defaultJobTTL",
-    "schedulerNames", "evictQPS", "evictBurst", "evictionPolicy", "defaultDeleteOptions",
+    "dryRun",
+    "evictFailedBarePods",
+    "evictLocalStoragePods",
+    "evictSystemCriticalPods",
+    "ignorePvcPods",
+    "labelSelector",
+    "priorityThreshold",
+    "maxConcurrentReconciles",
+    "namespaces",
+    "nodeFit",
+    "nodeSelector",
+    "maxMigratingPerNode",
+    "maxMigratingPerNamespace",
+    "maxMigratingPerWorkload",
+    "maxUnavailablePerWorkload",
+    "skipCheckExpectedReplicas",
+    "objectLimiters",
+    "defaultJobMode",
+    "defaultJobTTL",
+    "schedulerNames",
+    "evictQPS",
+    "evictBurst",
+    "evictionPolicy",
+    "defaultDeleteOptions",
     "arbitrationArgs",
 }
 BERTH_KEYS = {"placeholderImage", "maxMigratingGlobally"}
@@ -353,22 +410,36 @@ def test_webhook_configuration_never_blocks_pod_creation() -> None:
     config = one(found, "MutatingWebhookConfiguration", "berth")
     [hook] = config["webhooks"]
     assert hook["admissionReviewVersions"] == ["v1"]
-    assert hook["rules"] == [{
-        "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-        "operations": ["CREATE"], "scope": "Namespaced",
-    }]
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
     assert hook["failurePolicy"] == "Ignore"
     assert hook["timeoutSeconds"] == 3
     assert hook["sideEffects"] == "NoneOnDryRun"
     assert hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["matchPolicy"] == "Equivalent"
-    assert hook["namespaceSelector"] == {"matchExpressions": [{
-        "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-        "values": ["kube-system", NAMESPACE],
-    }]}
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", NAMESPACE],
+            }
+        ]
+    }
     service = hook["clientConfig"]["service"]
-    assert service == {"name": "berth-webhook", "namespace": NAMESPACE,
-                       "path": "/mutate-pod", "port": 443}
+    assert service == {
+        "name": "berth-webhook",
+        "namespace": NAMESPACE,
+        "path": "/mutate-pod",
+        "port": 443,
+    }
     one(found, "Service", service["name"])
 
 
@@ -378,9 +449,11 @@ def test_webhook_configuration_never_blocks_pod_creation() -> None:
 def test_certificate_covers_both_services_and_feeds_the_webhook_ca() -> None:
     found = objects(MANIFESTS / "cert-manager")
     certificate = one(found, "Certificate", "berth-tls")
-    names = {f"{service}.{NAMESPACE}.svc{suffix}"
-             for service in ("berth-webhook", "berth-extender")
-             for suffix in ("", ".cluster.local")}
+    names = {
+        f"{service}.{NAMESPACE}.svc{suffix}"
+        for service in ("berth-webhook", "berth-extender")
+        for suffix in ("", ".cluster.local")
+    }
     assert set(certificate["spec"]["dnsNames"]) == names
     assert certificate["spec"]["secretName"] == "berth-tls"
 
@@ -395,14 +468,21 @@ def certcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("go") is None:
         pytest.skip("go is not on PATH: cannot build tools/certcheck")
     binary = tmp_path_factory.mktemp("certcheck") / "certcheck"
-    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=ROOT / "tools" / "certcheck",
-                   check=True, timeout=600)
+    subprocess.run(
+        ["go", "build", "-o", str(binary), "."],
+        cwd=ROOT / "tools" / "certcheck",
+        check=True,
+        timeout=600,
+    )
     return binary
 
 
 def test_cert_manager_objects_pass_certcheck(certcheck: Path) -> None:
-    files = sorted(str(p) for p in (MANIFESTS / "cert-manager").glob("*.yaml")
-                   if p.name != "kustomization.yaml")
+    files = sorted(
+        str(p)
+        for p in (MANIFESTS / "cert-manager").glob("*.yaml")
+        if p.name != "kustomization.yaml"
+    )
     result = subprocess.run([str(certcheck), *files], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -431,12 +511,29 @@ def test_certcheck_names_the_document_and_the_problem(certcheck: Path, tmp_path:
 
 # kubescheduler.config.k8s.io/v1 Extender and ExtenderTLSConfig fields.
 EXTENDER_FIELDS = {
-    "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb",
-    "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources",
+    "urlPrefix",
+    "filterVerb",
+    "preemptVerb",
+    "prioritizeVerb",
+    "weight",
+    "bindVerb",
+    "enableHTTPS",
+    "tlsConfig",
+    "httpTimeout",
+    "nodeCacheCapable",
+    "managedResources",
     "ignorable",
 }
-TLS_FIELDS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData",
-              "keyData", "caData"}
+TLS_FIELDS = {
+    "insecure",
+    "serverName",
+    "certFile",
+    "keyFile",
+    "caFile",
+    "certData",
+    "keyData",
+    "caData",
+}
 SCHEDULER = MANIFESTS / "scheduler"
 
 
@@ -455,8 +552,13 @@ def test_scheduler_config_calls_the_extender_service() -> None:
     assert set(extender["tlsConfig"]) <= TLS_FIELDS
     assert {key: value for key, value in extender.items() if key != "tlsConfig"} == {
         "urlPrefix": f"https://berth-extender.{NAMESPACE}.svc:443",
-        "filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt",
-        "weight": 5, "nodeCacheCapable": True, "ignorable": True, "enableHTTPS": True,
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "preemptVerb": "preempt",
+        "weight": 5,
+        "nodeCacheCapable": True,
+        "ignorable": True,
+        "enableHTTPS": True,
         "httpTimeout": "3s",
     }
     # The URL names the extender's Service and port.

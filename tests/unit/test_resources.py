@@ -12,12 +12,28 @@ from hypothesis import strategies as st
 from berth.resources import fits, format_quantity, parse_quantity, pod_requests
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("1", "1"), ("100m", "0.1"), ("1.5", "1.5"), ("2", "2"), ("0", "0"),
-    ("4Gi", str(4 * 2**30)), ("400Mi", str(400 * 2**20)), ("1Ki", "1024"),
-    ("1k", "1000"), ("1M", "1000000"), ("1e3", "1000"), ("1E3", "1000"), ("2e-3", "0.002"),
-    ("500u", "0.0005"), ("10n", "1E-8"), (".5", "0.5"), ("+1", "1"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1", "1"),
+        ("100m", "0.1"),
+        ("1.5", "1.5"),
+        ("2", "2"),
+        ("0", "0"),
+        ("4Gi", str(4 * 2**30)),
+        ("400Mi", str(400 * 2**20)),
+        ("1Ki", "1024"),
+        ("1k", "1000"),
+        ("1M", "1000000"),
+        ("1e3", "1000"),
+        ("1E3", "1000"),
+        ("2e-3", "0.002"),
+        ("500u", "0.0005"),
+        ("10n", "1E-8"),
+        (".5", "0.5"),
+        ("+1", "1"),
+    ],
+)
 def test_parse_quantity(text: str, expected: str) -> None:
     assert parse_quantity(text) == Decimal(expected)
 
@@ -38,22 +54,35 @@ def container(cpu: str, memory: str = "0", **extra: Any) -> dict[str, Any]:
     return {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}, **extra}
 
 
-@pytest.mark.parametrize(("spec", "cpu"), [
-    ({"containers": [container("100m"), container("200m")]}, "0.3"),
-    # A plain init container runs alone: the peak of init and app wins.
-    ({"containers": [container("100m")], "initContainers": [container("500m")]}, "0.5"),
-    ({"containers": [container("800m")], "initContainers": [container("500m")]}, "0.8"),
-    # A sidecar keeps running: it adds to the app, and to every later init container.
-    ({"containers": [container("100m")],
-      "initContainers": [container("200m", restartPolicy="Always"), container("250m")]}, "0.45"),
-    ({"containers": [container("100m")],
-      "initContainers": [container("200m", restartPolicy="Always")]}, "0.3"),
-    # Overhead of the runtime class is charged on top.
-    ({"containers": [container("100m")], "overhead": {"cpu": "50m"}}, "0.15"),
-    # Pod-level requests replace the container sum.
-    ({"containers": [container("100m")], "resources": {"requests": {"cpu": "2"}}}, "2"),
-    ({"containers": [{"name": "c"}]}, None),
-])
+@pytest.mark.parametrize(
+    ("spec", "cpu"),
+    [
+        ({"containers": [container("100m"), container("200m")]}, "0.3"),
+        # A plain init container runs alone: the peak of init and app wins.
+        ({"containers": [container("100m")], "initContainers": [container("500m")]}, "0.5"),
+        ({"containers": [container("800m")], "initContainers": [container("500m")]}, "0.8"),
+        # A sidecar keeps running: it adds to the app, and to every later init container.
+        (
+            {
+                "containers": [container("100m")],
+                "initContainers": [container("200m", restartPolicy="Always"), container("250m")],
+            },
+            "0.45",
+        ),
+        (
+            {
+                "containers": [container("100m")],
+                "initContainers": [container("200m", restartPolicy="Always")],
+            },
+            "0.3",
+        ),
+        # Overhead of the runtime class is charged on top.
+        ({"containers": [container("100m")], "overhead": {"cpu": "50m"}}, "0.15"),
+        # Pod-level requests replace the container sum.
+        ({"containers": [container("100m")], "resources": {"requests": {"cpu": "2"}}}, "2"),
+        ({"containers": [{"name": "c"}]}, None),
+    ],
+)
 def test_pod_requests(spec: dict[str, Any], cpu: str | None) -> None:
     requests = pod_requests(spec)
     assert requests.get("cpu") == (Decimal(cpu) if cpu is not None else None)

@@ -257,6 +257,9 @@ def test_args_are_immutable() -> None:
 
 def test_readme_documents_every_key() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    missing = [field.alias or name for name, field in MigrationControllerArgs.model_fields.items()
-               if f"`{field.alias or name}`" not in readme]
+    missing = [
+        field.alias or name
+        for name, field in MigrationControllerArgs.model_fields.items()
+        if f"`{field.alias or name}`" not in readme
+    ]
     assert not missing, f"README's configuration table lacks {missing}"

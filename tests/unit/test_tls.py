@@ -22,24 +22,38 @@ def test_ca_is_a_ca() -> None:
     assert ca.subject == ca.issuer
 
 
-@pytest.mark.parametrize(("client", "usage"), [
-    (False, ExtendedKeyUsageOID.SERVER_AUTH),
-    (True, ExtendedKeyUsageOID.CLIENT_AUTH),
-])
+@pytest.mark.parametrize(
+    ("client", "usage"),
+    [
+        (False, ExtendedKeyUsageOID.SERVER_AUTH),
+        (True, ExtendedKeyUsageOID.CLIENT_AUTH),
+    ],
+)
 def test_leaf_is_signed_by_ca_with_its_usage(client: bool, usage: x509.ObjectIdentifier) -> None:
     ca = tls.make_ca()
-    leaf = load(tls.issue(ca, common_name="leaf", client=client, organization="system:masters",
-                          dns_names=("a.example",), ip_addresses=("127.0.0.1",)).cert_pem)
+    leaf = load(
+        tls.issue(
+            ca,
+            common_name="leaf",
+            client=client,
+            organization="system:masters",
+            dns_names=("a.example",),
+            ip_addresses=("127.0.0.1",),
+        ).cert_pem
+    )
     leaf.verify_directly_issued_by(load(ca.cert_pem))
-    assert leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value == \
-        x509.ExtendedKeyUsage([usage])
-    assert leaf.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == \
-        "system:masters"
+    assert leaf.extensions.get_extension_for_class(
+        x509.ExtendedKeyUsage
+    ).value == x509.ExtendedKeyUsage([usage])
+    assert (
+        leaf.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:masters"
+    )
 
 
 def test_serving_set_has_ip_and_dns_sans(tmp_path: Path) -> None:
-    paths = tls.write_serving_set(tmp_path, dns_names=("berth-webhook.berth-system.svc",),
-                                  ip_addresses=("127.0.0.1",))
+    paths = tls.write_serving_set(
+        tmp_path, dns_names=("berth-webhook.berth-system.svc",), ip_addresses=("127.0.0.1",)
+    )
     assert [p.name for p in paths] == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     cert = load((tmp_path / "tls.crt").read_bytes())
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

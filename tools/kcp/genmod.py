@@ -20,7 +20,10 @@ MODULE = "berth.sh/tools/kcp"
 def release_gomod(version: str) -> str:
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
-        check=True, capture_output=True, text=True, cwd=HERE,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=HERE,
     ).stdout
     return Path(json.loads(out)["GoMod"]).read_text()
 
