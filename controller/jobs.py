@@ -287,7 +287,8 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
 
 def _start_eviction(view: JobView, status: Object, plan: Plan) -> Plan:
     """Open the Reservation to the replacement, record Evicting, then evict."""
-    assert view.pod is not None and view.reservation is not None
+    assert view.pod is not None
+    assert view.reservation is not None
     rsv = view.reservation["metadata"]["name"]
     pod = view.pod["metadata"]
     annotations = protocol.annotations_of(view.reservation)

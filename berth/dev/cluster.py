@@ -332,7 +332,8 @@ class LocalCluster:
             port=port,
             health_url=f"https://127.0.0.1:{port}/readyz",
         )
-        assert self._ca is not None and self._admin is not None
+        assert self._ca is not None
+        assert self._admin is not None
         config = render.kubeconfig(
             server=f"https://127.0.0.1:{port}",
             ca_pem=self._ca.cert_pem,

@@ -43,7 +43,8 @@ def test_fake_nodes_are_ready(cluster: Cluster) -> None:
     assert sorted(node["metadata"]["name"] for node in nodes) == ["node-0", "node-1", "node-2"]
     for node in nodes:
         ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
-        assert ready and ready[0]["status"] == "True"
+        assert ready
+        assert ready[0]["status"] == "True"
         assert node["status"]["allocatable"]["cpu"] == "8"
 
 
@@ -73,7 +74,8 @@ def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str
 
     after = cluster.wait(replaced, what="a replacement pod for the deleted one")
     gone = cluster.kubectl("get", "pod", victim, "-n", namespace, check=False)
-    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    assert gone.returncode != 0
+    assert "NotFound" in gone.stderr
     kept = {pod["metadata"]["uid"] for pod in after} & {pod["metadata"]["uid"] for pod in before}
     assert len(kept) == 2
 
@@ -218,6 +220,7 @@ def test_crd_installs_and_serves_objects(cluster: Cluster, namespace: str) -> No
                 }
             ),
         )
-        assert wrong.returncode != 0 and "spec.size" in wrong.stderr
+        assert wrong.returncode != 0
+        assert "spec.size" in wrong.stderr
     finally:
         cluster.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", check=False)

@@ -55,7 +55,8 @@ async def test_informer_follows_create_update_delete_with_index(
             lambda: informer.get(f"{namespace}/a") is None, what="the deletion to arrive"
         )
         assert informer.by_index("node", "node-1") == []
-        assert ("ADDED", "a") in seen and ("DELETED", "a") in seen
+        assert ("ADDED", "a") in seen
+        assert ("DELETED", "a") in seen
     finally:
         task.cancel()
 

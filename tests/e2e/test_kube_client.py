@@ -13,7 +13,8 @@ pytestmark = pytest.mark.e2e
 async def test_errors_carry_status_and_reason(cluster: Cluster, namespace: str, kube: Kube) -> None:
     with pytest.raises(KubeError) as missing:
         await kube.get(PODS, "no-such-pod", namespace)
-    assert missing.value.not_found and missing.value.reason == "NotFound"
+    assert missing.value.not_found
+    assert missing.value.reason == "NotFound"
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -24,7 +25,8 @@ async def test_errors_carry_status_and_reason(cluster: Cluster, namespace: str, 
     assert created["metadata"]["uid"]
     with pytest.raises(KubeError) as exists:
         await kube.create(PODS, pod, namespace=namespace)
-    assert exists.value.conflict and exists.value.reason == "AlreadyExists"
+    assert exists.value.conflict
+    assert exists.value.reason == "AlreadyExists"
     with pytest.raises(KubeError) as invalid:
         await kube.create(
             PODS,
@@ -36,7 +38,8 @@ async def test_errors_carry_status_and_reason(cluster: Cluster, namespace: str, 
             },
             namespace=namespace,
         )
-    assert invalid.value.status == 422 and "spec.containers" in invalid.value.message
+    assert invalid.value.status == 422
+    assert "spec.containers" in invalid.value.message
     with pytest.raises(KubeError) as wrong_uid:
         await kube.delete(PODS, "p", namespace=namespace, uid="not-its-uid")
     assert wrong_uid.value.conflict

@@ -398,7 +398,8 @@ async def post(
     async with session.post(f"{replica.url}/mutate-pod", json=body, ssl=tls) as response:
         assert response.status == 200, await response.text()
         answer = (await response.json())["response"]
-    assert answer["uid"] == body["request"]["uid"] and answer["allowed"] is True
+    assert answer["uid"] == body["request"]["uid"]
+    assert answer["allowed"] is True
     patch: list[dict[str, Any]] = json.loads(base64.b64decode(answer.get("patch", "")) or "[]")
     return patch
 
@@ -556,7 +557,8 @@ async def test_dry_run_claims_nothing(
                 )
             ).stdout
         )
-        assert not is_gated(dry) and pod_claim(dry) is None
+        assert not is_gated(dry)
+        assert pod_claim(dry) is None
         assert claim_of(await reservation(cluster, name)) is None
         assert f"pod {namespace}/dry: dry run" in replicas[0].log.read_text()
         # The same pod, created for real, is bound.
@@ -574,7 +576,8 @@ async def test_dry_run_claims_nothing(
                 )
             ).stdout
         )
-        assert is_gated(real) and allocated_name(real) == name
+        assert is_gated(real)
+        assert allocated_name(real) == name
 
 
 async def test_pod_creation_goes_on_while_the_webhook_is_down(
@@ -594,5 +597,6 @@ async def test_pod_creation_goes_on_while_the_webhook_is_down(
             lambda: pods(cluster, namespace, "app=web"), what="the pod, created without the webhook"
         )
 
-    assert not is_gated(created) and pod_claim(created) is None
+    assert not is_gated(created)
+    assert pod_claim(created) is None
     assert claim_of(await reservation(cluster, name)) is None

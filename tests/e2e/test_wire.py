@@ -286,7 +286,8 @@ async def test_apiserver_calls_tls_webhook_on_pod_create(
     review = next(r for r in reviews if not r["request"].get("dryRun"))
     request = review["request"]
     owner = request["object"]["metadata"]["ownerReferences"][0]
-    assert owner["kind"] == "ReplicaSet" and owner["controller"] is True
+    assert owner["kind"] == "ReplicaSet"
+    assert owner["controller"] is True
     assert request["object"]["metadata"]["generateName"].startswith("web-")
     assert review["apiVersion"] == "admission.k8s.io/v1"
     assert request["operation"] == "CREATE"
@@ -294,5 +295,6 @@ async def test_apiserver_calls_tls_webhook_on_pod_create(
     assert request["namespace"] == namespace
     # On CREATE a generated pod has no name yet, and no pod has a UID.
     assert "uid" not in request["object"]["metadata"]
-    assert not request["object"]["metadata"].get("name") and not request.get("name")
+    assert not request["object"]["metadata"].get("name")
+    assert not request.get("name")
     record("admission_review_pod_create.json", review)

@@ -145,7 +145,9 @@ def test_available_reservation_opens_it_then_records_evicting_before_evicting() 
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:Evicting", "Evict"]
     assert cond(status_of(plan), "Eviction")["reason"] == "Evicting"
     evict = plan.actions[-1]
-    assert isinstance(evict, Evict) and evict.uid == "uid-web-1" and evict.policy == "Eviction"
+    assert isinstance(evict, Evict)
+    assert evict.uid == "uid-web-1"
+    assert evict.policy == "Eviction"
 
 
 def test_paused_job_waits_with_its_reservation() -> None:
@@ -164,7 +166,8 @@ def test_job_delete_options_reach_the_eviction() -> None:
         rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
     )
     evict = plan.actions[-1]
-    assert isinstance(evict, Evict) and evict.delete_options == {"gracePeriodSeconds": 60}
+    assert isinstance(evict, Evict)
+    assert evict.delete_options == {"gracePeriodSeconds": 60}
 
 
 @pytest.mark.parametrize(
@@ -188,7 +191,8 @@ def test_finished_job_after_eviction_releases_its_reservation() -> None:
     plan = view_plan(job_obj=aborted, rsv=reservation(phase="Available", node="node-1"))
     assert kinds(plan) == ["UpdateStatus:reservations"]
     update = plan.actions[0]
-    assert isinstance(update, UpdateStatus) and update.obj["status"]["phase"] == "Failed"
+    assert isinstance(update, UpdateStatus)
+    assert update.obj["status"]["phase"] == "Failed"
 
 
 def test_missing_pod_before_eviction_fails_the_job() -> None:
@@ -236,7 +240,8 @@ def test_terminating_pod_is_waited_for() -> None:
         pod_obj=terminating,
         rsv=reservation(phase="Available", node="node-1"),
     )
-    assert plan.actions == [] and plan.requeue_after
+    assert plan.actions == []
+    assert plan.requeue_after
 
 
 def test_bound_and_ready_owner_completes_the_job() -> None:
@@ -353,11 +358,14 @@ def test_handover_deletes_the_placeholder_first_then_ungates() -> None:
     first = rsv_plan(rsv, ph=placeholder(), owner=owner)
     assert kinds(first) == ["Delete:pods"]
     delete = first.actions[0]
-    assert isinstance(delete, Delete) and delete.uid and delete.grace_period_seconds == 0
+    assert isinstance(delete, Delete)
+    assert delete.uid
+    assert delete.grace_period_seconds == 0
     second = rsv_plan(rsv, ph=None, owner=owner)
     assert kinds(second) == ["Patch:pods", "Event:ReservationHandover"]
     ungate = second.actions[0]
-    assert isinstance(ungate, Patch) and ungate.json_patch
+    assert isinstance(ungate, Patch)
+    assert ungate.json_patch
     assert ungate.patch[-1] == {"op": "remove", "path": "/spec/schedulingGates/0"}
 
 
@@ -482,7 +490,8 @@ def test_reservation_without_template_namespace_places_its_placeholder_by_its_ow
     del rsv["spec"]["template"]["metadata"]
     plan = rsv_plan(rsv)
     create = plan.actions[0]
-    assert isinstance(create, Create) and create.namespace == "default"
+    assert isinstance(create, Create)
+    assert create.namespace == "default"
     assert create.body["metadata"]["namespace"] == "default"
 
 
@@ -510,7 +519,8 @@ def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason(
     )
     status = status_of(jobs.decide(jv))
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
-    assert "web-2" in status["message"] and "webhook" in status["message"]
+    assert "web-2" in status["message"]
+    assert "webhook" in status["message"]
 
 
 def test_reservation_on_the_pods_own_node_is_never_a_reason_to_evict() -> None:
@@ -617,7 +627,8 @@ def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
         annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"},
     )
     waiting = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(0.5))
-    assert waiting.actions == [] and waiting.requeue_after
+    assert waiting.actions == []
+    assert waiting.requeue_after
     go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1))
     assert kinds(go)[-1] == "Evict"
 

@@ -62,5 +62,6 @@ def test_webhook_configuration_has_one_entry_per_replica_and_never_blocks() -> N
     ]
     assert len({h["name"] for h in hooks}) == 2
     for hook in hooks:
-        assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "NoneOnDryRun"
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["sideEffects"] == "NoneOnDryRun"
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]

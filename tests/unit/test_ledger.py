@@ -305,7 +305,8 @@ def test_free_capacity(events: list[Event], node0: str, node1: str, in_handover:
 
 def test_unknown_and_deleted_nodes_have_no_capacity() -> None:
     ledger = ledger_after([("node", "DELETED", node("node-1"))])
-    assert ledger.free("node-9") is None and ledger.allocatable("node-9") is None
+    assert ledger.free("node-9") is None
+    assert ledger.allocatable("node-9") is None
     assert ledger.free("node-1") is None
     assert ledger.allocatable("node-0") == {
         "cpu": Decimal(8),

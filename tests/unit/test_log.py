@@ -15,7 +15,8 @@ def test_json_lines_carry_level_message_and_context() -> None:
     record.job = "mig-1"
     record.pod = "ns/web-1"
     line = json.loads(JSONFormatter().format(record))
-    assert line["level"] == "warning" and line["logger"] == "controller.app"
+    assert line["level"] == "warning"
+    assert line["logger"] == "controller.app"
     assert line["message"] == "evicting ns/web-1"
     assert (line["job"], line["pod"]) == ("mig-1", "ns/web-1")
     assert line["time"].endswith("+00:00")

@@ -135,9 +135,12 @@ arbitrationArgs: {enabled: false, interval: 2s}
 flowControlQPS: "2.5"
 flowControlBurst: 5
 """))  # fmt: skip
-    assert args.dry_run and args.node_fit and args.skip_check_expected_replicas
+    assert args.dry_run
+    assert args.node_fit
+    assert args.skip_check_expected_replicas
     assert args.label_selector == LabelSelector(match_labels={"migrate": "yes"})
-    assert args.priority_threshold is not None and args.priority_threshold.value == 1000
+    assert args.priority_threshold is not None
+    assert args.priority_threshold.value == 1000
     assert args.max_migrating_per_node == 0
     assert args.max_migrating_per_workload == "25%"
     assert args.max_unavailable_per_workload == 2
