@@ -85,20 +85,30 @@ def _structural(node: Schema, defs: Schema) -> Schema:
         return _structural(_merge(branches[0], node), defs)
     result: Schema = {}
     for key, value in node.items():
-        if key == "title" or (key == "default" and value is None):
-            continue
-        if key == "additionalProperties" and isinstance(value, bool):
-            continue  # extra="forbid": the API server prunes unknown fields anyway
-        if key == "description":
-            value = " ".join(value.split())
-        elif key == "properties":
-            value = {name: _structural(sub, defs) for name, sub in value.items()}
-        elif key in ("items", "additionalProperties"):
-            value = _structural(value, defs)
-        elif key not in _KEPT and not key.startswith("x-kubernetes-"):
-            raise ValueError(f"cannot put {key!r} in a structural schema: {node}")
-        result[key] = value
+        kept = _structural_value(key, value, node, defs)
+        if kept is not _DROP:
+            result[key] = kept
     return dict(sorted(result.items()))
+
+
+_DROP = object()
+
+
+def _structural_value(key: str, value: Any, node: Schema, defs: Schema) -> Any:
+    """What a structural schema keeps of one key of `node` (`_DROP`: nothing)."""
+    if key == "title" or (key == "default" and value is None):
+        return _DROP
+    if key == "additionalProperties" and isinstance(value, bool):
+        return _DROP  # extra="forbid": the API server prunes unknown fields anyway
+    if key == "description":
+        return " ".join(value.split())
+    if key == "properties":
+        return {name: _structural(sub, defs) for name, sub in value.items()}
+    if key in ("items", "additionalProperties"):
+        return _structural(value, defs)
+    if key not in _KEPT and not key.startswith("x-kubernetes-"):
+        raise ValueError(f"cannot put {key!r} in a structural schema: {node}")
+    return value
 
 
 def _merge(base: Schema, override: Schema) -> Schema:
@@ -169,7 +179,7 @@ def render_crds() -> dict[str, str]:
 
 
 class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, _data: Any) -> bool:
         return True  # a schema fragment used twice is written twice, not as a YAML anchor
 
 

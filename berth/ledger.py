@@ -223,11 +223,11 @@ class Ledger:
             if not held:
                 del self._handover[node]
         reservation = self._reservations.get(name)
-        if reservation is not None and self._in_handover(name, reservation):
+        if reservation is not None and self._in_handover(reservation):
             self._handover.setdefault(reservation.node, {})[name] = reservation.held
             self._handover_node[name] = reservation.node
 
-    def _in_handover(self, name: str, reservation: _Reservation) -> bool:
+    def _in_handover(self, reservation: _Reservation) -> bool:
         """An owner is recorded and no owner is bound yet.
 
         From the moment an owner is recorded the Reservation itself holds the capacity,

@@ -79,16 +79,10 @@ def decide(
     token = pod_claim(pod)
     if token is not None:
         return _reassert(pod, token=token, reservations=reservations)
-    bound = annotations_of(pod).get(keys.RESERVATION_ALLOCATED)
-    if bound:
-        return Skip(f"already bound to reservation {bound}")
-    if placeholder_reservation(pod):
-        return Skip("a placeholder pod")
-    if pod["spec"].get("nodeName"):
-        return Skip(f"already assigned to node {pod['spec']['nodeName']}")
-    controller = controller_of(pod)
-    if controller is None:
-        return Skip("no controller")
+    not_a_replacement = _why_not_a_replacement(pod)
+    if not_a_replacement:
+        return Skip(not_a_replacement)
+    controller = controller_of(pod) or {}
     candidates = sorted(
         (
             r
@@ -103,6 +97,20 @@ def decide(
             f"{controller.get('name')} of workload {workload_uid}"
         )
     return Claim(tuple(candidates))
+
+
+def _why_not_a_replacement(pod: Object) -> str | None:
+    """Why `pod` can never take a Reservation (None: it may)."""
+    bound = annotations_of(pod).get(keys.RESERVATION_ALLOCATED)
+    if bound:
+        return f"already bound to reservation {bound}"
+    if placeholder_reservation(pod):
+        return "a placeholder pod"
+    if pod["spec"].get("nodeName"):
+        return f"already assigned to node {pod['spec']['nodeName']}"
+    if controller_of(pod) is None:
+        return "no controller"
+    return None
 
 
 def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) -> Decision:

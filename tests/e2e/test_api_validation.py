@@ -234,7 +234,7 @@ INVALID_ON_CREATE = [
     [pytest.param(*case, id=case_id) for case_id, *case in INVALID_ON_CREATE],
 )
 def test_invalid_object_is_refused(
-    cluster: Cluster, created: Created, build: Any, path: str, value: Any, expected: list[str]
+    cluster: Cluster, created: Created, *, build: Any, path: str, value: Any, expected: list[str]
 ) -> None:
     document = changed(build(unique("invalid")), path, value)
     result = create(cluster, created, document)

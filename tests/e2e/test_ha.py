@@ -63,8 +63,9 @@ def leader_pid(cluster: Cluster) -> int:
     )
 
 
+@pytest.mark.usefixtures("standby")
 def test_standby_takes_over_mid_migration_without_repeating_steps(
-    cluster: Cluster, namespace: str, standby: None, capsys: pytest.CaptureFixture[str]
+    cluster: Cluster, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from berth.kube.client import PODS, Kube, KubeError
-from tests.e2e.kube import Cluster
 
 pytestmark = pytest.mark.e2e
 
 
-async def test_errors_carry_status_and_reason(cluster: Cluster, namespace: str, kube: Kube) -> None:
+async def test_errors_carry_status_and_reason(namespace: str, kube: Kube) -> None:
     with pytest.raises(KubeError) as missing:
         await kube.get(PODS, "no-such-pod", namespace)
     assert missing.value.not_found

@@ -46,9 +46,8 @@ def name_of(obj: dict) -> str:
     return f"{kind}/{obj['metadata']['name']}"
 
 
-def test_server_accepts_every_object_without_cert_manager(
-    cluster: Cluster, berth_namespace: None
-) -> None:
+@pytest.mark.usefixtures("berth_namespace")
+def test_server_accepts_every_object_without_cert_manager(cluster: Cluster) -> None:
     overlay = MANIFESTS / "without-cert-manager"
     expected = {name_of(obj) for obj in rendered(cluster, overlay)}
 

@@ -54,7 +54,7 @@ def reservation_of(cluster: Cluster, job: dict[str, Any]) -> dict[str, Any]:
 
 
 STAGES: dict[str, Callable[[Cluster, str], Any]] = {
-    "before the reservation": lambda cluster, name: True,
+    "before the reservation": lambda _cluster, _name: True,
     "after the reservation": lambda cluster, name: condition(
         job_of(cluster, name), "ReservationCreated"
     ),
@@ -66,8 +66,9 @@ STAGES: dict[str, Callable[[Cluster, str], Any]] = {
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
+@pytest.mark.usefixtures("restore_components")
 def test_controller_killed_mid_migration_is_picked_up_by_the_next_one(
-    cluster: Cluster, namespace: str, stage: str, restore_components: None
+    cluster: Cluster, namespace: str, stage: str
 ) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
@@ -92,8 +93,9 @@ def test_controller_killed_mid_migration_is_picked_up_by_the_next_one(
     )
 
 
+@pytest.mark.usefixtures("restore_components")
 def test_webhook_down_never_blocks_pods_and_the_job_says_why(
-    cluster: Cluster, namespace: str, restore_components: None
+    cluster: Cluster, namespace: str
 ) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]

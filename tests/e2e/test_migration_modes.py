@@ -169,8 +169,9 @@ def second_webhook(cluster: Cluster) -> Iterator[None]:
     cluster.local.register_webhooks()
 
 
+@pytest.mark.usefixtures("second_webhook")
 def test_two_migrations_of_one_deployment_get_different_reservations(
-    cluster: Cluster, namespace: str, second_webhook: None
+    cluster: Cluster, namespace: str
 ) -> None:
     configuration = cluster.get("mutatingwebhookconfiguration", "berth")
     assert len(configuration["webhooks"]) == 2

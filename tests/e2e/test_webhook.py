@@ -288,7 +288,7 @@ async def pods_as_admitted(
     kube = await Kube.connect(cluster.kubeconfig)
     admitted: dict[str, dict[str, Any]] = {}
 
-    def first_seen(kind: str, pod: dict[str, Any]) -> None:
+    def first_seen(_kind: str, pod: dict[str, Any]) -> None:
         admitted.setdefault(pod["metadata"]["name"], pod)
 
     informer = Informer(
