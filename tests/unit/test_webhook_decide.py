@@ -1,0 +1,264 @@
+"""The webhook's decision: which Reservation a pod CREATE claims, if any."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from berth.api import keys
+from berth.protocol import top_level_workload
+from tests.unit.webhook_cases import (
+    DEPLOYMENT_UID,
+    REPLICASET_UID,
+    REVIEW,
+    TOKEN,
+    Change,
+    allocated,
+    by_name,
+    claimed_by,
+    handed_over,
+    request,
+    reservation,
+    set_in,
+)
+from webhook.decide import Claim, Reassert, Skip, decide
+
+
+@pytest.mark.parametrize(
+    ("changes", "reservations", "workload_uid", "expected"),
+    [
+        pytest.param([], [reservation("r1")], REPLICASET_UID, ["r1"], id="same controller"),
+        pytest.param(
+            [],
+            [reservation("r1", owner_uid="old-rs", workload=DEPLOYMENT_UID)],
+            DEPLOYMENT_UID,
+            ["r1"],
+            id="same workload, new ReplicaSet of a rollout",
+        ),
+        pytest.param(
+            [],
+            [reservation("r1", owner_uid="old-rs", workload="other")],
+            DEPLOYMENT_UID,
+            "no consumable reservation",
+            id="other workload",
+        ),
+        pytest.param(
+            [],
+            [
+                reservation("young", created="2026-11-21T23:55:00Z"),
+                reservation("b-old"),
+                reservation("a-old"),
+            ],
+            REPLICASET_UID,
+            ["a-old", "b-old", "young"],
+            id="oldest first, then by name",
+        ),
+        pytest.param(
+            [],
+            [reservation("r1", consumable=False)],
+            REPLICASET_UID,
+            "no consumable reservation",
+            id="not yet consumable",
+        ),
+        pytest.param(
+            [],
+            [reservation("r1", claim="other")],
+            REPLICASET_UID,
+            "no consumable reservation",
+            id="claimed by another pod",
+        ),
+        pytest.param(
+            [],
+            [reservation("r1", phase="Pending")],
+            REPLICASET_UID,
+            "no consumable reservation",
+            id="not available",
+        ),
+        pytest.param(
+            [],
+            [reservation("r1", namespace="elsewhere")],
+            REPLICASET_UID,
+            "no consumable reservation",
+            id="made for another namespace",
+        ),
+        pytest.param(
+            [],
+            [],
+            REPLICASET_UID,
+            "no consumable reservation for ReplicaSet web-",
+            id="no reservation at all",
+        ),
+        pytest.param(
+            [set_in("operation", "UPDATE")],
+            [reservation("r1")],
+            REPLICASET_UID,
+            "not a pod CREATE",
+            id="update",
+        ),
+        pytest.param(
+            [set_in("dryRun", True)], [reservation("r1")], REPLICASET_UID, "dry run", id="dry run"
+        ),
+        pytest.param(
+            [set_in("object.metadata.ownerReferences", [])],
+            [reservation("r1")],
+            None,
+            "no controller",
+            id="bare pod",
+        ),
+        pytest.param(
+            [set_in("object.metadata.labels", {keys.RESERVATION_LABEL: "r0"})],
+            [reservation("r1")],
+            REPLICASET_UID,
+            "placeholder",
+            id="placeholder pod",
+        ),
+        pytest.param(
+            [set_in("object.spec.nodeName", "node-2")],
+            [reservation("r1")],
+            REPLICASET_UID,
+            "already assigned to node node-2",
+            id="pod with nodeName",
+        ),
+        pytest.param(
+            [set_in("object.metadata.annotations", {keys.RESERVATION_ALLOCATED: allocated("r0")})],
+            [reservation("r1")],
+            REPLICASET_UID,
+            "already bound to reservation",
+            id="bound by someone else",
+        ),
+        pytest.param(
+            [claimed_by("r1")],
+            [reservation("r1", claim=TOKEN)],
+            REPLICASET_UID,
+            ("r1", TOKEN),
+            id="reinvoked",
+        ),
+        # A token the cache does not see on the Reservation buys nothing: a reinvoked pod
+        # already carries its whole patch, and a forged token must not get the gate.
+        pytest.param(
+            [claimed_by("r1")],
+            [reservation("r1")],
+            REPLICASET_UID,
+            "no longer waits for it",
+            id="token not (yet) on the reservation",
+        ),
+        pytest.param(
+            [claimed_by("r1")],
+            [reservation("r1", claim="other")],
+            REPLICASET_UID,
+            "no longer waits for it",
+            id="reinvoked, claim lost",
+        ),
+        pytest.param(
+            [claimed_by("r1")],
+            [reservation("r1", consumable=False)],
+            REPLICASET_UID,
+            "no longer waits for it",
+            id="reinvoked, reservation closed",
+        ),
+        pytest.param(
+            [claimed_by("r1")],
+            [reservation("r1", claim=TOKEN, phase="Succeeded")],
+            REPLICASET_UID,
+            "no longer waits for it",
+            id="made from the manifest of a pod bound earlier",
+        ),
+        pytest.param(
+            [claimed_by("r1")],
+            [handed_over(reservation("r1", claim=TOKEN))],
+            REPLICASET_UID,
+            "no longer waits for it",
+            id="claimed, already handed over",
+        ),
+        pytest.param(
+            [claimed_by("r1")],
+            [],
+            REPLICASET_UID,
+            "not in the cache",
+            id="reinvoked, reservation unknown",
+        ),
+        pytest.param(
+            [set_in("object.metadata.annotations", {keys.CLAIM: TOKEN})],
+            [reservation("r1", claim=TOKEN)],
+            REPLICASET_UID,
+            f"without a readable {keys.RESERVATION_ALLOCATED}",
+            id="claim without reservation-allocated",
+        ),
+    ],
+)
+def test_decide(
+    changes: list[Change],
+    reservations: list[dict[str, Any]],
+    workload_uid: str | None,
+    expected: list[str] | str | tuple[str, str],
+) -> None:
+    decision = decide(
+        request(*changes), reservations=by_name(*reservations), workload_uid=workload_uid
+    )
+    if isinstance(expected, str):
+        assert isinstance(decision, Skip)
+        assert expected in decision.reason
+    elif isinstance(expected, tuple):
+        assert isinstance(decision, Reassert)
+        assert (decision.reservation["metadata"]["name"], decision.token) == expected
+    else:
+        assert isinstance(decision, Claim)
+        assert [r["metadata"]["name"] for r in decision.candidates] == expected
+
+
+def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:
+    decision = decide(
+        request(lambda req: req["object"]["metadata"].pop("namespace")),
+        reservations=by_name(reservation("r1")),
+        workload_uid=None,
+    )
+    assert isinstance(decision, Claim)
+
+
+@pytest.mark.parametrize(
+    ("replicaset", "expected"),
+    [
+        pytest.param(
+            {
+                "metadata": {
+                    "uid": REPLICASET_UID,
+                    "ownerReferences": [
+                        {
+                            "kind": "Deployment",
+                            "name": "web",
+                            "uid": DEPLOYMENT_UID,
+                            "controller": True,
+                        }
+                    ],
+                }
+            },
+            DEPLOYMENT_UID,
+            id="ReplicaSet of a Deployment",
+        ),
+        pytest.param(
+            {"metadata": {"uid": REPLICASET_UID}}, REPLICASET_UID, id="ReplicaSet on its own"
+        ),
+        pytest.param(
+            {
+                "metadata": {
+                    "uid": "recreated",
+                    "ownerReferences": [
+                        {
+                            "kind": "Deployment",
+                            "name": "web",
+                            "uid": DEPLOYMENT_UID,
+                            "controller": True,
+                        }
+                    ],
+                }
+            },
+            REPLICASET_UID,
+            id="a different ReplicaSet of the same name",
+        ),
+        pytest.param(None, REPLICASET_UID, id="ReplicaSet gone"),
+    ],
+)
+def test_top_level_workload(replicaset: dict[str, Any] | None, expected: str) -> None:
+    controller = REVIEW["request"]["object"]["metadata"]["ownerReferences"][0]
+    assert top_level_workload(controller, replicaset) == expected

@@ -1,0 +1,139 @@
+"""How the webhook's handler reads an AdmissionReview and answers it."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from berth.api import keys
+from tests.unit.webhook_cases import (
+    REVIEW,
+    TOKEN,
+    apply_patch,
+    claimed_by,
+    request,
+    reservation,
+)
+from webhook.app import Webhook, make_app
+
+
+@pytest.fixture
+async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
+    async with TestClient(TestServer(make_app(webhook))) as test_client:
+        yield test_client
+
+
+def review_body(**changes: Any) -> bytes:
+    body = copy.deepcopy(REVIEW)
+    body.update(changes)
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        pytest.param(b"{not json", "the body is not JSON", id="not JSON"),
+        pytest.param(b"[]", "not an admission.k8s.io/v1 AdmissionReview", id="a list"),
+        pytest.param(
+            review_body(apiVersion="admission.k8s.io/v1beta1"),
+            "not an admission.k8s.io/v1 AdmissionReview",
+            id="v1beta1",
+        ),
+        pytest.param(
+            review_body(kind="TokenReview"),
+            "not an admission.k8s.io/v1 AdmissionReview",
+            id="another kind",
+        ),
+        pytest.param(review_body(request=None), "has no request", id="no request"),
+        pytest.param(
+            review_body(request={**REVIEW["request"], "uid": ""}), "has no uid", id="no uid"
+        ),
+        pytest.param(
+            review_body(request={**REVIEW["request"], "object": None}),
+            "object is not a Pod",
+            id="no object",
+        ),
+        pytest.param(
+            review_body(
+                request={
+                    **REVIEW["request"],
+                    "object": {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "metadata": {},
+                        "spec": {},
+                    },
+                }
+            ),
+            "object is not a Pod",
+            id="a Deployment",
+        ),
+        pytest.param(
+            review_body(
+                request={
+                    **REVIEW["request"],
+                    "object": {**REVIEW["request"]["object"], "metadata": "web"},
+                }
+            ),
+            "object is not a Pod",
+            id="metadata not an object",
+        ),
+    ],
+)
+async def test_malformed_review_is_refused_with_the_problem(
+    http: TestClient[Any, Any], body: bytes, problem: str
+) -> None:
+    response = await http.post(
+        "/mutate-pod", data=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status == 400
+    text = await response.text()
+    assert problem in text
+    assert "Traceback" not in text
+
+
+async def test_pod_without_reservation_is_allowed_unpatched(http: TestClient[Any, Any]) -> None:
+    response = await http.post("/mutate-pod", data=review_body())
+    assert response.status == 200
+    assert await response.json() == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": REVIEW["request"]["uid"], "allowed": True},
+    }
+
+
+async def test_api_server_failure_lets_the_pod_through(
+    http: TestClient[Any, Any], webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    webhook.reservations.store["r1"] = reservation("r1")
+    response = await http.post("/mutate-pod", data=review_body())
+    assert response.status == 200
+    answer = (await response.json())["response"]
+    assert answer == {"uid": REVIEW["request"]["uid"], "allowed": True}
+    assert "left unbound, the API server failed" in caplog.text
+
+
+async def test_reinvocation_answers_from_the_cache_alone(
+    http: TestClient[Any, Any], webhook: Webhook
+) -> None:
+    """A reinvocation claims nothing: the API server (a closed port) is never needed."""
+    webhook.reservations.store["r1"] = reservation("r1", claim=TOKEN)
+    partly_bound = request(claimed_by("r1"))
+    response = await http.post("/mutate-pod", data=review_body(request=partly_bound))
+    answer = (await response.json())["response"]
+    assert answer["patchType"] == "JSONPatch"
+    patched = apply_patch(partly_bound["object"], json.loads(base64.b64decode(answer["patch"])))
+    assert patched["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
+
+
+async def test_health_and_readiness(http: TestClient[Any, Any], webhook: Webhook) -> None:
+    assert (await http.get("/healthz")).status == 200
+    assert (await http.get("/readyz")).status == 503
+    webhook.reservations.synced.set()
+    assert (await http.get("/readyz")).status == 200
