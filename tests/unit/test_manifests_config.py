@@ -1,0 +1,254 @@
+"""Static checks of the configuration the manifests carry: the controller's config file,
+the webhook's admission settings, the serving certificate, the scheduler's extender
+entry and the pinned dependencies."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+from tests.unit.manifests import (
+    MANIFESTS,
+    NAMESPACE,
+    ROOT,
+    kustomization,
+    objects,
+    one,
+)
+
+# --- controller configuration -----------------------------------------------
+
+# The keys of MigrationControllerArgs, as the table in the seeds lists them.
+SEED_KEYS = {
+    "dryRun",
+    "evictFailedBarePods",
+    "evictLocalStoragePods",
+    "evictSystemCriticalPods",
+    "ignorePvcPods",
+    "labelSelector",
+    "priorityThreshold",
+    "maxConcurrentReconciles",
+    "namespaces",
+    "nodeFit",
+    "nodeSelector",
+    "maxMigratingPerNode",
+    "maxMigratingPerNamespace",
+    "maxMigratingPerWorkload",
+    "maxUnavailablePerWorkload",
+    "skipCheckExpectedReplicas",
+    "objectLimiters",
+    "defaultJobMode",
+    "defaultJobTTL",
+    "schedulerNames",
+    "evictQPS",
+    "evictBurst",
+    "evictionPolicy",
+    "defaultDeleteOptions",
+    "arbitrationArgs",
+}
+BERTH_KEYS = {"placeholderImage", "maxMigratingGlobally"}
+
+
+def test_controller_config_writes_out_every_key_with_the_design_defaults() -> None:
+    config = yaml.safe_load((MANIFESTS / "controller" / "config.yaml").read_text())
+    assert set(config) == SEED_KEYS | BERTH_KEYS
+    assert set(config["namespaces"]) == {"include", "exclude"}
+    assert set(config["arbitrationArgs"]) == {"enabled", "interval"}
+    # Where the design departs from the seeds: a vanilla scheduler.
+    assert config["schedulerNames"] == ["default-scheduler"]
+    assert config["defaultJobMode"] == "ReservationFirst"
+    assert config["dryRun"] is False
+
+
+# --- admission webhook ------------------------------------------------------
+
+
+def test_webhook_configuration_never_blocks_pod_creation() -> None:
+    found = objects(MANIFESTS / "webhook")
+    config = one(found, "MutatingWebhookConfiguration", "berth")
+    [hook] = config["webhooks"]
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["timeoutSeconds"] == 3
+    assert hook["sideEffects"] == "NoneOnDryRun"
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", NAMESPACE],
+            }
+        ]
+    }
+    service = hook["clientConfig"]["service"]
+    assert service == {
+        "name": "berth-webhook",
+        "namespace": NAMESPACE,
+        "path": "/mutate-pod",
+        "port": 443,
+    }
+    one(found, "Service", service["name"])
+
+
+# --- serving certificate ----------------------------------------------------
+
+
+def test_certificate_covers_both_services_and_feeds_the_webhook_ca() -> None:
+    found = objects(MANIFESTS / "cert-manager")
+    certificate = one(found, "Certificate", "berth-tls")
+    names = {
+        f"{service}.{NAMESPACE}.svc{suffix}"
+        for service in ("berth-webhook", "berth-extender")
+        for suffix in ("", ".cluster.local")
+    }
+    assert set(certificate["spec"]["dnsNames"]) == names
+    assert certificate["spec"]["secretName"] == "berth-tls"
+
+    webhook = one(objects(MANIFESTS / "webhook"), "MutatingWebhookConfiguration", "berth")
+    injected = webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert injected == f"{certificate['metadata']['namespace']}/berth-tls"
+
+
+@pytest.fixture(scope="module")
+def certcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tools/certcheck, built once: it decodes with cert-manager's own Go types."""
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH: cannot build tools/certcheck")
+    binary = tmp_path_factory.mktemp("certcheck") / "certcheck"
+    subprocess.run(
+        ["go", "build", "-o", str(binary), "."],
+        cwd=ROOT / "tools" / "certcheck",
+        check=True,
+        timeout=600,
+    )
+    return binary
+
+
+def test_cert_manager_objects_pass_certcheck(certcheck: Path) -> None:
+    files = sorted(
+        str(p)
+        for p in (MANIFESTS / "cert-manager").glob("*.yaml")
+        if p.name != "kustomization.yaml"
+    )
+    result = subprocess.run([str(certcheck), *files], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_certcheck_names_the_document_and_the_problem(certcheck: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: cert-manager.io/v1\n"
+        "kind: Certificate\n"
+        "metadata: {name: typo, namespace: ns}\n"
+        "spec: {secretNam: x, dnsNames: [a.example], issuerRef: {name: ca}}\n"
+        "---\n"
+        "apiVersion: cert-manager.io/v1\n"
+        "kind: Issuer\n"
+        "metadata: {name: ca, namespace: ns}\n"
+        "spec: {}\n"
+    )
+    result = subprocess.run([str(certcheck), str(bad)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert f"{bad}#1 Certificate ns/typo" in result.stderr
+    assert 'unknown field "secretNam"' in result.stderr
+    assert f"{bad}#2 Issuer ns/ca: spec sets no issuer type" in result.stderr
+
+
+# --- kube-scheduler configuration -------------------------------------------
+
+# kubescheduler.config.k8s.io/v1 Extender and ExtenderTLSConfig fields.
+EXTENDER_FIELDS = {
+    "urlPrefix",
+    "filterVerb",
+    "preemptVerb",
+    "prioritizeVerb",
+    "weight",
+    "bindVerb",
+    "enableHTTPS",
+    "tlsConfig",
+    "httpTimeout",
+    "nodeCacheCapable",
+    "managedResources",
+    "ignorable",
+}
+TLS_FIELDS = {
+    "insecure",
+    "serverName",
+    "certFile",
+    "keyFile",
+    "caFile",
+    "certData",
+    "keyData",
+    "caData",
+}
+SCHEDULER = MANIFESTS / "scheduler"
+
+
+def test_scheduler_config_is_not_applied_as_an_object() -> None:
+    assert not (SCHEDULER / "kustomization.yaml").exists()
+    for listing in MANIFESTS.rglob("kustomization.yaml"):
+        assert "scheduler" not in kustomization(listing.parent).get("resources", [])
+
+
+def test_scheduler_config_calls_the_extender_service() -> None:
+    config = yaml.safe_load((SCHEDULER / "kube-scheduler-config.yaml").read_text())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    [extender] = config["extenders"]
+    assert set(extender) <= EXTENDER_FIELDS
+    assert set(extender["tlsConfig"]) <= TLS_FIELDS
+    assert {key: value for key, value in extender.items() if key != "tlsConfig"} == {
+        "urlPrefix": f"https://berth-extender.{NAMESPACE}.svc:443",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "preemptVerb": "preempt",
+        "weight": 5,
+        "nodeCacheCapable": True,
+        "ignorable": True,
+        "enableHTTPS": True,
+        "httpTimeout": "3s",
+    }
+    # The URL names the extender's Service and port.
+    url = urlsplit(extender["urlPrefix"])
+    service = one(objects(MANIFESTS / "extender"), "Service", "berth-extender")
+    assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert url.port == service["spec"]["ports"][0]["port"]
+    assert extender["tlsConfig"].keys() == {"caData"}
+
+
+# --- image ------------------------------------------------------------------
+
+
+def test_requirements_lock_pins_every_runtime_dependency() -> None:
+    # The image installs the lock, then the project without dependencies: a
+    # dependency missing from the lock would be missing from the image.
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            pins[name.lower().replace("_", "-")] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dependency in map(Requirement, project["dependencies"]):
+        name = dependency.name.lower().replace("_", "-")
+        assert name in pins, f"{dependency.name} is not in requirements.lock"
+        assert dependency.specifier.contains(pins[name]), (dependency, pins[name])
