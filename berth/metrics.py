@@ -77,8 +77,6 @@ JOB_PHASE_DURATION = Histogram(
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600),
 )
 
-EvictionResult = Literal["evicted", "blocked_by_pdb", "failed"]
-
 EVICTIONS = Counter(
     "berth_evictions_total",
     "Evictions the controller attempted, by policy and result: evicted, blocked_by_pdb "
