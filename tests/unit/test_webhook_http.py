@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +18,7 @@ from tests.unit.webhook_cases import (
     claimed_by,
     request,
     reservation,
+    review_body,
 )
 from webhook.app import Webhook, make_app
 
@@ -27,12 +27,6 @@ from webhook.app import Webhook, make_app
 async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
     async with TestClient(TestServer(make_app(webhook))) as test_client:
         yield test_client
-
-
-def review_body(**changes: Any) -> bytes:
-    body = copy.deepcopy(REVIEW)
-    body.update(changes)
-    return json.dumps(body).encode()
 
 
 @pytest.mark.parametrize(

@@ -142,3 +142,9 @@ def apply_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[s
             assert isinstance(target, dict), f"no object at the parent of {operation['path']}"
             target[last] = operation["value"]
     return result
+
+
+def review_body(**changes: Any) -> bytes:
+    body = copy.deepcopy(REVIEW)
+    body.update(changes)
+    return json.dumps(body).encode()
