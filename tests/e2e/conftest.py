@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client, config
 
-from berth.dev.cluster import LocalCluster, pid_alive, tail
 from berth.kube.client import Kube
+from devtools.cluster import LocalCluster
+from devtools.processes import pid_alive, tail
 from tests.e2e.kube import Cluster
 
-BERTH = [sys.executable, "-m", "berth.cli"]
+BERTH = [sys.executable, "-m", "cli.berth"]
 
 
 @pytest.fixture(scope="session")

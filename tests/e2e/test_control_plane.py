@@ -30,7 +30,7 @@ def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> l
 def test_up_prints_the_line_to_paste_and_refuses_a_second_up(cluster: Cluster) -> None:
     assert f"export KUBECONFIG={cluster.kubeconfig} PATH=" in cluster.up_output
     again = subprocess.run(
-        [sys.executable, "-m", "berth.cli", "dev", "up", f"--state-dir={cluster.local.state_dir}"],
+        [sys.executable, "-m", "cli.berth", "dev", "up", f"--state-dir={cluster.local.state_dir}"],
         capture_output=True,
         text=True,
     )
