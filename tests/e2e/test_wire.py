@@ -58,6 +58,7 @@ def extender_app(seen: dict[str, list[dict[str, Any]]]) -> web.Application:
         seen["filter"].append(args)
         names = args["NodeNames"] or []
         labels = args["Pod"]["metadata"].get("labels") or {}
+        result: dict[str, Any]
         if labels.get(REJECT_LABEL) == "true":
             result = {
                 "NodeNames": [],
