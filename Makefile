@@ -19,6 +19,8 @@ binaries: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
 unit: setup

@@ -12,17 +12,18 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client, config
 
-from berth.dev.cluster import LocalCluster, pid_alive, tail
 from berth.kube.client import Kube
+from devtools.cluster import LocalCluster
+from devtools.processes import pid_alive, tail
 from tests.e2e.kube import Cluster
 
-BERTH = [sys.executable, "-m", "berth.cli"]
+BERTH = [sys.executable, "-m", "cli.berth"]
 
 
 @pytest.fixture(scope="session")
@@ -92,14 +93,16 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     handle = getattr(item, "funcargs", {}).get("cluster")
     if report.failed and isinstance(handle, Cluster):
         for component in LocalCluster(handle.local.state_dir).components:
             report.sections.append((f"log {component.name}", tail(component.log, 40)))
+    return report
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from berth.dev.cluster import LocalCluster
+from devtools.cluster import LocalCluster
 
 DEFAULT_TIMEOUT = 60.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -95,7 +96,7 @@ def test_thirty_jobs_never_take_more_than_the_pdb_allows(cluster: Cluster, names
                 cluster.apply(manifest)
                 names.append(name)
             results += cluster.wait(
-                lambda names=names: finished(cluster, names),
+                functools.partial(finished, cluster, names),
                 what="a wave of ten jobs to finish",
                 timeout=240,
             )

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import uuid
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
@@ -18,7 +19,7 @@ from tests.e2e.migrate import deployment
 pytestmark = pytest.mark.e2e
 
 
-def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> list[dict]:
+def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> list[dict[str, Any]]:
     found = [
         pod
         for pod in pods(cluster, namespace, selector)
@@ -30,7 +31,7 @@ def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> l
 def test_up_prints_the_line_to_paste_and_refuses_a_second_up(cluster: Cluster) -> None:
     assert f"export KUBECONFIG={cluster.kubeconfig} PATH=" in cluster.up_output
     again = subprocess.run(
-        [sys.executable, "-m", "berth.cli", "dev", "up", f"--state-dir={cluster.local.state_dir}"],
+        [sys.executable, "-m", "cli.berth", "dev", "up", f"--state-dir={cluster.local.state_dir}"],
         capture_output=True,
         text=True,
     )
@@ -67,7 +68,7 @@ def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str
     victim = before[0]["metadata"]["name"]
     cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
 
-    def replaced() -> list[dict]:
+    def replaced() -> list[dict[str, Any]]:
         current = ready_pods(cluster, namespace, "app=web", 3)
         names = {pod["metadata"]["name"] for pod in current}
         return current if current and victim not in names else []
@@ -100,7 +101,7 @@ async def test_pdb_blocks_eviction_with_429(
     )
 
     def budget_exhausted() -> bool:
-        status = cluster.get("pdb", "db", "-n", namespace).get("status", {})
+        status: dict[str, Any] = cluster.get("pdb", "db", "-n", namespace).get("status", {})
         return status.get("currentHealthy") == 2 and status.get("disruptionsAllowed") == 0
 
     await cluster.await_(budget_exhausted, what="the PDB to report disruptionsAllowed 0")
@@ -109,7 +110,7 @@ async def test_pdb_blocks_eviction_with_429(
     with pytest.raises(ApiException) as refused:
         await client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, eviction)
     assert refused.value.status == 429
-    assert "disruption budget" in refused.value.body
+    assert "disruption budget" in str(refused.value.body)
     still = await cluster.aget("pod", name, "-n", namespace)
     assert not still["metadata"].get("deletionTimestamp")
 

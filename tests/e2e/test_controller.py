@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_no_room_anywhere_waits_then_times_out_without_evicting(
     name, manifest = job_manifest(pod, ttl="15s")
     cluster.apply(manifest)
 
-    def unschedulable() -> dict | None:
+    def unschedulable() -> dict[str, Any] | None:
         job = job_of(cluster, name)
         scheduled = condition(job, "ReservationScheduled")
         return job if scheduled.get("reason") == "Unschedulable" else None
@@ -84,7 +85,7 @@ def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) ->
     assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
 
 
-def guarded_pods(cluster: Cluster, namespace: str) -> list[dict]:
+def guarded_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     """Two pods under a PodDisruptionBudget that allows no disruption."""
     cluster.apply(deployment("guarded", replicas=2), namespace)
     pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
@@ -137,7 +138,7 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     name, manifest = job_manifest(pods[0], ttl="20s")
     cluster.apply(manifest)
 
-    def blocked() -> dict | None:
+    def blocked() -> dict[str, Any] | None:
         job = job_of(cluster, name)
         return job if condition(job, "Eviction").get("reason") == "BlockedByPDB" else None
 

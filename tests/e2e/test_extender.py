@@ -25,8 +25,8 @@ import aiohttp
 import pytest
 
 from berth.api import keys
-from berth.dev.cluster import free_port
 from berth.resources import parse_quantity, pod_requests
+from devtools.processes import free_port
 from tests.e2e.kube import Cluster
 
 pytestmark = pytest.mark.e2e

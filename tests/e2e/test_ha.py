@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -73,7 +74,7 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
     # Both replicas are ready: one leads, the other knows who does.
     for component in cluster.local.components:
         if component.name.startswith("berth-controller"):
-            cluster.wait(lambda c=component: ready(c.port), what=f"{component.name} ready")
+            cluster.wait(functools.partial(ready, component.port), what=f"{component.name} ready")
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
     cluster.wait(

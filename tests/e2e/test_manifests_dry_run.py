@@ -9,6 +9,7 @@ control plane has no cert-manager CRDs; tools/certcheck covers them offline.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -34,12 +35,12 @@ def berth_namespace(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-f", str(MANIFESTS / "namespace" / "namespace.yaml"))
 
 
-def rendered(cluster: Cluster, overlay: Path) -> list[dict]:
+def rendered(cluster: Cluster, overlay: Path) -> list[dict[str, Any]]:
     built = cluster.kubectl("kustomize", str(overlay)).stdout
     return [doc for doc in yaml.safe_load_all(built) if doc]
 
 
-def name_of(obj: dict) -> str:
+def name_of(obj: dict[str, Any]) -> str:
     """The name kubectl prints for an object with `-o name`: kind.group/name."""
     group = obj["apiVersion"].rpartition("/")[0]
     kind = obj["kind"].lower() + (f".{group}" if group else "")

@@ -143,8 +143,10 @@ def cpu_in_use(cluster: Cluster, *, skip_namespace: str) -> dict[str, Decimal]:
     return used
 
 
-def bare_pod(name: str, *, cpu_millis: Decimal, role: str, node: str | None = None) -> dict:
-    spec: dict = {
+def bare_pod(
+    name: str, *, cpu_millis: Decimal, role: str, node: str | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
         "containers": [
             {"name": "c", "image": PAUSE, "resources": {"requests": {"cpu": f"{int(cpu_millis)}m"}}}
         ],

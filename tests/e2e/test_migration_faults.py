@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from berth.dev.cluster import Component
+from devtools.processes import Component
 from tests.e2e.kube import Cluster
 from tests.e2e.migrate import (
     condition,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 
@@ -184,7 +185,7 @@ def test_two_migrations_of_one_deployment_get_different_reservations(
         names.append(name)
     jobs = [
         cluster.wait(
-            lambda n=n: phase_is(cluster, n, "Succeeded", "Failed"), what=f"job {n} to end"
+            functools.partial(phase_is, cluster, n, "Succeeded", "Failed"), what=f"job {n} to end"
         )
         for n in names
     ]

@@ -35,10 +35,10 @@ import aiohttp
 import pytest
 
 from berth.api import keys
-from berth.dev.cluster import free_port
 from berth.kube.client import PODS, Kube
 from berth.kube.informer import Informer
 from berth.protocol import claim_of, is_gated, node_of, phase, pod_claim
+from devtools.processes import free_port
 from tests.e2e.kube import Cluster, pods
 
 pytestmark = pytest.mark.e2e
@@ -78,7 +78,7 @@ def without_session_webhook(cluster: Cluster) -> Iterator[None]:
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("webhook-certs")
     subprocess.run(
-        [sys.executable, "-m", "berth.cli", "certs", f"--out={out}", "--ip=127.0.0.1"],
+        [sys.executable, "-m", "cli.berth", "certs", f"--out={out}", "--ip=127.0.0.1"],
         check=True,
         capture_output=True,
     )

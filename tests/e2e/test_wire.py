@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from berth.dev.cluster import free_port
+from devtools.processes import free_port
 from tests.e2e.kube import Cluster
 
 pytestmark = pytest.mark.e2e
@@ -58,6 +58,7 @@ def extender_app(seen: dict[str, list[dict[str, Any]]]) -> web.Application:
         seen["filter"].append(args)
         names = args["NodeNames"] or []
         labels = args["Pod"]["metadata"].get("labels") or {}
+        result: dict[str, Any]
         if labels.get(REJECT_LABEL) == "true":
             result = {
                 "NodeNames": [],
@@ -164,7 +165,7 @@ async def test_apiserver_calls_tls_webhook_on_pod_create(
 ) -> None:
     certs = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "berth.cli", "certs", f"--out={tmp_path}", "--ip=127.0.0.1"],
+        [sys.executable, "-m", "cli.berth", "certs", f"--out={tmp_path}", "--ip=127.0.0.1"],
         capture_output=True,
         text=True,
         check=True,

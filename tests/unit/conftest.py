@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes_asyncio import client
 
-from berth.dev.cluster import free_port
 from berth.kube.client import Kube
+from devtools.processes import free_port
 from webhook.app import Webhook
 
 

@@ -54,7 +54,8 @@ def deployment(component: str) -> Object:
 
 
 def the_container(component: str) -> Object:
-    [container] = deployment(component)["spec"]["template"]["spec"]["containers"]
+    containers: list[Object] = deployment(component)["spec"]["template"]["spec"]["containers"]
+    [container] = containers
     return container
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from berth.dev import binaries, render
+from devtools import binaries, render
 
 
 def test_kubeconfig_embeds_certificates_and_selects_its_context() -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from berth import protocol
 from berth.kube.client import DEPLOYMENTS, NODES, PODMIGRATIONJOBS, PODS, Kube
-from berth.migrate import follow, job_for
 from berth.resources import parse_quantity, pod_requests
+from cli.migrate import follow, job_for
 
 NAMESPACE = "default"
 APPS = {"alpha": "node-0", "beta": "node-1", "gamma": "node-2"}

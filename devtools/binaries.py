@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tools"
 
 
@@ -110,6 +110,8 @@ def _build(go: str, *, module: Path, package: str, output: Path, ldflags: str = 
 
 def ensure_binaries() -> Binaries:
     """Return the cached binaries, building any that are missing."""
+    if not (TOOLS / "kcp" / "go.mod").is_file():
+        raise BuildError(f"{TOOLS / 'kcp'} is missing: the local control plane needs a checkout")
     go = _go()
     binaries = Binaries(cache_root() / source_hash(_go_version(go)))
     binaries.bin_dir.mkdir(parents=True, exist_ok=True)
