@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,8 +45,15 @@ from operator import attrgetter
 from typing import Any, Literal, NamedTuple
 
 from berth.api import PodMigrationJobMode, PodMigrationJobPhase, PodMigrationJobReason, keys
-from berth.protocol import requirement_matches, selector_matches
-from berth.resources import Resources, fits, format_quantity, parse_quantity, pod_requests
+from berth.resources import Resources, fits, format_quantity, pod_requests
+from berth.scheduling import (
+    node_affinity_matches,
+    node_schedulable,
+    parse_selector,
+    qos_class,
+    selector_matches,
+    taints_tolerated,
+)
 from berth.settings import MigrationControllerArgs, ObjectLimiterKind
 
 Object = Mapping[str, Any]
@@ -272,7 +278,7 @@ class PodFacts:
         self.healthy = _healthy(pod)
         self.failed = status.get("phase") == "Failed"
         self.bypass = keys.DESCHEDULER_EVICT in annotations
-        self.qos = _qos_rank(labels, status, spec)
+        self.qos = _qos_rank(labels, pod)
         self.local_storage: str | None = None
         """Why the pod's data would stay behind (emptyDir, hostPath), or None."""
         self.pvc: str | None = None
@@ -1154,7 +1160,7 @@ class _NodeFit:
         self.nodes = [
             (name, node)
             for name, node in snapshot.nodes.items()
-            if _node_ready(node) and selector_matches(selector, _labels(node))
+            if node_schedulable(node) and selector_matches(selector, _labels(node))
         ]
         self.fitting: dict[str, tuple[str, ...]] = {}
 
@@ -1167,109 +1173,18 @@ class _NodeFit:
     def _first_two(self, spec: Object) -> tuple[str, ...]:
         """Up to two nodes that fit: one of them is not the pod's own."""
         requests = pod_requests(spec)
-        selector = {"matchLabels": spec.get("nodeSelector") or {}}
-        terms = (
-            ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
-            or {}
-        ).get("nodeSelectorTerms")
-        tolerations = spec.get("tolerations") or ()
         found: list[str] = []
         for name, node in self.nodes:
-            labels = _labels(node)
             if (
                 name in self.free
                 and not fits(requests, self.free[name])
-                and selector_matches(selector, labels)
-                and (not terms or any(_term_matches(t, name, labels) for t in terms))
-                and all(
-                    _tolerated(taint, tolerations)
-                    for taint in (node.get("spec") or {}).get("taints") or ()
-                    if taint.get("effect") in ("NoSchedule", "NoExecute")
-                )
+                and node_affinity_matches(spec, name, _labels(node))
+                and taints_tolerated(spec, node)
             ):
                 found.append(name)
                 if len(found) == 2:
                     break
         return tuple(found)
-
-
-def _node_ready(node: Object) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
-        return False
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or ()
-    )
-
-
-def _term_matches(term: Object, name: str, labels: Mapping[str, str]) -> bool:
-    """A nodeSelectorTerm: all its expressions on labels and fields hold (an empty term
-    matches no node)."""
-    expressions = term.get("matchExpressions") or ()
-    fields = term.get("matchFields") or ()
-    if not expressions and not fields:
-        return False
-    return all(requirement_matches(e, labels) for e in expressions) and all(
-        requirement_matches(f, {"metadata.name": name}) for f in fields
-    )
-
-
-def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
-    for toleration in tolerations:
-        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-            continue
-        if toleration.get("operator") == "Exists":
-            if not toleration.get("key") or toleration["key"] == taint.get("key"):
-                return True
-        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
-            taint.get("value") or ""
-        ):
-            return True
-    return False
-
-
-# ----- label selectors --------------------------------------------------------------------
-
-_SELECTOR_PART = re.compile(
-    r"^\s*(?:!\s*(?P<absent>[^\s=!(),]+)"
-    r"|(?P<key>[^\s=!(),]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[^\s=!(),]*)"
-    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*$"
-)
-
-
-def parse_selector(text: str) -> dict[str, Any]:
-    """A label selector string as kubectl -l takes it (`pool=general,zone in (a,b),!spot`),
-    as a metav1.LabelSelector dict. Raises ValueError naming the part it cannot read."""
-    expressions: list[dict[str, Any]] = []
-    for part in re.split(r",(?![^()]*\))", text):
-        if not part.strip():
-            continue
-        match = _SELECTOR_PART.match(part)
-        if match is None:
-            raise ValueError(f"{part.strip()!r} is not a label selector requirement")
-        if match["absent"]:
-            expressions.append({"key": match["absent"], "operator": "DoesNotExist"})
-        elif match["op"]:
-            expressions.append(
-                {
-                    "key": match["key"],
-                    "operator": "NotIn" if match["op"] == "!=" else "In",
-                    "values": [match["value"]],
-                }
-            )
-        elif match["set"]:
-            expressions.append(
-                {
-                    "key": match["key"],
-                    "operator": "In" if match["set"] == "in" else "NotIn",
-                    "values": [v.strip() for v in match["values"].split(",") if v.strip()],
-                }
-            )
-        else:
-            expressions.append({"key": match["key"], "operator": "Exists"})
-    return {"matchExpressions": expressions}
 
 
 # ----- pods -------------------------------------------------------------------------------
@@ -1278,37 +1193,15 @@ _KOORDINATOR_QOS_RANK = {"LSE": 0, "LSR": 1, "LS": 2, "BE": 3}
 _KUBE_QOS_RANK = {"Guaranteed": 0, "Burstable": 1, "BestEffort": 2}
 
 
-def _qos_rank(labels: Mapping[str, str], status: Object, spec: Object) -> int:
+def _qos_rank(labels: Mapping[str, str], pod: Object) -> int:
     """Higher QoS first: the koordinator.sh/qosClass label (LSE > LSR > LS > BE), where a
     pod without it counts as LS, or BE when it is BestEffort; then the Kubernetes QoS class
     (Guaranteed > Burstable > BestEffort)."""
-    kube = status.get("qosClass") or _kube_qos(spec)
+    kube = qos_class(pod)
     koordinator = _KOORDINATOR_QOS_RANK.get(
         labels.get(KOORDINATOR_QOS, ""), 3 if kube == "BestEffort" else 2
     )
     return 3 * koordinator + _KUBE_QOS_RANK.get(kube, 1)
-
-
-def _kube_qos(spec: Object) -> str:
-    """The Kubernetes QoS class from cpu and memory requests and limits, for a pod whose
-    status does not carry it yet."""
-    guaranteed, best_effort = True, True
-    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
-        resources = container.get("resources") or {}
-        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-        for name in ("cpu", "memory"):
-            request, limit = requests.get(name), limits.get(name)
-            if request is not None or limit is not None:
-                best_effort = False
-            if limit is None or (
-                request is not None
-                and request != limit
-                and parse_quantity(request) != parse_quantity(limit)
-            ):
-                guaranteed = False
-    if best_effort:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def _healthy(pod: Object) -> bool:

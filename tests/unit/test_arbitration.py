@@ -14,7 +14,6 @@ import pytest
 
 from berth import protocol
 from berth.api import keys
-from berth.protocol import selector_matches
 from berth.settings import MigrationControllerArgs
 from controller.arbitration import (
     KOORDINATOR_QOS,
@@ -26,7 +25,6 @@ from controller.arbitration import (
     TokenBucket,
     arbitrate,
     max_per_workload,
-    parse_selector,
 )
 from tests.unit.builders import T0, job, later, node, pdb, pod, ts, workload
 
@@ -1423,49 +1421,6 @@ def test_disabled_arbitration_admits_all_but_still_forbids() -> None:
         "job-9": "fail",
     }
     assert result.limiter is state
-
-
-# ----- selectors --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "labels", "matches"),
-    [
-        ("", {}, True),
-        ("pool=general", {"pool": "general"}, True),
-        ("pool==general", {"pool": "mem"}, False),
-        ("pool!=general", {}, True),
-        ("pool!=general", {"pool": "general"}, False),
-        ("pool in (general, batch)", {"pool": "batch"}, True),
-        ("pool notin (general,batch),zone", {"pool": "mem", "zone": "a"}, True),
-        ("pool notin (general,batch),zone", {"pool": "mem"}, False),
-        ("!spot", {"spot": "true"}, False),
-        ("a=1, b=2", {"a": "1", "b": "2"}, True),
-    ],
-)
-def test_parse_selector(text: str, labels: dict[str, str], matches: bool) -> None:
-    assert selector_matches(parse_selector(text), labels) is matches
-
-
-@pytest.mark.parametrize("text", ["pool=a=b", "in (a)", "pool in a", "!pool=a"])
-def test_parse_selector_rejects(text: str) -> None:
-    with pytest.raises(ValueError, match="is not a label selector requirement"):
-        parse_selector(text)
-
-
-@pytest.mark.parametrize(
-    ("selector", "labels", "matches"),
-    [
-        ({}, {"app": "web"}, True),
-        ({"matchLabels": {"app": "web"}}, {"app": "web", "x": "y"}, True),
-        ({"matchLabels": {"app": "web"}}, {}, False),
-        ({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, {"app": ""}, True),
-        ({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, {"app": ""}, False),
-        ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, {}, True),
-    ],
-)
-def test_selector_matches(selector: Object, labels: dict[str, str], matches: bool) -> None:
-    assert selector_matches(selector, labels) is matches
 
 
 # ----- the memo: a round reuses only what it read from the very same objects ---------------
