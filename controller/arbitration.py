@@ -45,6 +45,7 @@ from operator import attrgetter
 from typing import Any, Literal, NamedTuple
 
 from berth.api import PodMigrationJobMode, PodMigrationJobPhase, PodMigrationJobReason, keys
+from berth.eviction import eviction_cost, forbidden, is_healthy
 from berth.resources import Resources, fits, format_quantity, pod_requests
 from berth.scheduling import (
     node_affinity_matches,
@@ -61,8 +62,6 @@ Verdict = Literal["admit", "wait", "fail"]
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 """Priority of the built-in system-cluster-critical class; at or above it a pod is critical."""
-MIRROR_POD = "kubernetes.io/config.mirror"
-CONFIG_SOURCE = "kubernetes.io/config.source"
 KOORDINATOR_QOS = "koordinator.sh/qosClass"
 
 
@@ -235,8 +234,6 @@ class PodFacts:
         "bypass",
         "controller",
         "cost",
-        "failed",
-        "forbidden",
         "healthy",
         "key",
         "label_set",
@@ -244,7 +241,6 @@ class PodFacts:
         "local_storage",
         "namespace",
         "node",
-        "owned",
         "priority",
         "priority_class",
         "pvc",
@@ -257,7 +253,6 @@ class PodFacts:
     def __init__(self, pod: Object) -> None:
         metadata: Object = pod["metadata"]
         self.spec: Object = (spec := pod.get("spec") or {})
-        status: Object = pod.get("status") or {}
         self.namespace: str = metadata["namespace"]
         self.key = f"{self.namespace}/{metadata['name']}"
         self.uid: str = metadata["uid"]
@@ -265,18 +260,16 @@ class PodFacts:
         self.label_set = frozenset(labels.items())
         annotations: Mapping[str, str] = metadata.get("annotations") or {}
         owners: Sequence[Object] = metadata.get("ownerReferences") or ()
-        self.owned = bool(owners)
         self.controller: str | None = next(
             (ref["uid"] for ref in owners if ref.get("controller")), None
         )
         """The UID of the pod's controller, if it has one."""
         self.node: str = spec.get("nodeName") or ""
-        self.cost = _eviction_cost(annotations)
+        self.cost = eviction_cost(annotations)
         self.priority: int = spec.get("priority") or 0
         self.priority_class: str = spec.get("priorityClassName") or ""
         self.scheduler: str = spec.get("schedulerName") or "default-scheduler"
-        self.healthy = _healthy(pod)
-        self.failed = status.get("phase") == "Failed"
+        self.healthy = is_healthy(pod)
         self.bypass = keys.DESCHEDULER_EVICT in annotations
         self.qos = _qos_rank(labels, pod)
         self.local_storage: str | None = None
@@ -289,8 +282,6 @@ class PodFacts:
                     self.local_storage = f"{kind} volume {volume.get('name')}"
             if ("persistentVolumeClaim" in volume or "ephemeral" in volume) and self.pvc is None:
                 self.pvc = f"volume {volume.get('name')}"
-        self.forbidden = _always_forbidden(self, metadata, status, annotations, owners)
-        """Why no configuration lets the pod migrate, or None."""
 
 
 class _Candidate(PodFacts):
@@ -424,7 +415,7 @@ class _Round:
                 f"flowControlBurst {args.flow_control_burst or 1})"
             ),
         )
-        self.forbidden = _forbidden_checks(args)
+        self.forbid = _forbid_checks(args)
         safety, limits = _limit_checks(args)
         self.checks = [
             tuple(
@@ -521,8 +512,8 @@ class _Round:
     def _read(self, job: Object, pod: Object) -> _Candidate:
         """The job as a candidate, and whether its pod is forbidden to migrate."""
         c = _Candidate(job, pod=pod)
-        message = c.forbidden
-        for check in self.forbidden:
+        message = forbidden(pod, evict_failed_bare_pods=self.args.evict_failed_bare_pods)
+        for check in self.forbid:
             if message is not None:
                 break
             message = check(c, self)
@@ -580,7 +571,7 @@ class _Round:
                 obj,
                 pods,
                 available=sum(
-                    1 for pod in pods if _healthy(pod) and _object_key(pod) not in self.migrating
+                    1 for pod in pods if is_healthy(pod) and _object_key(pod) not in self.migrating
                 ),
             )
         known = self.last.workloads.get(uid)
@@ -700,43 +691,6 @@ def _recent(
 _Forbid = Callable[[_Candidate, _Round], str | None]
 
 
-def _always_forbidden(
-    f: PodFacts,
-    metadata: Object,
-    status: Object,
-    annotations: Mapping[str, str],
-    owners: Sequence[Object],
-) -> str | None:
-    """The rules no configuration lifts, in the order they are reported.
-
-    A pod on no node has no place to be moved from; a terminating or completed pod is
-    leaving anyway; eviction cost MaxInt32 says whoever runs the pod forbids it; a static
-    pod belongs to its kubelet (deleting its mirror pod moves nothing); a DaemonSet puts
-    its pod back on the same node.
-    """
-    if not f.node:
-        return "pod is not scheduled to a node"
-    if metadata.get("deletionTimestamp"):
-        return "pod is terminating"
-    if status.get("phase") == "Succeeded":
-        return "pod has completed"
-    if f.cost >= keys.EVICTION_COST_NEVER:
-        return f"eviction cost is MaxInt32 ({keys.EVICTION_COST})"
-    if MIRROR_POD in annotations or annotations.get(CONFIG_SOURCE, "api") != "api":
-        return "pod is a static pod (its kubelet runs it from a manifest)"
-    if any(owner.get("kind") == "DaemonSet" for owner in owners):
-        return "pod is a DaemonSet pod"
-    return None
-
-
-def _bare(c: _Candidate, r: _Round) -> str | None:
-    """Nothing recreates a pod without owner after its eviction; only a failed one may go,
-    and only with evictFailedBarePods."""
-    if c.owned or (c.failed and r.args.evict_failed_bare_pods):
-        return None
-    return "pod has no owner to recreate it (evictFailedBarePods allows failed ones)"
-
-
 def _namespace(c: _Candidate, r: _Round) -> str | None:
     """namespaces.include is checked before namespaces.exclude."""
     namespaces = r.args.namespaces
@@ -802,12 +756,12 @@ def _scheduler_name(c: _Candidate, r: _Round) -> str | None:
     )
 
 
-def _forbidden_checks(args: MigrationControllerArgs) -> tuple[_Forbid, ...]:
+def _forbid_checks(args: MigrationControllerArgs) -> tuple[_Forbid, ...]:
     """The evictability checks, less those the configuration turns off.
 
     evictSystemCriticalPods lifts priorityThreshold too: it allows "pods of any priority".
     """
-    checks: list[_Forbid] = [_bare]
+    checks: list[_Forbid] = []
     if args.namespaces and (args.namespaces.include or args.namespaces.exclude):
         checks.append(_namespace)
     if args.label_selector is not None:
@@ -1202,25 +1156,6 @@ def _qos_rank(labels: Mapping[str, str], pod: Object) -> int:
         labels.get(KOORDINATOR_QOS, ""), 3 if kube == "BestEffort" else 2
     )
     return 3 * koordinator + _KUBE_QOS_RANK.get(kube, 1)
-
-
-def _healthy(pod: Object) -> bool:
-    """Running, Ready and not terminating: what a PDB counts as healthy."""
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-        return False
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
-
-
-def _eviction_cost(annotations: Mapping[str, str]) -> int:
-    """scheduling.koordinator.sh/eviction-cost; unset or not an integer is 0."""
-    try:
-        return int(annotations.get(keys.EVICTION_COST, 0))
-    except ValueError:
-        return 0
 
 
 def _annotations(obj: Object) -> Mapping[str, str]:
