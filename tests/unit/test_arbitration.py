@@ -16,7 +16,6 @@ from berth import protocol
 from berth.api import keys
 from berth.settings import MigrationControllerArgs
 from controller.arbitration import (
-    KOORDINATOR_QOS,
     Arbitration,
     Decision,
     LimiterState,
@@ -26,6 +25,7 @@ from controller.arbitration import (
     arbitrate,
     max_per_workload,
 )
+from controller.arbitration.order import KOORDINATOR_QOS
 from tests.unit.builders import T0, job, later, node, pdb, pod, ts, workload
 
 Object = dict[str, Any]
