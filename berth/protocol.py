@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from berth.api import ReservationPhase, keys
+from berth.scheduling import selector_matches
 
 Object = Mapping[str, Any]
 
@@ -128,37 +129,6 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
             and selector_matches(selector, labels_of(pod))
         ):
             return True
-    return False
-
-
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector as the API reads it: every requirement holds, so an empty
-    selector matches everything."""
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    return all(requirement_matches(e, labels) for e in selector.get("matchExpressions") or ())
-
-
-def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """One selector requirement: In, NotIn, Exists, DoesNotExist, and for nodes Gt, Lt."""
-    value = labels.get(requirement["key"])
-    operator = requirement["operator"]
-    values = requirement.get("values") or ()
-    if operator == "In":
-        return value in values
-    if operator == "NotIn":
-        return value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
     return False
 
 

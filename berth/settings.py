@@ -33,6 +33,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from berth.api import Duration, LabelSelector, PodMigrationJobMode, format_duration
+from berth.scheduling import parse_selector
 
 KIND = "MigrationControllerArgs"
 API_VERSION = "descheduler/v1alpha2"
@@ -77,6 +78,16 @@ def _rate(value: object) -> float:
 
 
 Rate = Annotated[float, PlainValidator(_rate)]
+
+
+def _label_selector_text(value: str) -> str:
+    """A label selector string, read as arbitration reads it, so that a bad one stops the
+    controller at start instead of failing every arbitration round."""
+    parse_selector(value)
+    return value
+
+
+LabelSelectorText = Annotated[str, AfterValidator(_label_selector_text)]
 
 
 class EvictionPolicy(StrEnum):
@@ -161,7 +172,7 @@ class MigrationControllerArgs(_Args):
     """Namespaces whose pods may migrate."""
     node_fit: StrictBool = False
     """Only migrate a pod if another node fits it (affinity, taints, resources)."""
-    node_selector: str | None = None
+    node_selector: LabelSelectorText | None = None
     """Only consider nodes matching this label selector, e.g. `pool=general`."""
     max_migrating_per_node: StrictInt = Field(default=2, ge=0)
     """Jobs running at once per source node; 0 means no limit."""

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from berth import protocol
-from berth.api import TERMINAL_PHASES, keys
+from berth import eviction
+from berth.api import TERMINAL_PHASES
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
 
 Object = dict[str, Any]
@@ -67,22 +67,14 @@ def job_for(pod: Mapping[str, Any], *, to: str | None, mode: str, ttl: str, paus
 
 
 def why_not_migratable(pod: Mapping[str, Any]) -> str | None:
-    """Why a pod on a drained node is left alone (None: it is migrated)."""
-    metadata = pod["metadata"]
-    controller = protocol.controller_of(pod)
-    if protocol.placeholder_reservation(pod):
-        return "a Berth placeholder"
-    if controller is not None and controller.get("kind") == "DaemonSet":
-        return "a DaemonSet pod"
-    if "kubernetes.io/config.mirror" in (metadata.get("annotations") or {}):
-        return "a static (mirror) pod"
-    if metadata.get("deletionTimestamp") or protocol.is_terminal_pod(pod):
-        return "terminating or finished"
-    if controller is None:
-        return "not managed by a controller: nothing would re-create it"
-    if (metadata.get("annotations") or {}).get(keys.EVICTION_COST) == str(keys.EVICTION_COST_NEVER):
-        return "eviction cost is MaxInt32"
-    return None
+    """Why a pod on a drained node is left alone (None: it is migrated).
+
+    The rules arbitration applies to every pod whatever the configuration, from the one
+    place that holds them, so the drain creates no job arbitration would refuse for what
+    the pod is. What depends on the controller's configuration (namespaces, local storage,
+    priority, ...) is left to arbitration, which fails such a job and says why.
+    """
+    return eviction.forbidden(pod)
 
 
 def rows(jobs: Iterable[Mapping[str, Any]]) -> list[tuple[str, ...]]:

@@ -1,0 +1,84 @@
+"""Which pods Berth never migrates, whatever the controller's configuration says.
+
+Two places decide whether a pod may move: arbitration, which fails a job for such a pod
+as ForbiddenMigratePod, and `kubectl migrate node`, which creates no job for it. Both ask
+`forbidden`, so a drain never creates a job that arbitration refuses for a fact of the
+pod, nor skips one it would allow. These rules read only the pod; the evictability checks
+that depend on the configuration (namespaces, labelSelector, priority, local storage,
+PVCs, schedulerNames) are arbitration's, which only the controller knows.
+
+Objects are the API server's dicts; these functions are pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from berth import protocol
+from berth.api import keys
+from berth.protocol import Object
+
+MIRROR_POD = "kubernetes.io/config.mirror"
+"""Annotation of the mirror pod the kubelet shows for a static pod."""
+CONFIG_SOURCE = "kubernetes.io/config.source"
+"""Annotation saying where the kubelet got a pod from: "api" for all but static pods."""
+
+
+def forbidden(pod: Object, *, evict_failed_bare_pods: bool = False) -> str | None:
+    """Why the pod must not be migrated, or None; the first rule that holds, in this order.
+
+    A placeholder is Berth's own (it holds a Reservation's capacity). A pod on no node has
+    no place to be moved from. A terminating or completed pod is leaving anyway, and a
+    failed pod's controller replaces it without Berth. Eviction cost MaxInt32 says whoever
+    runs the pod forbids it. A static pod belongs to its kubelet (deleting its mirror pod
+    moves nothing); a DaemonSet puts its pod back on the same node. Nothing recreates a
+    pod without a controller, so only a failed one may go, as cleanup, and only with
+    evictFailedBarePods (`evict_failed_bare_pods`; kubectl migrate takes its default).
+    """
+    metadata = pod["metadata"]
+    annotations: Mapping[str, str] = metadata.get("annotations") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    failed = phase == "Failed"
+    controlled = protocol.controller_of(pod) is not None
+    reservation = protocol.placeholder_reservation(pod)
+    rules = (
+        (reservation, f"pod is a Berth placeholder (it holds Reservation {reservation})"),
+        (not (pod.get("spec") or {}).get("nodeName"), "pod is not scheduled to a node"),
+        (metadata.get("deletionTimestamp"), "pod is terminating"),
+        (phase == "Succeeded", "pod has completed"),
+        (failed and controlled, "pod has failed (its controller replaces it)"),
+        (
+            eviction_cost(annotations) >= keys.EVICTION_COST_NEVER,
+            f"eviction cost is MaxInt32 ({keys.EVICTION_COST})",
+        ),
+        (
+            MIRROR_POD in annotations or annotations.get(CONFIG_SOURCE, "api") != "api",
+            "pod is a static pod (its kubelet runs it from a manifest)",
+        ),
+        (
+            any(
+                owner.get("kind") == "DaemonSet" for owner in metadata.get("ownerReferences") or ()
+            ),
+            "pod is a DaemonSet pod",
+        ),
+        (
+            not controlled and not (failed and evict_failed_bare_pods),
+            "pod has no owner to recreate it (evictFailedBarePods allows failed ones)",
+        ),
+    )
+    return next((reason for holds, reason in rules if holds), None)
+
+
+def eviction_cost(annotations: Mapping[str, str]) -> int:
+    """scheduling.koordinator.sh/eviction-cost, an int32 (MaxInt32 and above: never
+    migrate); unset or not an integer is 0."""
+    try:
+        return int(annotations.get(keys.EVICTION_COST, 0))
+    except ValueError:
+        return 0
+
+
+def is_healthy(pod: Object) -> bool:
+    """Running, Ready and not terminating: what a PodDisruptionBudget counts as healthy,
+    so evicting the pod takes one of its disruptions."""
+    return protocol.is_ready(pod) and not pod["metadata"].get("deletionTimestamp")

@@ -1,0 +1,190 @@
+"""What kube-scheduler and the API server read off pods and nodes, read the same way here.
+
+Some of Berth's decisions repeat a judgement the scheduler or the API server makes: which
+pods a label selector names, whether another node could take a pod (arbitration's
+nodeFit), which QoS class a pod has. Read differently, a decision would promise what the
+scheduler then refuses, so these readings live in one place. Only the hard rules are
+here (required affinity, NoSchedule and NoExecute taints); preferences, inter-pod
+affinity, spreading and ports stay the scheduler's business.
+
+Objects are the API server's dicts; these functions are pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from berth.resources import parse_quantity
+
+Object = Mapping[str, Any]
+
+
+# ----- label selectors --------------------------------------------------------------------
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector as the API reads it: every requirement holds, so an empty
+    selector matches everything."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    return all(requirement_matches(e, labels) for e in selector.get("matchExpressions") or ())
+
+
+def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One selector requirement: In, NotIn, Exists, DoesNotExist, and for nodes Gt, Lt."""
+    value = labels.get(requirement["key"])
+    operator = requirement["operator"]
+    values = requirement.get("values") or ()
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and values:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+_SELECTOR_PART = re.compile(
+    r"^\s*(?:!\s*(?P<absent>[^\s=!(),]+)"
+    r"|(?P<key>[^\s=!(),]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[^\s=!(),]*)"
+    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*$"
+)
+
+
+def parse_selector(text: str) -> dict[str, Any]:
+    """A label selector string as kubectl -l takes it (`pool=general,zone in (a,b),!spot`),
+    as a metav1.LabelSelector dict. Raises ValueError naming the part it cannot read."""
+    expressions: list[dict[str, Any]] = []
+    for part in re.split(r",(?![^()]*\))", text):
+        if not part.strip():
+            continue
+        match = _SELECTOR_PART.match(part)
+        if match is None:
+            raise ValueError(f"{part.strip()!r} is not a label selector requirement")
+        if match["absent"]:
+            expressions.append({"key": match["absent"], "operator": "DoesNotExist"})
+        elif match["op"]:
+            expressions.append(
+                {
+                    "key": match["key"],
+                    "operator": "NotIn" if match["op"] == "!=" else "In",
+                    "values": [match["value"]],
+                }
+            )
+        elif match["set"]:
+            expressions.append(
+                {
+                    "key": match["key"],
+                    "operator": "In" if match["set"] == "in" else "NotIn",
+                    "values": [v.strip() for v in match["values"].split(",") if v.strip()],
+                }
+            )
+        else:
+            expressions.append({"key": match["key"], "operator": "Exists"})
+    return {"matchExpressions": expressions}
+
+
+# ----- nodes ------------------------------------------------------------------------------
+
+
+def node_schedulable(node: Object) -> bool:
+    """Ready and not cordoned: the scheduler places new pods there."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
+
+
+def node_affinity_matches(spec: Object, name: str, labels: Mapping[str, str]) -> bool:
+    """The pod's nodeSelector and required node affinity admit the node `name` with these
+    labels: every nodeSelector label, and any one of the nodeSelectorTerms."""
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms")
+    return not terms or any(_term_matches(term, name, labels) for term in terms)
+
+
+def _term_matches(term: Object, name: str, labels: Mapping[str, str]) -> bool:
+    """A nodeSelectorTerm: all its expressions on labels and fields hold (an empty term
+    matches no node)."""
+    expressions = term.get("matchExpressions") or ()
+    fields = term.get("matchFields") or ()
+    if not expressions and not fields:
+        return False
+    return all(requirement_matches(e, labels) for e in expressions) and all(
+        requirement_matches(f, {"metadata.name": name}) for f in fields
+    )
+
+
+def taints_tolerated(spec: Object, node: Object) -> bool:
+    """The pod tolerates every NoSchedule and NoExecute taint of the node (a
+    PreferNoSchedule taint keeps no pod away)."""
+    tolerations = spec.get("tolerations") or ()
+    return all(
+        _tolerated(taint, tolerations)
+        for taint in (node.get("spec") or {}).get("taints") or ()
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    )
+
+
+def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration["key"] == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+# ----- pods -------------------------------------------------------------------------------
+
+
+def qos_class(pod: Object) -> str:
+    """Guaranteed, Burstable or BestEffort: `status.qosClass`, or for a pod whose status
+    does not carry it yet, worked out from cpu and memory requests and limits as the API
+    server does."""
+    known = (pod.get("status") or {}).get("qosClass")
+    if known:
+        return str(known)
+    spec = pod.get("spec") or {}
+    guaranteed, best_effort = True, True
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        for name in ("cpu", "memory"):
+            request, limit = requests.get(name), limits.get(name)
+            if request is not None or limit is not None:
+                best_effort = False
+            if limit is None or (
+                request is not None
+                and request != limit
+                and parse_quantity(request) != parse_quantity(limit)
+            ):
+                guaranteed = False
+    if best_effort:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"

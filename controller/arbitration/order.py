@@ -1,0 +1,83 @@
+"""The order in which a round weighs Pending jobs: who goes first when limits are scarce.
+
+An admitted job counts at once against the jobs after it, so the order decides which
+jobs a limit lets through. It is the PodMigrationJob design's: higher QoS first, then
+higher pod priority, lower eviction cost, fewer past failures of the pod, fewer past
+migrations of its workload, fewer of its workload's replicas migrating now; then the
+older job, then the name, so that a round is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from berth.api import PodMigrationJobPhase, keys
+from berth.protocol import annotations_of
+from berth.scheduling import qos_class
+from controller.arbitration.objects import Object, pod_key, same_objects
+
+if TYPE_CHECKING:
+    from controller.arbitration.candidates import Candidate, PodFacts
+
+KOORDINATOR_QOS = "koordinator.sh/qosClass"
+"""Koordinator's QoS label on a pod: LSE, LSR, LS or BE."""
+
+_KOORDINATOR_QOS_RANK = {"LSE": 0, "LSR": 1, "LS": 2, "BE": 3}
+_KUBE_QOS_RANK = {"Guaranteed": 0, "Burstable": 1, "BestEffort": 2}
+
+
+def qos_rank(labels: Mapping[str, str], pod: Object) -> int:
+    """Higher QoS first: the koordinator.sh/qosClass label (LSE > LSR > LS > BE), where a
+    pod without it counts as LS, or BE when it is BestEffort; then the Kubernetes QoS class
+    (Guaranteed > Burstable > BestEffort)."""
+    kube = qos_class(pod)
+    koordinator = _KOORDINATOR_QOS_RANK.get(
+        labels.get(KOORDINATOR_QOS, ""), 3 if kube == "BestEffort" else 2
+    )
+    return 3 * koordinator + _KUBE_QOS_RANK.get(kube, 1)
+
+
+def first_keys(facts: PodFacts) -> tuple[int, int, int]:
+    """The keys read off the pod alone: higher QoS, then priority, then lower cost first."""
+    return (facts.qos, -facts.priority, facts.cost)
+
+
+def last_keys(job: Object) -> tuple[str, str]:
+    """The tie breakers: the older job first, then the name."""
+    return (job["metadata"].get("creationTimestamp") or "", job["metadata"]["name"])
+
+
+def sort_key(c: Candidate, history: History, migrating: Mapping[str, int]) -> tuple[Any, ...]:
+    """The candidate's place in the order; `migrating` counts Running jobs per workload."""
+    uid = c.workload_uid
+    if uid is None:
+        return (*c.rank, history.failures.get(c.key, 0), 0, 0, *c.age)
+    return (
+        *c.rank,
+        history.failures.get(c.key, 0),
+        history.migrations.get(uid, 0),
+        migrating.get(uid, 0),
+        *c.age,
+    )
+
+
+class History:
+    """What the finished jobs say: failed jobs per pod (namespace/name) and migrations
+    per workload (UID), for the order."""
+
+    def __init__(self, jobs: Sequence[Object]) -> None:
+        self.jobs = tuple(jobs)
+        self.failures: dict[str, int] = defaultdict(int)
+        self.migrations: dict[str, int] = defaultdict(int)
+        for job in jobs:
+            if (job.get("status") or {}).get("phase") == PodMigrationJobPhase.FAILED:
+                self.failures[pod_key(job)] += 1
+            workload = annotations_of(job).get(keys.WORKLOAD)
+            if workload:
+                self.migrations[workload] += 1
+
+    def holds(self, jobs: Sequence[Object]) -> bool:
+        """Whether these counts were made from these very objects."""
+        return same_objects(jobs, self.jobs)

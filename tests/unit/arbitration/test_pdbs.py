@@ -1,0 +1,149 @@
+"""PodDisruptionBudgets: a healthy pod needs a disruption left in every PDB covering it,
+less those taken by migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.unit.arbitration.helpers import (
+    LOOSE,
+    Object,
+    decide,
+    one,
+    pending,
+    pods_of,
+    running,
+    tweak,
+    tweaked,
+    verdicts,
+)
+from tests.unit.builders import T0, pdb, pod, ts, workload
+
+# ----- PodDisruptionBudgets ---------------------------------------------------------------
+
+
+def no_selector() -> Object:
+    budget = pdb(allowed=0)
+    budget["spec"]["selector"] = None
+    return budget
+
+
+@pytest.mark.parametrize(
+    ("budgets", "migrating", "ready", "verdict", "message"),
+    [
+        pytest.param([pdb(allowed=1)], None, True, "admit", "", id="a disruption left"),
+        pytest.param(
+            [pdb(allowed=0)],
+            None,
+            True,
+            "wait",
+            "PodDisruptionBudget default/web-pdb allows no more disruptions "
+            "(disruptionsAllowed 0, 0 taken by migrations)",
+            id="none left",
+        ),
+        pytest.param(
+            [pdb(allowed=1)],
+            "healthy",
+            True,
+            "wait",
+            "(disruptionsAllowed 1, 1 taken by migrations)",
+            id="taken by a migration",
+        ),
+        pytest.param([pdb(allowed=2)], "healthy", True, "admit", "", id="two allowed"),
+        pytest.param(
+            [pdb(allowed=1, disrupted=("web-1",))],
+            "healthy",
+            True,
+            "admit",
+            "",
+            id="already in disruptedPods",
+        ),
+        pytest.param(
+            [pdb(allowed=1)], "terminating", True, "admit", "", id="migrating pod terminating"
+        ),
+        pytest.param(
+            [pdb(allowed=1)], "not ready", True, "admit", "", id="migrating pod not ready"
+        ),
+        pytest.param([pdb(allowed=1)], "gone", True, "admit", "", id="migrating pod gone"),
+        pytest.param([pdb(allowed=0)], None, False, "admit", "", id="unhealthy pod takes none"),
+        pytest.param(
+            [pdb(allowed=0, namespace="other")], None, True, "admit", "", id="other namespace"
+        ),
+        pytest.param(
+            [pdb(allowed=0, selector={"matchLabels": {"app": "api"}})],
+            None,
+            True,
+            "admit",
+            "",
+            id="selector does not match",
+        ),
+        pytest.param([pdb(allowed=0, selector={})], None, True, "wait", "", id="empty selector"),
+        pytest.param([no_selector()], None, True, "admit", "", id="null selector"),
+        pytest.param(
+            [
+                pdb(
+                    allowed=0,
+                    selector={
+                        "matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]
+                    },
+                )
+            ],
+            None,
+            True,
+            "wait",
+            "",
+            id="matchExpressions",
+        ),
+        pytest.param(
+            [pdb(allowed=3), pdb("all", allowed=0, selector={})],
+            None,
+            True,
+            "wait",
+            "default/all",
+            id="every covering PDB counts",
+        ),
+    ],
+)
+def test_pdb(
+    budgets: list[Object], migrating: str | None, ready: bool, verdict: str, message: str
+) -> None:
+    web = pods_of(count=4)
+    web[0] = pods_of(count=1, ready=ready)[0]
+    in_flight = []
+    if migrating:
+        makers: dict[str, Callable[[], Object]] = {
+            "healthy": lambda: web[1],
+            "gone": lambda: pod("web-9", rs="web-rs", labels={"app": "web"}),
+            "terminating": lambda: tweaked(web[1], tweak(metadata__deletionTimestamp=ts(T0))),
+            "not ready": lambda: pods_of(count=2, ready=False)[1],
+        }
+        target = makers[migrating]()
+        in_flight = [running("run-1", target)]
+        if migrating != "gone":
+            web[1] = target
+    decision = one(
+        web[0],
+        pods=web,
+        workloads=[workload(replicas=4)],
+        in_flight=in_flight,
+        pdbs=budgets,
+        **LOOSE,
+    )
+    assert decision.verdict == verdict
+    if verdict == "wait":
+        assert decision.reason == "BlockedByPDB"
+        assert message in decision.message
+
+
+def test_admissions_take_pdb_disruptions_within_the_round() -> None:
+    web = pods_of(count=4)
+    result = decide(
+        [pending(f"job-{i}", web[i], age=10 - i) for i in range(4)],
+        pods=web,
+        workloads=[workload(replicas=4)],
+        pdbs=[pdb(allowed=2)],
+        **LOOSE,
+    )
+    assert list(verdicts(result).values()).count("admit") == 2

@@ -1,0 +1,157 @@
+"""The kernel's reading of selectors, node constraints and QoS, as the API server and
+kube-scheduler read them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from berth.scheduling import (
+    node_affinity_matches,
+    node_schedulable,
+    parse_selector,
+    qos_class,
+    selector_matches,
+    taints_tolerated,
+)
+from tests.unit.builders import node, pod
+
+Object = dict[str, Any]
+
+
+# ----- label selectors --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "labels", "matches"),
+    [
+        ("", {}, True),
+        ("pool=general", {"pool": "general"}, True),
+        ("pool==general", {"pool": "mem"}, False),
+        ("pool!=general", {}, True),
+        ("pool!=general", {"pool": "general"}, False),
+        ("pool in (general, batch)", {"pool": "batch"}, True),
+        ("pool notin (general,batch),zone", {"pool": "mem", "zone": "a"}, True),
+        ("pool notin (general,batch),zone", {"pool": "mem"}, False),
+        ("!spot", {"spot": "true"}, False),
+        ("a=1, b=2", {"a": "1", "b": "2"}, True),
+    ],
+)
+def test_parse_selector(text: str, labels: dict[str, str], matches: bool) -> None:
+    assert selector_matches(parse_selector(text), labels) is matches
+
+
+@pytest.mark.parametrize("text", ["pool=a=b", "in (a)", "pool in a", "!pool=a"])
+def test_parse_selector_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a label selector requirement"):
+        parse_selector(text)
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        ({}, {"app": "web"}, True),
+        ({"matchLabels": {"app": "web"}}, {"app": "web", "x": "y"}, True),
+        ({"matchLabels": {"app": "web"}}, {}, False),
+        ({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, {"app": ""}, True),
+        ({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, {"app": ""}, False),
+        ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, {}, True),
+    ],
+)
+def test_selector_matches(selector: Object, labels: dict[str, str], matches: bool) -> None:
+    assert selector_matches(selector, labels) is matches
+
+
+# ----- nodes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "schedulable"),
+    [
+        (node(), True),
+        (node(ready=False), False),
+        (node(unschedulable=True), False),
+    ],
+)
+def test_node_schedulable(target: Object, schedulable: bool) -> None:
+    assert node_schedulable(target) is schedulable
+
+
+def required(*terms: Object) -> Object:
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+            }
+        }
+    }
+
+
+ZONE_A = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "labels", "matches"),
+    [
+        ({}, {}, True),
+        ({"nodeSelector": {"disk": "ssd"}}, {"disk": "ssd", "zone": "a"}, True),
+        ({"nodeSelector": {"disk": "ssd"}}, {"disk": "hdd"}, False),
+        (required(ZONE_A), {"zone": "a"}, True),
+        (required(ZONE_A), {"zone": "b"}, False),
+        (required(ZONE_A, {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                            "values": ["node-1"]}]}), {}, True),
+        (required({}), {"zone": "a"}, False),  # an empty term matches no node
+        ({**required(ZONE_A), "nodeSelector": {"disk": "ssd"}}, {"zone": "a"}, False),
+    ],
+)  # fmt: skip
+def test_node_affinity_matches(spec: Object, labels: dict[str, str], matches: bool) -> None:
+    assert node_affinity_matches(spec, "node-1", labels) is matches
+
+
+@pytest.mark.parametrize(
+    ("taints", "tolerations", "tolerated"),
+    [
+        ([], [], True),
+        ([{"key": "gpu", "effect": "NoSchedule"}], [], False),
+        ([{"key": "gpu", "effect": "PreferNoSchedule"}], [], True),
+        ([{"key": "gpu", "effect": "NoExecute"}], [{"operator": "Exists"}], True),
+        ([{"key": "gpu", "effect": "NoSchedule"}], [{"key": "gpu", "operator": "Exists"}], True),
+        ([{"key": "gpu", "value": "a", "effect": "NoSchedule"}], [{"key": "gpu", "value": "a"}],
+         True),
+        ([{"key": "gpu", "value": "a", "effect": "NoSchedule"}], [{"key": "gpu", "value": "b"}],
+         False),
+        ([{"key": "gpu", "effect": "NoSchedule"}],
+         [{"key": "gpu", "operator": "Exists", "effect": "NoExecute"}], False),
+    ],
+)  # fmt: skip
+def test_taints_tolerated(taints: list[Object], tolerations: list[Object], tolerated: bool) -> None:
+    assert taints_tolerated({"tolerations": tolerations}, node(taints=taints)) is tolerated
+
+
+# ----- QoS --------------------------------------------------------------------------------
+
+
+def resources(requests: dict[str, str], limits: dict[str, str]) -> Object:
+    return {"name": "app", "resources": {"requests": requests, "limits": limits}}
+
+
+@pytest.mark.parametrize(
+    ("containers", "status", "expected"),
+    [
+        ([{"name": "app"}], None, "BestEffort"),
+        ([resources({"cpu": "1"}, {})], None, "Burstable"),
+        ([resources({"cpu": "1", "memory": "1Gi"}, {"cpu": "1000m", "memory": "1Gi"})], None,
+         "Guaranteed"),
+        ([resources({}, {"cpu": "1", "memory": "1Gi"})], None, "Guaranteed"),
+        ([resources({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})], None,
+         "Burstable"),
+        ([{"name": "app"}], "Guaranteed", "Guaranteed"),  # the status says so
+    ],
+)  # fmt: skip
+def test_qos_class(containers: list[Object], status: str | None, expected: str) -> None:
+    target = pod()
+    target["spec"]["containers"] = containers
+    if status:
+        target["status"]["qosClass"] = status
+    assert qos_class(target) == expected
