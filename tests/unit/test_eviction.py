@@ -11,8 +11,8 @@ import pytest
 
 from berth.api import keys
 from berth.eviction import eviction_cost, forbidden, is_healthy
-from berth.migrate import why_not_migratable
 from berth.settings import MigrationControllerArgs
+from cli.migrate import why_not_migratable
 from controller.arbitration import Snapshot, arbitrate
 from tests.unit.builders import T0, job, placeholder, pod, ts
 
