@@ -1,0 +1,302 @@
+"""What the controller knows of the cluster: one informer per resource, their indexes,
+the capacity ledger, and the read-only views the decisions take.
+
+Watch events only name keys for the work queue (and feed the ledger); they never carry a
+decision. The views are built from the caches when a decision is about to be made, so a
+decision always reads the latest state, whatever event brought its key in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from berth import protocol
+from berth.api import keys
+from berth.kube.client import (
+    DEPLOYMENTS,
+    NODES,
+    PDBS,
+    PODMIGRATIONJOBS,
+    PODS,
+    PRIORITYCLASSES,
+    REPLICASETS,
+    RESERVATIONS,
+    STATEFULSETS,
+    Kube,
+    Resource,
+)
+from berth.kube.informer import IndexFunc, Informer, object_key
+from berth.ledger import Ledger
+from berth.resources import Resources
+from berth.settings import MigrationControllerArgs
+from controller import jobs, reservations
+from controller.queue import job_key, reservation_key
+
+Object = dict[str, Any]
+
+
+def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
+    ref = job.get("spec", {}).get("podRef") or {}
+    return [f"{ref.get('namespace')}/{ref.get('name')}"]
+
+
+def _single(value: str | None) -> list[str]:
+    return [value] if value else []
+
+
+class Caches:
+    """The informers the controller reads, and the keys their events put in the queue."""
+
+    def __init__(
+        self, kube: Kube, args: MigrationControllerArgs, *, enqueue: Callable[[str], None]
+    ) -> None:
+        self.args = args
+        self.enqueue = enqueue
+        self.jobs = Informer(
+            kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job
+        )
+        self.reservations = Informer(
+            kube,
+            RESERVATIONS,
+            indexes={
+                "claim": lambda r: _single(protocol.claim_of(r)),
+                "job": lambda r: _single(protocol.annotations_of(r).get(keys.JOB)),
+            },
+            handler=self._on_reservation,
+        )
+        self.pods = Informer(
+            kube,
+            PODS,
+            indexes={
+                "reservation": lambda p: _single(protocol.placeholder_reservation(p)),
+                "claim": lambda p: _single(protocol.pod_claim(p)),
+                "uid": lambda p: _single(p["metadata"].get("uid")),
+                "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
+                "controller": lambda p: _single((protocol.controller_of(p) or {}).get("uid")),
+            },
+            handler=self._on_pod,
+        )
+        by_uid: dict[str, IndexFunc] = {"uid": lambda o: _single(o["metadata"].get("uid"))}
+        self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid)
+        self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid)
+        self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid)
+        self.pdbs = Informer(kube, PDBS)
+        self.nodes = Informer(kube, NODES, handler=self._on_node)
+        self.priority_classes = Informer(kube, PRIORITYCLASSES)
+        self.ledger = Ledger() if args.node_fit else None
+        """Free capacity per node, kept up to date by the watches; only nodeFit reads it."""
+        self.informers = [
+            self.jobs,
+            self.reservations,
+            self.pods,
+            self.replicasets,
+            self.deployments,
+            self.statefulsets,
+            self.pdbs,
+            self.nodes,
+            self.priority_classes,
+        ]
+        self._by_plural = {informer.resource.plural: informer for informer in self.informers}
+
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    def assume(self, resource: Resource, obj: Object) -> None:
+        """Take this process's own write at once: the next arbitration round must count a
+        job it admitted as Running even if the watch is slow to show it."""
+        cache = self._by_plural.get(resource.plural)
+        if cache is not None:
+            cache.assume(obj)
+
+    # ----- events -> keys -------------------------------------------------------------
+
+    def _on_job(self, _kind: str, job: Object) -> None:
+        self.enqueue(job_key(job["metadata"]["name"]))
+
+    def _on_node(self, kind: str, node: Object) -> None:
+        if self.ledger is not None:
+            self.ledger.on_node(kind, node)
+
+    def _on_reservation(self, kind: str, reservation: Object) -> None:
+        if self.ledger is not None:
+            self.ledger.on_reservation(kind, reservation)
+        self.enqueue(reservation_key(reservation["metadata"]["name"]))
+        job = protocol.annotations_of(reservation).get(keys.JOB)
+        if job:
+            self.enqueue(job_key(job))
+
+    def _on_pod(self, kind: str, pod: Object) -> None:
+        if self.ledger is not None:
+            self.ledger.on_pod(kind, pod)
+        reservation = protocol.placeholder_reservation(pod)
+        if reservation:
+            self.enqueue(reservation_key(reservation))
+        claim = protocol.pod_claim(pod)
+        if claim:
+            for rsv in self.reservations.by_index("claim", claim):
+                self.enqueue(reservation_key(rsv["metadata"]["name"]))
+                self._on_reservation(kind, rsv)
+        for job in self.jobs.by_index("pod", object_key(pod)):
+            self.enqueue(job_key(job["metadata"]["name"]))
+
+    # ----- views ----------------------------------------------------------------------
+
+    def pod_by_uid(self, uid: str) -> Object | None:
+        found = self.pods.by_index("uid", uid)
+        return found[0] if found else None
+
+    def owner(self, reservation: Mapping[str, Any] | None) -> Object | None:
+        """The pod recorded as the Reservation's owner, if it exists."""
+        for uid in protocol.owner_uids(reservation or {}):
+            pod = self.pod_by_uid(uid)
+            if pod is not None:
+                return pod
+        return None
+
+    def workload_uid(self, pod: Mapping[str, Any] | None) -> str | None:
+        """The top-level workload of a pod: a ReplicaSet's Deployment, else its controller."""
+        controller = protocol.controller_of(pod or {})
+        if controller is None or pod is None:
+            return None
+        replicaset = (
+            self.replicasets.get(f"{pod['metadata']['namespace']}/{controller['name']}")
+            if controller.get("kind") == "ReplicaSet"
+            else None
+        )
+        return protocol.top_level_workload(controller, replicaset)
+
+    def reservation_view(self, reservation: Object) -> reservations.ReservationView:
+        name = reservation["metadata"]["name"]
+        placeholders = self.pods.by_index("reservation", name)
+        claim = protocol.claim_of(reservation)
+        claimers = self.pods.by_index("claim", claim) if claim else []
+        return reservations.ReservationView(
+            reservation=reservation,
+            placeholder=placeholders[0] if placeholders else None,
+            claimer=claimers[0] if claimers else None,
+            owner=self.owner(reservation),
+            now=datetime.now(UTC),
+            image=self.args.placeholder_image,
+        )
+
+    def job_view(self, job: Object) -> jobs.JobView:
+        ref = job["spec"]["podRef"]
+        pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
+        reservation = self.reservations.get(jobs.reservation_name(job))
+        siblings: list[Object] = []
+        for owner in (reservation or {}).get("spec", {}).get("owners") or []:
+            uid = (owner.get("controller") or {}).get("uid")
+            if uid:
+                siblings += self.pods.by_index("controller", uid)
+        return jobs.JobView(
+            job=job,
+            pod=pod,
+            reservation=reservation,
+            owner=self.owner(reservation),
+            workload_uid=self.workload_uid(pod),
+            now=datetime.now(UTC),
+            args=self.args,
+            siblings=tuple(siblings),
+        )
+
+    # ----- what arbitration reads -----------------------------------------------------
+
+    def workload_of(self) -> Mapping[str, str]:
+        return _WorkloadOf(self.replicasets)
+
+    def workloads(self) -> Mapping[str, Object]:
+        return _Workloads([self.deployments, self.statefulsets, self.replicasets])
+
+    def pods_of_workload(self) -> Mapping[str, list[Object]]:
+        return _PodsOfWorkload(self.pods)
+
+    def free(self) -> Mapping[str, Resources]:
+        """Node name → free capacity, for nodeFit; empty when nodeFit is off."""
+        return _Free(self.ledger) if self.ledger is not None else {}
+
+    def priority_values(self) -> dict[str, int]:
+        """PriorityClass name → its value."""
+        return {
+            name: int(obj.get("value") or 0) for name, obj in self.priority_classes.store.items()
+        }
+
+
+class _WorkloadOf(Mapping[str, str]):
+    """Controller UID → the workload above it: a ReplicaSet's Deployment, from the caches."""
+
+    def __init__(self, replicasets: Informer) -> None:
+        self.replicasets = replicasets
+
+    def __getitem__(self, uid: str) -> str:
+        for replicaset in self.replicasets.by_index("uid", uid):
+            above = protocol.controller_of(replicaset)
+            if above is not None:
+                return str(above["uid"])
+        raise KeyError(uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return (
+            o["metadata"]["uid"]
+            for o in self.replicasets.store.values()
+            if protocol.controller_of(o) is not None
+        )
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Free(Mapping[str, Resources]):
+    """Node name → its free capacity, from the ledger (for nodeFit)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def __getitem__(self, node: str) -> Resources:
+        free = self.ledger.free(node)
+        if free is None:
+            raise KeyError(node)
+        return free
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ledger.nodes())
+
+    def __len__(self) -> int:
+        return len(self.ledger.nodes())
+
+
+class _Workloads(Mapping[str, Object]):
+    """Workload UID → Deployment, StatefulSet or ReplicaSet, from the caches."""
+
+    def __init__(self, informers: list[Informer]) -> None:
+        self.informers = informers
+
+    def __getitem__(self, uid: str) -> Object:
+        for informer in self.informers:
+            found = informer.by_index("uid", uid)
+            if found:
+                return found[0]
+        raise KeyError(uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return (o["metadata"]["uid"] for i in self.informers for o in i.store.values())
+
+    def __len__(self) -> int:
+        return sum(len(i.store) for i in self.informers)
+
+
+class _PodsOfWorkload(Mapping[str, list[Object]]):
+    """Workload UID → the pods it directly controls."""
+
+    def __init__(self, pods: Informer) -> None:
+        self.pods = pods
+
+    def __getitem__(self, uid: str) -> list[Object]:
+        return self.pods.by_index("controller", uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.pods.indexes["controller"])
+
+    def __len__(self) -> int:
+        return len(self.pods.indexes["controller"])

@@ -1,0 +1,102 @@
+"""Reconcile: one pass over the object a key names, and the workers that run the passes.
+
+A pass reads the object and what it depends on from the caches, asks the pure decision
+(`controller.jobs` or `controller.reservations`) for a plan, runs the plan, and says when
+to look again. Nothing is kept between passes: a restarted controller picks up every
+object where the API server shows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from berth import metrics
+from berth.kube.client import PODMIGRATIONJOBS
+from controller import jobs, reservations
+from controller.actions import Plan, UpdateStatus
+from controller.caches import Caches
+from controller.executor import Executor, Outcome
+from controller.queue import RESERVATION, WorkQueue, split
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_ERROR = 2.0
+"""When to try again after a plan failed on an API error."""
+RETRY_AFTER_CONFLICT = 0.2
+"""When to try again after a write lost a race: the cache is about to show the winner."""
+MAX_BACKOFF = 300.0
+
+
+class Reconciler:
+    def __init__(self, caches: Caches, executor: Executor) -> None:
+        self.caches = caches
+        self.executor = executor
+
+    async def reconcile(self, key: str) -> float | None:
+        """One pass over the object `key` names. Returns the seconds after which to look
+        again if nothing else happens, or None to wait for the next event about it."""
+        kind, name = split(key)
+        ran = await (self._reservation(name) if kind == RESERVATION else self._job(name))
+        if ran is None:  # the object is gone
+            return None
+        plan, outcome = ran
+        if outcome.done:
+            return plan.requeue_after
+        if not outcome.conflict and outcome.eviction_refused is None:
+            metrics.RECONCILE_ERRORS.labels(kind=kind).inc()
+        return RETRY_AFTER_CONFLICT if outcome.conflict else RETRY_AFTER_ERROR
+
+    async def _reservation(self, name: str) -> tuple[Plan, Outcome] | None:
+        reservation = self.caches.reservations.get(name)
+        if reservation is None:
+            return None
+        plan = reservations.decide(self.caches.reservation_view(reservation))
+        return plan, await self.executor.run(plan)
+
+    async def _job(self, name: str) -> tuple[Plan, Outcome] | None:
+        job = self.caches.jobs.get(name)
+        if job is None:
+            return None
+        view = self.caches.job_view(job)
+        plan = jobs.decide(view)
+        outcome = await self.executor.run(plan)
+        if outcome.done:
+            record_job_writes(job, plan)
+        refused = outcome.eviction_refused
+        if refused is not None:
+            await self.executor.run(
+                jobs.eviction_refused(view, status_code=refused.status, message=refused.message)
+            )
+        return plan, outcome
+
+
+async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | None]]) -> None:
+    """A worker: take a key, reconcile it, put it back for when it is due; forever."""
+    failures: dict[str, int] = {}
+    while True:
+        key = await queue.get()
+        try:
+            again = await reconcile(key)
+            failures.pop(key, None)
+        except Exception:
+            # A bug or an object we cannot handle: say so, and back off so that one bad
+            # object never floods the log or starves the others.
+            metrics.RECONCILE_ERRORS.labels(kind=split(key)[0]).inc()
+            failures[key] = failures.get(key, 0) + 1
+            delay = min(RETRY_AFTER_ERROR * 2 ** failures[key], MAX_BACKOFF)
+            log.exception("reconcile %s failed (retry in %.0fs)", key, delay)
+            queue.add_after(key, delay)
+            continue
+        if again is not None:
+            queue.add_after(key, again)
+
+
+def record_job_writes(before: Mapping[str, Any], plan: Plan) -> None:
+    """Feed the job status writes of a plan that ran to the end into the metrics."""
+    now = datetime.now(UTC)
+    for action in plan.actions:
+        if isinstance(action, UpdateStatus) and action.resource == PODMIGRATIONJOBS:
+            metrics.record_job_status(before, action.obj, now=now)
