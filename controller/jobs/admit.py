@@ -1,0 +1,79 @@
+"""Arbitration's decision on a Pending job, written on the job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from berth.api import PodMigrationJobPhase, PodMigrationJobReason, keys
+from berth.kube.client import PODMIGRATIONJOBS
+from controller.actions import Event, Patch, Plan, UpdateStatus
+from controller.arbitration import Decision
+from controller.jobs.view import Object
+
+DRY_RUN_MESSAGE = (
+    "dryRun: arbitration would start this job now; nothing is reserved or "
+    "evicted while dryRun is set"
+)
+
+
+def admission(decision: Decision, *, workload_uid: str | None, dry_run: bool) -> Plan:
+    """Write arbitration's decision on a Pending job.
+
+    Admitted: phase Running, with the pod's UID, source node and workload recorded (what
+    the limits count from then on). Failed: phase Failed with the rule, and a Warning
+    event. Waiting: the reason and message in the status, written only when they change.
+    With dryRun an admitted job stays Pending and says so (reason DryRun): nothing starts.
+    """
+    job = dict(decision.job)
+    status: Object = dict(job.get("status") or {})
+    if decision.verdict == "admit" and not dry_run:
+        assert decision.pod is not None
+        return _admitted(job, status, decision.pod, workload_uid=workload_uid)
+    if decision.verdict == "fail":
+        status.update(
+            phase=PodMigrationJobPhase.FAILED,
+            reason=decision.reason,
+            message=decision.message,
+            status=decision.reason,
+        )
+        return Plan().then(
+            UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}),
+            Event(job, decision.reason, decision.message, type="Warning"),
+        )
+    reason, message = (
+        (PodMigrationJobReason.DRY_RUN.value, DRY_RUN_MESSAGE)
+        if decision.verdict == "admit"
+        else (decision.reason, decision.message)
+    )
+    if (status.get("reason"), status.get("message")) == (reason, message):
+        return Plan()
+    status.update(reason=reason, message=message)
+    plan = Plan().then(UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}))
+    if reason == PodMigrationJobReason.DRY_RUN:
+        plan.then(Event(job, reason, message))
+    return plan
+
+
+def _admitted(
+    job: Object, status: Object, pod: Mapping[str, Any], *, workload_uid: str | None
+) -> Plan:
+    """Record what the limits count from now on (the pod's UID, source node, workload),
+    then start the job."""
+    status.update(phase=PodMigrationJobPhase.RUNNING, reason="", message="", status="")
+    return Plan().then(
+        Patch(
+            PODMIGRATIONJOBS,
+            job["metadata"]["name"],
+            {
+                "metadata": {
+                    "annotations": {
+                        keys.POD_UID: pod["metadata"]["uid"],
+                        keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
+                        keys.WORKLOAD: workload_uid or "",
+                    }
+                }
+            },
+        ),
+        UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}),
+    )

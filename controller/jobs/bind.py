@@ -1,0 +1,150 @@
+"""ReservationFirst, after the eviction: wait for the replacement to bind the Reservation
+and become Ready.
+
+From here a TTL never strands anything: the job fails, and the passes that follow release
+the Reservation and let any gated pod go (`controller.jobs.release`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from berth import protocol
+from berth.api import PodMigrationJobConditionType, PodMigrationJobPhase, PodMigrationJobReason
+from controller.actions import Event, Plan
+from controller.jobs.evict import evicted, still_evicting
+from controller.jobs.view import (
+    WAIT_POLL,
+    JobView,
+    Object,
+    fail,
+    pod_gone,
+    reservation_name,
+    source_uid,
+    step,
+)
+from controller.status import condition, reference, same_condition, with_condition
+
+Type = PodMigrationJobConditionType
+Reason = PodMigrationJobReason
+
+
+def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
+    """Evicting: see the pod gone, then follow the replacement until it is bound and Ready.
+
+    A job that ends in this pass reports only its end (its status, then its event)."""
+    if not pod_gone(view):
+        return still_evicting(view, status, expired=expired)
+    status, news = evicted(view, status)
+    reservation = view.reservation
+    rsv = reservation["metadata"]["name"] if reservation else reservation_name(view.job)
+    owner = view.owner
+    if owner is not None and owner["spec"].get("nodeName"):
+        status = _bound(view, status, owner)
+        if protocol.is_ready(owner):
+            return _complete(view, status, owner, rsv=rsv, news=news)
+        kind, reason = Type.BOUND_POD_READY, Reason.WAIT_FOR_BOUND_POD_READY
+        waiting = f"waiting for pod {owner['metadata']['name']} to be ready"
+    else:
+        bypass = _unbound_replacement(view, status)
+        if (
+            bypass is not None
+            and reservation is not None
+            and protocol.claim_of(reservation) is None
+        ):
+            return fail(
+                view,
+                status,
+                reason="ReservationNotUsed",
+                message=f"replacement pod {bypass['metadata']['name']} was created "
+                f"without claiming Reservation {rsv!r} (is the webhook running?); it is "
+                "scheduled as any pod, and the reservation is released",
+            )
+        node = protocol.node_of(reservation) if reservation else None
+        kind, reason = Type.POD_BOUND_RESERVATION, Reason.WAIT_FOR_POD_BIND_RESERVATION
+        waiting = f"waiting for a replacement pod to bind Reservation {rsv!r} on {node}"
+    if expired:
+        return fail(
+            view,
+            status,
+            reason=Reason.TIMEOUT,
+            message=f"TTL expired after the pod was evicted, {waiting}; the "
+            "reservation is released and any gated pod let go",
+        )
+    if not same_condition(status, kind=kind, state="False", reason=reason, message=waiting):
+        status = with_condition(
+            status, kind=kind, state="False", reason=reason, message=waiting, now=view.now
+        )
+        status["status"] = reason
+    return step(view, status, *news).again_in(WAIT_POLL)
+
+
+def _bound(view: JobView, status: Object, owner: Object) -> Object:
+    """The status that records the replacement bound to the Reservation's node."""
+    name = owner["metadata"]["name"]
+    node = protocol.node_of(view.reservation) if view.reservation else None
+    status = {**status, "podRef": reference(owner)}
+    bound = {
+        "kind": Type.POD_BOUND_RESERVATION,
+        "state": "True",
+        "reason": "Bound",
+        "message": f"pod {name} on {node}",
+    }
+    if same_condition(status, **bound):
+        return status
+    return with_condition(status, **bound, now=view.now)
+
+
+def _complete(
+    view: JobView, status: Object, owner: Object, *, rsv: str, news: tuple[Event, ...]
+) -> Plan:
+    """The replacement is bound and Ready: the job Succeeded."""
+    metadata = owner["metadata"]
+    status = with_condition(
+        status,
+        kind=Type.BOUND_POD_READY,
+        state="True",
+        reason="Ready",
+        message=f"pod {metadata['name']} is ready",
+        now=view.now,
+    )
+    status.update(
+        phase=PodMigrationJobPhase.SUCCEEDED,
+        status="Complete",
+        reason="",
+        message="",
+        nodeName=owner["spec"]["nodeName"],
+    )
+    done = Event(
+        view.job,
+        "Complete",
+        f'Bind Pod "{metadata["namespace"]}/{metadata["name"]}" in Reservation {rsv!r}',
+    )
+    return step(view, status, *news, done)
+
+
+def _unbound_replacement(view: JobView, status: Mapping[str, Any]) -> Object | None:
+    """A pod of the same controller, created since the job reserved its place, that
+    carries no claim: the workload replaced the pod without going through the webhook.
+    (The reservation's creation, unlike the eviction's start, is a time that stays put.)"""
+    reserved = (
+        condition(status, Type.RESERVATION_CREATED)
+        or condition(status, Type.RESERVATION_SCHEDULED)
+        or {}
+    )
+    started = reserved.get("lastTransitionTime")
+    if not started:
+        return None
+    for pod in view.siblings:
+        metadata = pod["metadata"]
+        if (
+            metadata.get("uid") == source_uid(view.job)
+            or protocol.pod_claim(pod)
+            or protocol.placeholder_reservation(pod)
+        ):
+            continue
+        # Timestamps have whole seconds: only a pod from a later second is surely newer.
+        if metadata.get("creationTimestamp", "") > started:
+            return pod
+    return None

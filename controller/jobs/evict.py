@@ -1,0 +1,136 @@
+"""The eviction: announce it, evict, try again while the pod stays, see it gone.
+
+Also the whole of an EvictDirectly job, which is the eviction alone.
+"""
+
+from __future__ import annotations
+
+from berth.api import (
+    PodMigrationJobConditionType,
+    PodMigrationJobPhase,
+    PodMigrationJobReason,
+)
+from controller.actions import Action, Event, Plan
+from controller.jobs.view import (
+    EVICTION_RETRY,
+    WAIT_POLL,
+    JobView,
+    Object,
+    evict,
+    fail,
+    pod_gone,
+    pod_key,
+    step,
+    write_status,
+)
+from controller.status import condition, same_condition, with_condition
+
+Type = PodMigrationJobConditionType
+Reason = PodMigrationJobReason
+
+
+def start_eviction(view: JobView, status: Object) -> tuple[Object, tuple[Action, ...]]:
+    """The status that records Evicting, and what follows its write: the Evicting event,
+    then the eviction. Recorded first, so that a pod found missing later is known to
+    have been evicted, never mistaken for a pod that vanished on its own."""
+    assert view.pod is not None
+    pod = view.pod["metadata"]
+    status = with_condition(
+        status,
+        kind=Type.EVICTION,
+        state="False",
+        reason=Reason.EVICTING,
+        message=f"evicting {pod['namespace']}/{pod['name']}",
+        now=view.now,
+    )
+    status.update(status=Reason.EVICTING, reason="", message="")
+    return status, (
+        Event(view.job, "Evicting", f'Try to evict Pod "{pod["namespace"]}/{pod["name"]}"'),
+        evict(view),
+    )
+
+
+def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
+    """The pod is still there: wait for its termination, or evict again."""
+    assert view.pod is not None
+    if view.pod["metadata"].get("deletionTimestamp"):
+        return Plan().again_in(WAIT_POLL)
+    if expired:
+        return fail(
+            view,
+            status,
+            reason=Reason.TIMEOUT,
+            message=f"TTL expired while pod {pod_key(view)} could not be evicted "
+            f"({(condition(status, Type.EVICTION) or {}).get('message')}); "
+            "nothing was evicted and the reservation is released",
+        )
+    return Plan().then(evict(view)).again_in(EVICTION_RETRY)
+
+
+def evicted(view: JobView, status: Object) -> tuple[Object, tuple[Event, ...]]:
+    """The pod is gone: the status that records EvictComplete, and the news to tell (none
+    when it was recorded before)."""
+    eviction = condition(status, Type.EVICTION) or {}
+    if eviction.get("status") == "True":
+        return status, ()
+    status = with_condition(
+        status,
+        kind=Type.EVICTION,
+        state="True",
+        reason=Reason.EVICT_COMPLETE,
+        message=f"pod {pod_key(view)} is gone",
+        now=view.now,
+    )
+    status.update(status=Reason.EVICT_COMPLETE, reason="", message="")
+    return status, (Event(view.job, "EvictComplete", f'Pod "{pod_key(view)}" has been evicted'),)
+
+
+def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bool) -> Plan:
+    """An EvictDirectly job: evict at once; Succeeded when the pod is gone."""
+    if not evicting:
+        if pod_gone(view) or view.pod is None:
+            return fail(
+                view,
+                status,
+                reason=Reason.MISSING_POD,
+                message=f"pod {pod_key(view)} no longer exists",
+            )
+        if expired:
+            return fail(
+                view,
+                status,
+                reason=Reason.TIMEOUT,
+                message="TTL expired before the pod was evicted",
+            )
+        status, effects = start_eviction(view, status)
+        return step(view, status, *effects).again_in(WAIT_POLL)
+    if not pod_gone(view):
+        return still_evicting(view, status, expired=expired)
+    status, news = evicted(view, status)
+    status.update(phase=PodMigrationJobPhase.SUCCEEDED, status="Complete", reason="", message="")
+    return step(
+        view,
+        status,
+        *news,
+        Event(view.job, "Complete", f'Pod "{pod_key(view)}" evicted directly'),
+    )
+
+
+def eviction_refused(view: JobView, *, status_code: int, message: str) -> Plan:
+    """The API server refused the eviction: say why on the job and try again later.
+
+    HTTP 429 means a PodDisruptionBudget allows no disruption now; the job keeps trying
+    until its TTL, and reports BlockedByPDB meanwhile.
+    """
+    status: Object = dict(view.job.get("status") or {})
+    reason = Reason.BLOCKED_BY_PDB if status_code == 429 else Reason.FAILED_EVICT
+    if same_condition(status, kind=Type.EVICTION, state="False", reason=reason, message=message):
+        return Plan().again_in(EVICTION_RETRY)
+    status = with_condition(
+        status, kind=Type.EVICTION, state="False", reason=reason, message=message, now=view.now
+    )
+    status.update(status=reason, reason=reason, message=message)
+    plan = Plan().then(write_status(view, status))
+    if reason == Reason.BLOCKED_BY_PDB:
+        plan.then(Event(view.job, "BlockedByPDB", message, type="Warning"))
+    return plan.again_in(EVICTION_RETRY)

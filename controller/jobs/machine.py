@@ -1,0 +1,55 @@
+"""Which step a job is at: the dispatch of the state machine."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from berth.api import (
+    TERMINAL_PHASES,
+    PodMigrationJobConditionType,
+    PodMigrationJobMode,
+    PodMigrationJobPhase,
+    PodMigrationJobReason,
+)
+from controller.actions import Plan
+from controller.jobs.bind import after_eviction
+from controller.jobs.evict import evict_directly
+from controller.jobs.release import release
+from controller.jobs.reserve import before_eviction
+from controller.jobs.view import JobView, Object, fail
+from controller.status import condition, deadline
+
+Phase = PodMigrationJobPhase
+
+
+def decide(view: JobView) -> Plan:
+    """The next step for one job: Pending ones only wait for their TTL (arbitration starts
+    them), Running ones move on, finished ones release what they held."""
+    status: Object = dict(view.job.get("status") or {})
+    phase = status.get("phase") or Phase.PENDING
+    if phase in TERMINAL_PHASES:
+        return release(view, status)
+    due = deadline(view.job, view.job["spec"].get("ttl"), view.args.default_job_ttl)
+    if phase != Phase.RUNNING:
+        return _pending(view, status, due=due)
+    expired = view.now >= due
+    evicting = condition(status, PodMigrationJobConditionType.EVICTION) is not None
+    if view.job["spec"].get("mode") == PodMigrationJobMode.EVICT_DIRECTLY:
+        return evict_directly(view, status, expired=expired, evicting=evicting)
+    if not evicting:
+        return before_eviction(view, status, expired=expired)
+    return after_eviction(view, status, expired=expired)
+
+
+def _pending(view: JobView, status: Object, *, due: datetime) -> Plan:
+    """Not started yet: look again at the TTL, and fail then, saying why it waited."""
+    if view.now < due:
+        return Plan().again_in(max(0.5, (due - view.now).total_seconds()))
+    waited = f": {status['reason']}: {status.get('message', '')}" if status.get("reason") else ""
+    paused = " (paused)" if view.job["spec"].get("paused") else ""
+    return fail(
+        view,
+        status,
+        reason=PodMigrationJobReason.TIMEOUT,
+        message=f"TTL expired before the job started{paused}{waited}",
+    )

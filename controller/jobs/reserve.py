@@ -1,0 +1,194 @@
+"""ReservationFirst, before the eviction: reserve, wait for the place, open it, evict.
+
+Nothing is evicted unless the Reservation is Available on another node; a job that ends
+here (TTL, missing pod or Reservation) has evicted nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from berth import protocol
+from berth.api import (
+    PodMigrationJobConditionType,
+    PodMigrationJobReason,
+    ReservationConditionType,
+    ReservationPhase,
+    keys,
+)
+from berth.kube.client import PODMIGRATIONJOBS, RESERVATIONS
+from controller.actions import Create, Event, Patch, Plan
+from controller.build import reservation_for
+from controller.jobs.evict import start_eviction
+from controller.jobs.view import (
+    WAIT_POLL,
+    JobView,
+    Object,
+    fail,
+    job_name,
+    pod_gone,
+    pod_key,
+    reservation_name,
+    step,
+    write_status,
+)
+from controller.status import condition, parse_time, same_condition, timestamp, with_condition
+
+Type = PodMigrationJobConditionType
+Reason = PodMigrationJobReason
+
+CONSUMABLE_SETTLE = timedelta(seconds=1)
+"""How long a Reservation stays open before the eviction, so that the webhooks' caches
+have seen it open when the replacement, created right after the eviction, claims it."""
+
+
+def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
+    """Reserve, wait for the place, then open it and evict."""
+    if expired:
+        return fail(
+            view,
+            status,
+            reason=Reason.TIMEOUT,
+            message="TTL expired before the pod was evicted; nothing was evicted "
+            "and the reservation is released",
+        )
+    if pod_gone(view) or view.pod is None:
+        return fail(
+            view, status, reason=Reason.MISSING_POD, message=f"pod {pod_key(view)} no longer exists"
+        )
+    reservation = view.reservation
+    if reservation is None:
+        return _create_reservation(view, status)
+    name = reservation["metadata"]["name"]
+    phase = protocol.phase(reservation)
+    if phase in (ReservationPhase.FAILED, ReservationPhase.SUCCEEDED):
+        return fail(
+            view,
+            status,
+            reason=Reason.RESERVATION_EXPIRED,
+            message=f"Reservation {name!r} is {phase} before it was used",
+        )
+    node = protocol.node_of(reservation)
+    if phase != ReservationPhase.AVAILABLE or node is None:
+        return _wait_for_place(view, status, reservation)
+    if node == view.pod["spec"].get("nodeName"):
+        return fail(
+            view,
+            status,
+            reason=Reason.UNSCHEDULABLE,
+            message=f"Reservation {name!r} holds its place on {node}, the node "
+            "the pod already runs on; nothing was evicted",
+        )
+    status, news = _scheduled(view, status, name=name, node=node)
+    if view.job["spec"].get("paused"):
+        return step(view, status, *news).again_in(WAIT_POLL)
+    return _open_then_evict(view, status, news)
+
+
+def _create_reservation(view: JobView, status: Object) -> Plan:
+    """Create the Reservation, record it on the job, then say so."""
+    options = view.job["spec"].get("reservationOptions") or {}
+    if (options.get("reservationRef") or {}).get("name"):
+        return fail(
+            view,
+            status,
+            reason=Reason.MISSING_RESERVATION,
+            message=f"Reservation {reservation_name(view.job)!r} does not exist",
+        )
+    assert view.pod is not None
+    ttl = view.job["spec"].get("ttl") or f"{int(view.args.default_job_ttl.total_seconds())}s"
+    body = reservation_for(
+        job=view.job,
+        pod=view.pod,
+        workload_uid=view.workload_uid,
+        ttl=ttl,
+        template=options.get("template"),
+    )
+    name = body["metadata"]["name"]
+    status = with_condition(
+        status,
+        kind=Type.RESERVATION_CREATED,
+        state="True",
+        reason="Created",
+        message=f"Reservation {name!r}",
+        now=view.now,
+    )
+    status.update(status="ReservationCreated", reason="", message="")
+    return (
+        Plan()
+        .then(
+            Create(RESERVATIONS, body),
+            # Record it where the RESERVATION column reads it, as the design describes.
+            Patch(
+                PODMIGRATIONJOBS,
+                job_name(view),
+                {"spec": {"reservationOptions": {"reservationRef": {"name": name}}}},
+            ),
+            write_status(view, status),
+            Event(view.job, "ReservationCreated", f"Successfully create Reservation {name!r}"),
+        )
+        .again_in(WAIT_POLL)
+    )
+
+
+def _wait_for_place(view: JobView, status: Object, reservation: Object) -> Plan:
+    """The Reservation is not placed yet: report the scheduler's message while it waits."""
+    scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
+    message = str((scheduled or {}).get("message") or "waiting for the scheduler")
+    unschedulable = {
+        "kind": Type.RESERVATION_SCHEDULED,
+        "state": "False",
+        "reason": Reason.UNSCHEDULABLE,
+        "message": message,
+    }
+    if same_condition(status, **unschedulable):
+        return Plan().again_in(WAIT_POLL)
+    status = with_condition(status, **unschedulable, now=view.now)
+    status.update(status=Reason.UNSCHEDULABLE, reason=Reason.UNSCHEDULABLE, message=message)
+    return step(view, status).again_in(WAIT_POLL)
+
+
+def _scheduled(
+    view: JobView, status: Object, *, name: str, node: str
+) -> tuple[Object, tuple[Event, ...]]:
+    """The status that records the Reservation's node, and the news to tell (none when it
+    was recorded before)."""
+    current = condition(status, Type.RESERVATION_SCHEDULED)
+    if current and current.get("status") == "True":
+        return status, ()
+    status = with_condition(
+        status,
+        kind=Type.RESERVATION_SCHEDULED,
+        state="True",
+        reason="Scheduled",
+        message=f"reserved on {node}",
+        now=view.now,
+    )
+    status.update(nodeName=node, status="ReservationScheduled", reason="", message="")
+    return status, (
+        Event(view.job, "ReservationScheduled", f"Assigned Reservation {name!r} to node {node!r}"),
+    )
+
+
+def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> Plan:
+    """Open the Reservation to the replacement, wait a moment, then record Evicting and
+    evict."""
+    assert view.reservation is not None
+    annotations = protocol.annotations_of(view.reservation)
+    if annotations.get(keys.CONSUMABLE) != "true":
+        opening = Patch(
+            RESERVATIONS,
+            view.reservation["metadata"]["name"],
+            {
+                "metadata": {
+                    "annotations": {keys.CONSUMABLE: "true", keys.OPENED_AT: timestamp(view.now)}
+                }
+            },
+        )
+        return step(view, status, *news, opening).again_in(CONSUMABLE_SETTLE.total_seconds())
+    opened = annotations.get(keys.OPENED_AT)
+    if opened and view.now < parse_time(opened) + CONSUMABLE_SETTLE:
+        settled = parse_time(opened) + CONSUMABLE_SETTLE
+        return step(view, status, *news).again_in((settled - view.now).total_seconds())
+    status, eviction = start_eviction(view, status)
+    return step(view, status, *news, *eviction).again_in(WAIT_POLL)

@@ -1,0 +1,107 @@
+"""What a job's decision reads (`JobView`), and the plans every step of a job builds on."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from berth.api import PodMigrationJobPhase, keys
+from berth.kube.client import PODMIGRATIONJOBS
+from berth.settings import MigrationControllerArgs
+from controller.actions import Action, Event, Evict, Plan, UpdateStatus
+
+Object = dict[str, Any]
+
+WAIT_POLL = 2.0
+"""How often a job that waits for another object looks again, if no event comes first."""
+EVICTION_RETRY = 5.0
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job and what it depends on, as the caches hold them."""
+
+    job: Object
+    pod: Object | None
+    """The pod at spec.podRef's namespace/name now (may be a new pod of the same name)."""
+    reservation: Object | None
+    owner: Object | None
+    """The pod recorded as the Reservation's owner, if it exists."""
+    workload_uid: str | None
+    now: datetime
+    args: MigrationControllerArgs
+    siblings: tuple[Object, ...] = ()
+    """Pods of the migrated pod's controller, to spot a replacement that bypassed the
+    Reservation (created while the webhook was unreachable)."""
+
+
+def job_name(view: JobView) -> str:
+    return str(view.job["metadata"]["name"])
+
+
+def pod_key(view: JobView) -> str:
+    ref = view.job["spec"]["podRef"]
+    return f"{ref.get('namespace')}/{ref.get('name')}"
+
+
+def reservation_name(job: Mapping[str, Any]) -> str:
+    """The Reservation a job uses: the one it names, else the one named after its UID."""
+    options = job["spec"].get("reservationOptions") or {}
+    ref = options.get("reservationRef") or {}
+    return str(ref.get("name") or job["metadata"]["uid"])
+
+
+def source_uid(job: Mapping[str, Any]) -> str | None:
+    """The UID of the pod being migrated, recorded when the job started."""
+    return (job["metadata"].get("annotations") or {}).get(keys.POD_UID)
+
+
+def pod_gone(view: JobView) -> bool:
+    """The migrated pod no longer exists: deleted, or replaced under the same name."""
+    uid = source_uid(view.job)
+    return view.pod is None or (uid is not None and view.pod["metadata"]["uid"] != uid)
+
+
+def write_status(view: JobView, status: Mapping[str, Any]) -> UpdateStatus:
+    obj = copy.deepcopy(view.job)
+    obj["status"] = dict(status)
+    return UpdateStatus(PODMIGRATIONJOBS, obj)
+
+
+def step(view: JobView, status: Object, *effects: Action) -> Plan:
+    """A step's plan, in the order it runs: the job's status first, when it changed (so the
+    job records what is about to happen before it happens), then the effects in order."""
+    plan = Plan()
+    if status != (view.job.get("status") or {}):
+        plan.then(write_status(view, status))
+    return plan.then(*effects)
+
+
+def fail(view: JobView, status: Object, *, reason: str, message: str) -> Plan:
+    """End the job as Failed: its status, then a Warning event saying why. The Reservation,
+    if any, is released by the passes that follow (`controller.jobs.release`)."""
+    ended = {
+        **status,
+        "phase": PodMigrationJobPhase.FAILED,
+        "reason": reason,
+        "message": message,
+        "status": reason,
+    }
+    return Plan().then(write_status(view, ended), Event(view.job, reason, message, type="Warning"))
+
+
+def evict(view: JobView) -> Evict:
+    """Evict the migrated pod, by the configured policy and the job's delete options."""
+    assert view.pod is not None
+    pod = view.pod["metadata"]
+    options = view.job["spec"].get("deleteOptions") or view.args.default_delete_options
+    return Evict(
+        pod["namespace"],
+        pod["name"],
+        pod["uid"],
+        policy=view.args.eviction_policy,
+        delete_options=options,
+    )
