@@ -12,6 +12,11 @@ import asyncio
 JOB = "job"
 RESERVATION = "rsv"
 
+BACKOFF_BASE = 2.0
+"""A key whose pass raised waits this, doubled with each failure in a row..."""
+BACKOFF_MAX = 300.0
+"""...up to this."""
+
 
 def job_key(name: str) -> str:
     return f"{JOB}/{name}"
@@ -28,19 +33,35 @@ def split(key: str) -> tuple[str, str]:
 
 
 class WorkQueue:
-    """Keys to reconcile; re-adding a key that waits changes nothing."""
+    """Keys to reconcile, with the guarantees of client-go's work queue.
 
-    def __init__(self) -> None:
+    - A key is handed to one worker at a time: from `get` until `done` it is not handed
+      out again. Added meanwhile, it is remembered and queued again on `done`, so the
+      change that brought it is seen by a pass that starts after the change.
+    - Re-adding a key that waits changes nothing (the pass reads the latest state).
+    - A key that keeps failing waits longer each time (`retry`), until `forget`; the count
+      is per key, whichever worker ran the failing pass.
+    """
+
+    def __init__(self, *, base_delay: float = BACKOFF_BASE, max_delay: float = BACKOFF_MAX) -> None:
+        self.base_delay = base_delay
+        self.max_delay = max_delay
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._waiting: set[str] = set()
+        self._dirty: set[str] = set()
+        """Keys to process: queued, or added again while being processed."""
+        self._processing: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._failures: dict[str, int] = {}
 
     def add(self, key: str) -> None:
-        if key not in self._waiting:
-            self._waiting.add(key)
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:  # else `done` queues it
             self._queue.put_nowait(key)
 
     def add_after(self, key: str, seconds: float) -> None:
+        """Add the key in `seconds`; an earlier time already set for it wins."""
         timer = self._timers.get(key)
         due = asyncio.get_running_loop().time() + seconds
         if timer is not None and timer.when() <= due:
@@ -54,9 +75,29 @@ class WorkQueue:
         self.add(key)
 
     async def get(self) -> str:
+        """The next key; the caller must call `done(key)` when its pass is over."""
         key = await self._queue.get()
-        self._waiting.discard(key)
+        self._dirty.discard(key)
+        self._processing.add(key)
         return key
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.put_nowait(key)
+
+    def retry(self, key: str) -> float:
+        """Add the key again after a back-off that doubles with each failure in a row;
+        returns the delay."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        delay = min(self.base_delay * 2.0 ** min(failures, 32), self.max_delay)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        """The key's pass succeeded: its next failure starts the back-off afresh."""
+        self._failures.pop(key, None)
 
     def __len__(self) -> int:
         return self._queue.qsize()

@@ -27,7 +27,6 @@ RETRY_AFTER_ERROR = 2.0
 """When to try again after a plan failed on an API error."""
 RETRY_AFTER_CONFLICT = 0.2
 """When to try again after a write lost a race: the cache is about to show the winner."""
-MAX_BACKOFF = 300.0
 
 
 class Reconciler:
@@ -75,23 +74,22 @@ class Reconciler:
 
 async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | None]]) -> None:
     """A worker: take a key, reconcile it, put it back for when it is due; forever."""
-    failures: dict[str, int] = {}
     while True:
         key = await queue.get()
         try:
             again = await reconcile(key)
-            failures.pop(key, None)
         except Exception:
             # A bug or an object we cannot handle: say so, and back off so that one bad
             # object never floods the log or starves the others.
             metrics.RECONCILE_ERRORS.labels(kind=split(key)[0]).inc()
-            failures[key] = failures.get(key, 0) + 1
-            delay = min(RETRY_AFTER_ERROR * 2 ** failures[key], MAX_BACKOFF)
+            delay = queue.retry(key)
             log.exception("reconcile %s failed (retry in %.0fs)", key, delay)
-            queue.add_after(key, delay)
-            continue
-        if again is not None:
-            queue.add_after(key, again)
+        else:
+            queue.forget(key)
+            if again is not None:
+                queue.add_after(key, again)
+        finally:
+            queue.done(key)
 
 
 def record_job_writes(before: Mapping[str, Any], plan: Plan) -> None:
