@@ -122,13 +122,13 @@ class Caches:
     def _on_reservation(self, kind: str, reservation: Object) -> None:
         if self.ledger is not None:
             self.ledger.on_reservation(kind, reservation)
-        self.enqueue(reservation_key(reservation["metadata"]["name"]))
-        job = protocol.annotations_of(reservation).get(keys.JOB)
-        if job:
-            self.enqueue(job_key(job))
+        self._enqueue_reservation(reservation)
 
     def _on_pod(self, kind: str, pod: Object) -> None:
         if self.ledger is not None:
+            # The ledger follows the pod itself, and the Reservations it is the
+            # placeholder or recorded owner of; the event is about the pod, so it never
+            # reaches the ledger as an event of a Reservation.
             self.ledger.on_pod(kind, pod)
         reservation = protocol.placeholder_reservation(pod)
         if reservation:
@@ -136,10 +136,16 @@ class Caches:
         claim = protocol.pod_claim(pod)
         if claim:
             for rsv in self.reservations.by_index("claim", claim):
-                self.enqueue(reservation_key(rsv["metadata"]["name"]))
-                self._on_reservation(kind, rsv)
+                self._enqueue_reservation(rsv)
         for job in self.jobs.by_index("pod", object_key(pod)):
             self.enqueue(job_key(job["metadata"]["name"]))
+
+    def _enqueue_reservation(self, reservation: Object) -> None:
+        """The Reservation's key, and its job's: a job follows its Reservation."""
+        self.enqueue(reservation_key(reservation["metadata"]["name"]))
+        job = protocol.annotations_of(reservation).get(keys.JOB)
+        if job:
+            self.enqueue(job_key(job))
 
     # ----- views ----------------------------------------------------------------------
 

@@ -1,0 +1,67 @@
+"""The controller's caches: watch events become keys, and the ledger nodeFit reads stays
+right. Objects are fed to the informers as their watches would deliver them."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from berth.api import keys
+from berth.kube.client import Kube
+from berth.kube.informer import Informer
+from berth.resources import parse_quantity
+from berth.settings import MigrationControllerArgs
+from controller.caches import Caches
+from tests.unit.builders import job, node, pod, reservation
+
+NODE_FIT = MigrationControllerArgs.model_validate({"nodeFit": True})
+
+
+def caches(args: MigrationControllerArgs = NODE_FIT) -> tuple[Caches, list[str]]:
+    keys_added: list[str] = []
+    return Caches(cast(Kube, None), args, enqueue=keys_added.append), keys_added
+
+
+async def watch(informer: Informer, kind: str, obj: dict[str, Any]) -> None:
+    await informer._apply(kind, obj)
+
+
+def in_handover() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Reservation on node-1 whose owner is recorded and its placeholder gone, and the
+    gated owner that claimed it: the Reservation itself holds its 200m."""
+    rsv = reservation(
+        phase="Available", node="node-1", owners=["web-2"], annotations={keys.CLAIM: "tok"}
+    )
+    claimer = pod(
+        "web-2", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"}
+    )
+    return rsv, claimer
+
+
+async def test_a_deleted_claimer_leaves_a_live_reservation_in_the_ledger() -> None:
+    cache, _ = caches()
+    rsv, claimer = in_handover()
+    await watch(cache.nodes, "ADDED", node("node-1"))
+    await watch(cache.reservations, "ADDED", rsv)
+    await watch(cache.pods, "ADDED", claimer)
+    held = parse_quantity("4") - parse_quantity("200m")
+    assert cache.free()["node-1"]["cpu"] == held
+    # The claimer goes away; the Reservation holds its place until the controller ends it.
+    await watch(cache.pods, "DELETED", claimer)
+    assert cache.free()["node-1"]["cpu"] == held
+
+
+async def test_a_claimers_events_bring_in_its_reservation_and_the_reservations_job() -> None:
+    cache, added = caches()
+    rsv, claimer = in_handover()
+    await watch(cache.reservations, "ADDED", rsv)
+    added.clear()
+    await watch(cache.pods, "DELETED", claimer)
+    assert set(added) == {"rsv/uid-job-1", "job/job-1"}
+
+
+async def test_a_pods_events_bring_in_the_jobs_that_migrate_it() -> None:
+    cache, added = caches()
+    await watch(cache.jobs, "ADDED", job("job-1", pod_name="web-1"))
+    added.clear()
+    await watch(cache.pods, "MODIFIED", pod("web-1"))
+    assert added == ["job/job-1"]
