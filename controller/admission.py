@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from berth import metrics, protocol
-from berth.api import TERMINAL_PHASES, PodMigrationJobPhase
+from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase
+from berth.kube.informer import object_key
 from berth.settings import MigrationControllerArgs
 from controller import arbitration, jobs, reservations
 from controller.actions import Plan
@@ -51,38 +52,53 @@ class Admission:
         """What the last arbitration round read, for the next (see arbitration.Memo)."""
 
     async def loop(self) -> None:
-        """Start pending jobs, every arbitration interval."""
+        """Every arbitration interval: start pending jobs, and let stray gates go.
+
+        Each part runs on its own: a round that raises (a bug, an object or a setting it
+        cannot handle) must not keep a pod gated, nor the gauges from being updated."""
         interval = self.args.arbitration_args.interval.total_seconds()
         while True:
             try:
                 metrics.observe_jobs(self.caches.jobs.values())
                 metrics.observe_reservations(self.caches.reservations.values())
+            except Exception:
+                log.exception("updating the job and Reservation gauges failed")
+            try:
                 await self.admit_once()
-                await self.release_stray_gates()
             except Exception:
                 log.exception("arbitration round failed")
+            try:
+                await self.release_stray_gates()
+            except Exception:
+                log.exception("releasing stray scheduling gates failed")
             await asyncio.sleep(interval)
 
     async def release_stray_gates(self) -> None:
-        """No pod stays gated by Berth unless a live Reservation holds its claim."""
+        """No pod stays gated by Berth unless a live Reservation holds its claim. Each pod
+        on its own: one that cannot be handled keeps no other gated."""
         now = datetime.now(UTC)
         for pod in self.caches.pods.by_index("gated", "yes"):
-            token = protocol.pod_claim(pod)
-            claimed = (
-                next(
-                    (
-                        r
-                        for r in self.caches.reservations.by_index("claim", token)
-                        if protocol.phase(r) not in ("Succeeded", "Failed")
-                    ),
-                    None,
-                )
-                if token
-                else None
-            )
-            plan = reservations.stray_gate(pod, claimed=claimed, now=now)
-            if plan.actions:
-                await self.executor.run(plan)
+            try:
+                plan = reservations.stray_gate(pod, claimed=self._live_claim(pod), now=now)
+                if plan.actions:
+                    await self.executor.run(plan)
+            except Exception:
+                log.exception("releasing the gate of pod %s failed", object_key(pod))
+
+    def _live_claim(self, pod: Object) -> Object | None:
+        """The Reservation, not yet Succeeded or Failed, whose claim the pod carries."""
+        token = protocol.pod_claim(pod)
+        if not token:
+            return None
+        terminal = (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED)
+        return next(
+            (
+                r
+                for r in self.caches.reservations.by_index("claim", token)
+                if protocol.phase(r) not in terminal
+            ),
+            None,
+        )
 
     async def admit_once(self) -> None:
         by_phase = _by_phase(self.caches.jobs.values())
