@@ -195,7 +195,8 @@ class MigrationControllerArgs(_Args):
     object_limiters: dict[ObjectLimiterKind, ObjectLimiter] | None = None
     """Rate limits per object, e.g. at most maxMigrating pods of one workload per duration."""
     default_job_mode: PodMigrationJobMode = PodMigrationJobMode.RESERVATION_FIRST
-    """Mode of the jobs the controller itself creates."""
+    """Mode of a job that sets no spec.mode; the controller records it on the job when it
+    first sees the job, so the job keeps it whatever the configuration later says."""
     default_job_ttl: PositiveDuration = Field(default=timedelta(minutes=5), alias="defaultJobTTL")
     """TTL of the jobs the controller itself creates."""
     scheduler_names: list[str] = Field(default_factory=lambda: ["default-scheduler"])

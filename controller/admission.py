@@ -102,7 +102,11 @@ class Admission:
 
     async def admit_once(self) -> None:
         by_phase = _by_phase(self.caches.jobs.values())
-        pending = by_phase.get(PodMigrationJobPhase.PENDING, [])
+        # A job without a mode waits for its first reconcile to record defaultJobMode, so
+        # that arbitration judges it by the mode it will run in.
+        pending = [
+            j for j in by_phase.get(PodMigrationJobPhase.PENDING, []) if j["spec"].get("mode")
+        ]
         if not pending:
             return
         with metrics.ARBITRATION_ROUND_DURATION.time():

@@ -5,6 +5,9 @@ works unchanged. Berth adds the condition type BoundPodReady and the last four r
 `PodMigrationJobReason`. A job is Pending until arbitration admits it, Running while it
 reserves, evicts and waits for the replacement, and then Succeeded, Failed or Aborted for
 good. Success is spelled `Succeeded`; the design text's older `Succeed` is not accepted.
+
+`spec.mode` has no schema default, as in the design: a job that sets none runs in the
+controller's `defaultJobMode`, which the controller then records on the job.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from berth.api.duration import Duration
 from berth.api.meta import (
@@ -112,15 +115,27 @@ class PodMigrateReservationOptions(ApiModel):
 class PodMigrationJobSpec(ApiModel):
     """Which pod to move and how."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            # `self == oldSelf` on the field itself only runs when both are set.
+            Rule(
+                "!has(oldSelf.mode) || has(self.mode)",
+                "mode cannot be removed once set",
+                field_path=".mode",
+            )
+        )
+    )
+
     paused: bool = False
     """While true the controller leaves the job alone; the ttl still runs."""
     ttl: Duration | None = Field(default=None, json_schema_extra=cel(*duration_rules("ttl")))
     """How long the job may take, as a Go duration such as 5m."""
-    mode: PodMigrationJobMode = Field(
-        default=PodMigrationJobMode.RESERVATION_FIRST,
-        json_schema_extra=cel(Rule("self == oldSelf", "mode is immutable")),
+    mode: PodMigrationJobMode | None = Field(
+        default=None, json_schema_extra=cel(Rule("self == oldSelf", "mode is immutable"))
     )
-    """ReservationFirst or EvictDirectly."""
+    """ReservationFirst or EvictDirectly. Unset, the job runs in the controller's
+    defaultJobMode (ReservationFirst unless configured), which the controller records
+    here when it first sees the job; once set, it never changes."""
     pod_ref: ObjectReference = Field(
         json_schema_extra=cel(
             _required("podRef", "name"),

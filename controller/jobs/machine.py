@@ -11,24 +11,28 @@ from berth.api import (
     PodMigrationJobPhase,
     PodMigrationJobReason,
 )
-from controller.actions import Plan
+from berth.kube.client import PODMIGRATIONJOBS
+from controller.actions import Patch, Plan
 from controller.jobs.bind import after_eviction
 from controller.jobs.evict import evict_directly
 from controller.jobs.release import release
 from controller.jobs.reserve import before_eviction
-from controller.jobs.view import JobView, Object, fail
+from controller.jobs.view import JobView, Object, fail, job_name
 from controller.status import condition, deadline
 
 Phase = PodMigrationJobPhase
 
 
 def decide(view: JobView) -> Plan:
-    """The next step for one job: Pending ones only wait for their TTL (arbitration starts
-    them), Running ones move on, finished ones release what they held."""
+    """The next step for one job: a job without a mode first gets the configured one, then
+    Pending ones only wait for their TTL (arbitration starts them), Running ones move on,
+    finished ones release what they held."""
     status: Object = dict(view.job.get("status") or {})
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
         return release(view, status)
+    if not view.job["spec"].get("mode"):
+        return _record_mode(view)
     due = deadline(view.job, view.job["spec"].get("ttl"), view.args.default_job_ttl)
     if phase != Phase.RUNNING:
         return _pending(view, status, due=due)
@@ -53,3 +57,11 @@ def _pending(view: JobView, status: Object, *, due: datetime) -> Plan:
         reason=PodMigrationJobReason.TIMEOUT,
         message=f"TTL expired before the job started{paused}{waited}",
     )
+
+
+def _record_mode(view: JobView) -> Plan:
+    """Record defaultJobMode as the mode of a job that sets none, before anything else:
+    arbitration then judges the job by the mode it runs in, and a later change of the
+    configuration never switches a job's mode halfway."""
+    mode = PodMigrationJobMode(view.args.default_job_mode).value
+    return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), {"spec": {"mode": mode}}))

@@ -51,9 +51,10 @@ def job_manifest(
     *,
     name: str | None = None,
     ttl: str = "2m",
-    mode: str = "ReservationFirst",
+    mode: str | None = "ReservationFirst",
     **spec: Any,
 ) -> tuple[str, str]:
+    """A job for `pod`; `mode=None` leaves spec.mode unset (the controller's default)."""
     name = name or f"mig-{uuid.uuid4().hex[:8]}"
     body = {
         "apiVersion": "scheduling.koordinator.sh/v1alpha1",
@@ -61,7 +62,7 @@ def job_manifest(
         "metadata": {"name": name},
         "spec": {
             "ttl": ttl,
-            "mode": mode,
+            **({"mode": mode} if mode else {}),
             "podRef": {"namespace": pod["metadata"]["namespace"], "name": pod["metadata"]["name"]},
             **spec,
         },

@@ -167,8 +167,11 @@ def changed(document: Object, path: str, value: Any) -> Object:
 
 def test_omitted_fields_get_their_defaults(cluster: Cluster, created: Created) -> None:
     document = changed(job(unique("defaults")), "spec.mode", MISSING)
-    assert create(cluster, created, document).returncode == 0
-    assert cluster.get("pmj", document["metadata"]["name"])["spec"]["mode"] == "ReservationFirst"
+    created.append(("podmigrationjob", document["metadata"]["name"]))
+    # The object as the API server stored it, before the controller records a mode.
+    result = cluster.kubectl("create", "-o", "json", "-f", "-", input=yaml.safe_dump(document))
+    stored_job = json.loads(result.stdout)
+    assert "mode" not in stored_job["spec"]  # the controller's defaultJobMode applies
     document = reservation(unique("defaults"))
     assert create(cluster, created, document).returncode == 0
     stored = cluster.get("reservation", document["metadata"]["name"])
@@ -292,6 +295,7 @@ def test_invalid_status_is_refused(
     [
         ({"podRef": {"name": "another-pod"}}, ["spec.podRef", "podRef is immutable"]),
         ({"mode": "EvictDirectly"}, ["spec.mode", "mode is immutable"]),
+        ({"mode": None}, ["spec.mode", "mode cannot be removed once set"]),
     ],
 )
 def test_job_target_cannot_change(

@@ -85,6 +85,36 @@ def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) ->
     assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
 
 
+def test_a_job_without_a_mode_runs_in_the_configured_default_mode(
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
+    restart_controller("defaultJobMode: EvictDirectly\n")
+    cluster.apply(deployment("direct", replicas=2), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "direct", 2), what="the pods")[0]
+    name, manifest = job_manifest(pod, mode=None)
+    cluster.apply(manifest)
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
+    assert job["spec"]["mode"] == "EvictDirectly"  # recorded on the job
+    assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
+    assert not condition(job, "ReservationCreated")
+    assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
+
+
+def test_a_job_without_a_mode_reserves_first_by_default(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(pod, mode=None)
+    cluster.apply(manifest)
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+    )
+    assert job["spec"]["mode"] == "ReservationFirst"
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert condition(job, "PodBoundReservation")["status"] == "True"
+
+
 def guarded_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     """Two pods under a PodDisruptionBudget that allows no disruption."""
     cluster.apply(deployment("guarded", replicas=2), namespace)

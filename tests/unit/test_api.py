@@ -97,7 +97,7 @@ def test_reservation_ref_and_delete_options() -> None:
 def test_defaults_of_a_minimal_job() -> None:
     job = PodMigrationJob.model_validate({"spec": {"podRef": {"namespace": "a", "name": "b"}}})
     assert job.api_version == API_VERSION
-    assert job.spec.mode is PodMigrationJobMode.RESERVATION_FIRST
+    assert job.spec.mode is None  # the controller's defaultJobMode applies
     assert job.spec.paused is False
     assert job.spec.ttl is None
     assert job.status.phase is PodMigrationJobPhase.PENDING
@@ -105,8 +105,7 @@ def test_defaults_of_a_minimal_job() -> None:
         "apiVersion": API_VERSION,
         "kind": "PodMigrationJob",
         "metadata": {},
-        "spec": {"paused": False, "mode": "ReservationFirst",
-                 "podRef": {"namespace": "a", "name": "b"}},
+        "spec": {"paused": False, "podRef": {"namespace": "a", "name": "b"}},
         "status": {"phase": "Pending"},
     }  # fmt: skip
 
@@ -118,7 +117,6 @@ def test_python_names_build_camel_case_objects() -> None:
     assert PodMigrationJob(metadata={"name": "m"}, spec=spec).to_wire()["spec"] == {
         "paused": False,
         "ttl": "1h30m0s",
-        "mode": "ReservationFirst",
         "podRef": {"namespace": "a", "name": "b"},
     }
 

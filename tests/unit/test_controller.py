@@ -686,3 +686,38 @@ def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
         {**decision.job, "status": status}, "wait", "MaxMigratingPerNode", "2 migrations already"
     )
     assert jobs.admission(unchanged, workload_uid=None, dry_run=False).actions == []
+
+
+# ----- defaultJobMode: the mode of a job that sets none ----------------------------------
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Running"])
+@pytest.mark.parametrize("default", ["ReservationFirst", "EvictDirectly"])
+def test_a_job_without_a_mode_first_gets_the_default_mode_recorded(
+    phase: str, default: str
+) -> None:
+    modeless = job(phase=phase)
+    del modeless["spec"]["mode"]
+    args = MigrationControllerArgs.model_validate({"defaultJobMode": default})
+    plan = jobs.decide(
+        jobs.JobView(
+            job=modeless,
+            pod=pod(),
+            reservation=None,
+            owner=None,
+            workload_uid=None,
+            now=T0,
+            args=args,
+        )
+    )
+    assert kinds(plan) == ["Patch:podmigrationjobs"]
+    patch = plan.actions[0]
+    assert isinstance(patch, Patch)
+    assert patch.patch == {"spec": {"mode": default}}
+
+
+def test_a_finished_job_without_a_mode_is_only_cleaned_up() -> None:
+    modeless = job(phase="Failed")
+    del modeless["spec"]["mode"]
+    plan = view_plan(job_obj=modeless, rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["Delete:reservations"]

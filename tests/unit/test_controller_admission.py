@@ -12,7 +12,7 @@ from berth.api import keys
 from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs
-from controller.actions import Patch, Plan
+from controller.actions import Patch, Plan, UpdateStatus
 from controller.admission import Admission
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
@@ -77,3 +77,20 @@ async def test_a_gated_pod_that_cannot_be_handled_keeps_no_other_gated() -> None
     await admission.release_stray_gates()
     ungated = [a for p in executor.plans for a in p.actions if isinstance(a, Patch)]
     assert [a.name for a in ungated] == ["web-9"]
+
+
+async def test_arbitration_waits_for_a_jobs_mode_to_be_recorded() -> None:
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    executor = Recording()
+    admission = Admission(caches, executor, args, admitted=lambda _key: None)
+    modeless = job("job-1", phase="Pending", pod_name="gone-1")
+    del modeless["spec"]["mode"]
+    await watch(caches, "podmigrationjobs", modeless)
+    await watch(caches, "podmigrationjobs", job("job-2", phase="Pending", pod_name="gone-2"))
+    await admission.admit_once()
+    # Both pods are missing: only the job with a mode is judged (and failed) this round.
+    written = [a.obj for p in executor.plans for a in p.actions if isinstance(a, UpdateStatus)]
+    assert [(o["metadata"]["name"], o["status"]["reason"]) for o in written] == [
+        ("job-2", "MissingPod")
+    ]

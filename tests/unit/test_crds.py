@@ -191,7 +191,6 @@ def test_conditions_are_a_map_by_type(file: str) -> None:
     ("file", "path", "default"),
     [
         (PMJ_FILE, ".spec.paused", False),
-        (PMJ_FILE, ".spec.mode", "ReservationFirst"),
         (PMJ_FILE, ".status.phase", "Pending"),
         (RESERVATION_FILE, ".spec.allocateOnce", True),
         (RESERVATION_FILE, ".status.phase", "Pending"),
@@ -201,6 +200,12 @@ def test_defaults(file: str, path: str, default: object) -> None:
     node = dict(nodes(schema(file)))[path]
     assert node["default"] == default
     assert default in node.get("enum", [default])
+
+
+def test_mode_has_no_default_so_the_controllers_default_job_mode_applies() -> None:
+    spec = dict(nodes(schema(PMJ_FILE)))[".spec"]
+    assert "default" not in spec["properties"]["mode"]
+    assert "mode" not in spec.get("required", [])
 
 
 def rules(file: str) -> Iterator[tuple[str, Schema, Schema]]:
@@ -223,6 +228,7 @@ def test_every_rule_message_names_its_field(file: str) -> None:
     [
         (PMJ_FILE, ".spec.ttl",
          ["ttl must be a Go duration such as 90s, 5m or 1h30m", "ttl must not be negative"]),
+        (PMJ_FILE, ".spec", ["mode cannot be removed once set"]),
         (PMJ_FILE, ".spec.mode", ["mode is immutable"]),
         (PMJ_FILE, ".spec.podRef",
          ["podRef.name is required", "podRef.namespace is required", "podRef is immutable"]),
