@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from berth import protocol
-from berth.api import ReservationPhase, keys
+from berth.api import ReservationConditionType, ReservationPhase, ReservationReason, keys
 from berth.kube.client import PODS, RESERVATIONS
 from controller.actions import Create, Delete, Event, Patch, Plan, UpdateStatus
 from controller.build import allocatable_of, placeholder_for
@@ -31,6 +31,9 @@ from controller.status import (
 )
 
 Object = dict[str, Any]
+
+Condition = ReservationConditionType
+Reason = ReservationReason
 
 HANDOVER_POLL = 1.0
 DEFAULT_TTL = timedelta(hours=1)  # a Reservation made by hand with neither ttl nor expires
@@ -96,9 +99,9 @@ def decide(view: ReservationView) -> Plan:
     if view.now >= expires_at(reservation):
         status = with_condition(
             status,
-            kind="Ready",
+            kind=Condition.READY,
             state="False",
-            reason="Expired",
+            reason=Reason.EXPIRED,
             message="the Reservation expired",
             now=view.now,
         )
@@ -107,7 +110,7 @@ def decide(view: ReservationView) -> Plan:
             _status(view, status),
             Event(
                 reservation,
-                "ReservationExpired",
+                Reason.RESERVATION_EXPIRED,
                 f"Reservation {_name(view)!r} expired; its capacity is released",
             ),
         )
@@ -124,7 +127,7 @@ def decide(view: ReservationView) -> Plan:
             _status(view, status),
             Event(
                 reservation,
-                "ReservationClaimed",
+                Reason.RESERVATION_CLAIMED,
                 f"Pod {claimer['namespace']}/{claimer['name']} claimed Reservation {_name(view)!r}",
             ),
         )
@@ -148,9 +151,9 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
             status.update(phase=ReservationPhase.PENDING, nodeName=None)
             status = with_condition(
                 status,
-                kind="Scheduled",
+                kind=Condition.SCHEDULED,
                 state="False",
-                reason="Lost",
+                reason=Reason.LOST,
                 message="placeholder pod disappeared",
                 now=view.now,
             )
@@ -163,17 +166,17 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
         )
         status = with_condition(
             status,
-            kind="Scheduled",
+            kind=Condition.SCHEDULED,
             state="True",
-            reason="Scheduled",
+            reason=Reason.SCHEDULED,
             message=f"placeholder bound to {node}",
             now=view.now,
         )
         status = with_condition(
             status,
-            kind="Ready",
+            kind=Condition.READY,
             state="True",
-            reason="Available",
+            reason=Reason.AVAILABLE,
             message=f"capacity held on {node}",
             now=view.now,
         )
@@ -181,13 +184,17 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     if not node:
         message = scheduling_message(placeholder) or "waiting for the scheduler"
         if not same_condition(
-            status, kind="Scheduled", state="False", reason="Unschedulable", message=message
+            status,
+            kind=Condition.SCHEDULED,
+            state="False",
+            reason=Reason.UNSCHEDULABLE,
+            message=message,
         ):
             status = with_condition(
                 status,
-                kind="Scheduled",
+                kind=Condition.SCHEDULED,
                 state="False",
-                reason="Unschedulable",
+                reason=Reason.UNSCHEDULABLE,
                 message=message,
                 now=view.now,
             )
@@ -202,9 +209,9 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
         status["phase"] = ReservationPhase.FAILED
         status = with_condition(
             status,
-            kind="Ready",
+            kind=Condition.READY,
             state="False",
-            reason="OwnerGone",
+            reason=Reason.OWNER_GONE,
             message="the owner pod was deleted before it was bound",
             now=view.now,
         )
@@ -214,9 +221,9 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
         status["phase"] = ReservationPhase.SUCCEEDED
         status = with_condition(
             status,
-            kind="Ready",
+            kind=Condition.READY,
             state="False",
-            reason="Allocated",
+            reason=Reason.ALLOCATED,
             message=f"pod {owner['metadata']['name']} bound to {bound}",
             now=view.now,
         )
@@ -237,7 +244,7 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
             ungate(owner),
             Event(
                 view.reservation,
-                "ReservationHandover",
+                Reason.RESERVATION_HANDOVER,
                 f"Released the place on {node} to pod {owner['metadata']['name']}",
             ),
         )
@@ -262,7 +269,7 @@ def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
                 ungate(pod),
                 Event(
                     view.reservation,
-                    "ReservationReleased",
+                    Reason.RESERVATION_RELEASED,
                     f"Let pod {pod['metadata']['name']} schedule freely: Reservation "
                     f"{_name(view)!r} is {protocol.phase(view.reservation)}",
                     type="Warning",
@@ -297,7 +304,7 @@ def stray_gate(pod: Object, *, claimed: Mapping[str, Any] | None, now: datetime)
         ungate(pod),
         Event(
             pod,
-            "ReservationGateRemoved",
+            Reason.RESERVATION_GATE_REMOVED,
             f"No Reservation holds claim {token!r}: removed Berth's scheduling gate so the pod "
             "is scheduled normally",
             type="Warning",

@@ -1,10 +1,11 @@
 """PodMigrationJob: a request to move one pod, carried out by the controller.
 
 The API is the PodMigrationJob design field for field, so the YAML of its documentation
-works unchanged. Berth adds the condition type BoundPodReady and the last four reasons of
-`PodMigrationJobReason`. A job is Pending until arbitration admits it, Running while it
-reserves, evicts and waits for the replacement, and then Succeeded, Failed or Aborted for
-good. Success is spelled `Succeeded`; the design text's older `Succeed` is not accepted.
+works unchanged. Berth adds the condition type BoundPodReady and the reasons after the
+design's list in `PodMigrationJobReason`. A job is Pending until arbitration admits it,
+Running while it reserves, evicts and waits for the replacement, and then Succeeded,
+Failed or Aborted for good. Success is spelled `Succeeded`; the design text's older
+`Succeed` is not accepted.
 
 `spec.mode` has no schema default, as in the design: a job that sets none runs in the
 controller's `defaultJobMode`, which the controller then records on the job.
@@ -64,6 +65,9 @@ class PodMigrationJobConditionType(StrEnum):
 
 
 class PodMigrationJobReason(StrEnum):
+    """Every reason Berth writes on a job: `status.reason`, its conditions' reasons, and
+    the reasons of its events. The design's list first, then Berth's own."""
+
     TIMEOUT = "Timeout"
     FAILED_CREATE_RESERVATION = "FailedCreateReservation"
     UNSCHEDULABLE = "Unschedulable"
@@ -76,10 +80,35 @@ class PodMigrationJobReason(StrEnum):
     EVICT_COMPLETE = "EvictComplete"
     WAIT_FOR_POD_BIND_RESERVATION = "WaitForPodBindReservation"
     WAIT_FOR_BOUND_POD_READY = "WaitForBoundPodReady"
+    # Berth's: how a job ends
     RESERVATION_EXPIRED = "ReservationExpired"
+    """The Reservation ended before the pod was evicted."""
+    RESERVATION_NOT_USED = "ReservationNotUsed"
+    """The replacement was created without claiming the Reservation (webhook down?)."""
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
+    """Arbitration: the pod may never be migrated; the message names the rule."""
+    COMPLETE = "Complete"
+    """The migration succeeded (`status.status` and the last event)."""
+    # Berth's: the reasons of conditions that hold (status True)
+    CREATED = "Created"
+    SCHEDULED = "Scheduled"
+    BOUND = "Bound"
+    READY = "Ready"
+    # Berth's: why arbitration keeps a Pending job waiting (each names its rule)
     BLOCKED_BY_PDB = "BlockedByPDB"
+    """Also the Eviction condition's reason when the Eviction API answers 429."""
     DRY_RUN = "DryRun"
+    NODE_FIT = "NodeFit"
+    ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+    EXPECTED_REPLICAS = "ExpectedReplicas"
+    MAX_MIGRATING_PER_WORKLOAD = "MaxMigratingPerWorkload"
+    MAX_UNAVAILABLE_PER_WORKLOAD = "MaxUnavailablePerWorkload"
+    MAX_MIGRATING_PER_NODE = "MaxMigratingPerNode"
+    MAX_MIGRATING_PER_NAMESPACE = "MaxMigratingPerNamespace"
+    MAX_MIGRATING_GLOBALLY = "MaxMigratingGlobally"
+    OBJECT_LIMITERS = "ObjectLimiters"
+    EVICT_QPS = "EvictQPS"
+    FLOW_CONTROL_QPS = "FlowControlQPS"
 
 
 class PodMigrationJobPreemptionOptions(ApiModel):

@@ -43,6 +43,37 @@ class ReservationConditionType(StrEnum):
     READY = "Ready"
 
 
+class ReservationReason(StrEnum):
+    """Why a Reservation's condition is as it is, and the reasons of its events."""
+
+    SCHEDULED = "Scheduled"
+    """Scheduled=True: its placeholder is bound to a node."""
+    UNSCHEDULABLE = "Unschedulable"
+    """Scheduled=False: the scheduler has no node for its placeholder (its message says why)."""
+    LOST = "Lost"
+    """Scheduled=False: its placeholder disappeared; a new one is created."""
+    AVAILABLE = "Available"
+    """Ready=True: capacity is held on its node."""
+    ALLOCATED = "Allocated"
+    """Ready=False: its owner is bound to the node (phase Succeeded)."""
+    EXPIRED = "Expired"
+    """Ready=False: its ttl or expires passed (phase Failed)."""
+    OWNER_GONE = "OwnerGone"
+    """Ready=False: the owner was deleted before it was bound (phase Failed)."""
+    RELEASED = "Released"
+    """Ready=False: its job ended (phase Failed)."""
+    RESERVATION_EXPIRED = "ReservationExpired"
+    """Event: it expired and its capacity is released."""
+    RESERVATION_CLAIMED = "ReservationClaimed"
+    """Event: a replacement pod claimed it and is recorded as its owner."""
+    RESERVATION_HANDOVER = "ReservationHandover"
+    """Event: its placeholder is gone and the owner's scheduling gate removed."""
+    RESERVATION_RELEASED = "ReservationReleased"
+    """Event: it ended while a pod was gated on it; the gate is removed."""
+    RESERVATION_GATE_REMOVED = "ReservationGateRemoved"
+    """Event on a pod gated by Berth that no live Reservation waits for: gate removed."""
+
+
 class ControllerReference(ApiModel):
     """An owner reference to a workload controller, with the namespace it lives in."""
 

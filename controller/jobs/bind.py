@@ -56,7 +56,7 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
             return fail(
                 view,
                 status,
-                reason="ReservationNotUsed",
+                reason=Reason.RESERVATION_NOT_USED,
                 message=f"replacement pod {bypass['metadata']['name']} was created "
                 f"without claiming Reservation {rsv!r} (is the webhook running?); it is "
                 "scheduled as any pod, and the reservation is released",
@@ -88,7 +88,7 @@ def _bound(view: JobView, status: Object, owner: Object) -> Object:
     bound = {
         "kind": Type.POD_BOUND_RESERVATION,
         "state": "True",
-        "reason": "Bound",
+        "reason": Reason.BOUND,
         "message": f"pod {name} on {node}",
     }
     if same_condition(status, **bound):
@@ -105,20 +105,20 @@ def _complete(
         status,
         kind=Type.BOUND_POD_READY,
         state="True",
-        reason="Ready",
+        reason=Reason.READY,
         message=f"pod {metadata['name']} is ready",
         now=view.now,
     )
     status.update(
         phase=PodMigrationJobPhase.SUCCEEDED,
-        status="Complete",
+        status=Reason.COMPLETE,
         reason="",
         message="",
         nodeName=owner["spec"]["nodeName"],
     )
     done = Event(
         view.job,
-        "Complete",
+        Reason.COMPLETE,
         f'Bind Pod "{metadata["namespace"]}/{metadata["name"]}" in Reservation {rsv!r}',
     )
     return step(view, status, *news, done)

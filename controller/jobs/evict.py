@@ -45,7 +45,7 @@ def start_eviction(view: JobView, status: Object) -> tuple[Object, tuple[Action,
     )
     status.update(status=Reason.EVICTING, reason="", message="")
     return status, (
-        Event(view.job, "Evicting", f'Try to evict Pod "{pod["namespace"]}/{pod["name"]}"'),
+        Event(view.job, Reason.EVICTING, f'Try to evict Pod "{pod["namespace"]}/{pod["name"]}"'),
         evict(view),
     )
 
@@ -82,7 +82,9 @@ def evicted(view: JobView, status: Object) -> tuple[Object, tuple[Event, ...]]:
         now=view.now,
     )
     status.update(status=Reason.EVICT_COMPLETE, reason="", message="")
-    return status, (Event(view.job, "EvictComplete", f'Pod "{pod_key(view)}" has been evicted'),)
+    return status, (
+        Event(view.job, Reason.EVICT_COMPLETE, f'Pod "{pod_key(view)}" has been evicted'),
+    )
 
 
 def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bool) -> Plan:
@@ -107,12 +109,14 @@ def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bo
     if not pod_gone(view):
         return still_evicting(view, status, expired=expired)
     status, news = evicted(view, status)
-    status.update(phase=PodMigrationJobPhase.SUCCEEDED, status="Complete", reason="", message="")
+    status.update(
+        phase=PodMigrationJobPhase.SUCCEEDED, status=Reason.COMPLETE, reason="", message=""
+    )
     return step(
         view,
         status,
         *news,
-        Event(view.job, "Complete", f'Pod "{pod_key(view)}" evicted directly'),
+        Event(view.job, Reason.COMPLETE, f'Pod "{pod_key(view)}" evicted directly'),
     )
 
 
@@ -132,5 +136,5 @@ def eviction_refused(view: JobView, *, status_code: int, message: str) -> Plan:
     status.update(status=reason, reason=reason, message=message)
     plan = Plan().then(write_status(view, status))
     if reason == Reason.BLOCKED_BY_PDB:
-        plan.then(Event(view.job, "BlockedByPDB", message, type="Warning"))
+        plan.then(Event(view.job, reason, message, type="Warning"))
     return plan.again_in(EVICTION_RETRY)

@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from berth import protocol
-from berth.api import PodMigrationJobConditionType, ReservationPhase, keys
+from berth.api import (
+    PodMigrationJobConditionType,
+    ReservationConditionType,
+    ReservationPhase,
+    ReservationReason,
+    keys,
+)
 from berth.kube.client import RESERVATIONS
 from controller.actions import Delete, Plan, UpdateStatus
 from controller.jobs.view import JobView, Object, job_name
@@ -33,9 +39,9 @@ def release(view: JobView, status: Object) -> Plan:
     released = copy.deepcopy(reservation)
     released["status"] = with_condition(
         {**(reservation.get("status") or {}), "phase": ReservationPhase.FAILED},
-        kind="Ready",
+        kind=ReservationConditionType.READY,
         state="False",
-        reason="Released",
+        reason=ReservationReason.RELEASED,
         message=f"job {job_name(view)} ended",
         now=view.now,
     )

@@ -109,11 +109,11 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
         status,
         kind=Type.RESERVATION_CREATED,
         state="True",
-        reason="Created",
+        reason=Reason.CREATED,
         message=f"Reservation {name!r}",
         now=view.now,
     )
-    status.update(status="ReservationCreated", reason="", message="")
+    status.update(status=Type.RESERVATION_CREATED, reason="", message="")
     return (
         Plan()
         .then(
@@ -125,7 +125,7 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
                 {"spec": {"reservationOptions": {"reservationRef": {"name": name}}}},
             ),
             write_status(view, status),
-            Event(view.job, "ReservationCreated", f"Successfully create Reservation {name!r}"),
+            Event(view.job, Type.RESERVATION_CREATED, f"Successfully create Reservation {name!r}"),
         )
         .again_in(WAIT_POLL)
     )
@@ -160,13 +160,15 @@ def _scheduled(
         status,
         kind=Type.RESERVATION_SCHEDULED,
         state="True",
-        reason="Scheduled",
+        reason=Reason.SCHEDULED,
         message=f"reserved on {node}",
         now=view.now,
     )
-    status.update(nodeName=node, status="ReservationScheduled", reason="", message="")
+    status.update(nodeName=node, status=Type.RESERVATION_SCHEDULED, reason="", message="")
     return status, (
-        Event(view.job, "ReservationScheduled", f"Assigned Reservation {name!r} to node {node!r}"),
+        Event(
+            view.job, Type.RESERVATION_SCHEDULED, f"Assigned Reservation {name!r} to node {node!r}"
+        ),
     )
 
 

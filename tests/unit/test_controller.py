@@ -7,13 +7,19 @@ from typing import Any
 
 import pytest
 
-from berth.api import keys
+from berth.api import (
+    PodMigrationJobConditionType,
+    PodMigrationJobReason,
+    ReservationConditionType,
+    ReservationReason,
+    keys,
+)
 from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
 from berth.resources import parse_quantity, pod_requests
 from berth.settings import MigrationControllerArgs
 from controller import build, jobs, reservations
 from controller.actions import Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
-from controller.arbitration import Decision
+from controller.arbitration import Decision, WaitReason
 from tests.unit.builders import (
     T0,
     job,
@@ -26,7 +32,32 @@ from tests.unit.builders import (
 ARGS = MigrationControllerArgs()
 
 
+def vocabulary(plan: Plan) -> None:
+    """Every reason and condition type a plan writes is a member of the API's enums."""
+    job_reasons = {"", *PodMigrationJobReason}
+    for action in plan.actions:
+        if isinstance(action, Event):
+            known = (
+                {*PodMigrationJobReason, *PodMigrationJobConditionType}
+                if action.involved.get("kind") == "PodMigrationJob"
+                else set(ReservationReason)
+            )
+            assert action.reason in known, f"event reason {action.reason!r}"
+        if not isinstance(action, UpdateStatus):
+            continue
+        status = action.obj["status"]
+        if action.resource is PODMIGRATIONJOBS:
+            types, reasons = set(PodMigrationJobConditionType), job_reasons
+            assert status.get("reason", "") in reasons, f"reason {status.get('reason')!r}"
+        else:
+            types, reasons = set(ReservationConditionType), set(ReservationReason)
+        for item in status.get("conditions") or []:
+            assert item["type"] in types, f"condition type {item['type']!r}"
+            assert item.get("reason", "") in reasons, f"condition reason {item.get('reason')!r}"
+
+
 def kinds(plan: Plan) -> list[str]:
+    vocabulary(plan)
     names = []
     for action in plan.actions:
         if isinstance(action, Event):
@@ -39,6 +70,7 @@ def kinds(plan: Plan) -> list[str]:
 
 
 def status_of(plan: Plan) -> dict[str, Any]:
+    vocabulary(plan)
     updates = [a for a in plan.actions if isinstance(a, UpdateStatus)]
     assert updates, f"no status update in {kinds(plan)}"
     status: dict[str, Any] = updates[-1].obj["status"]
@@ -721,3 +753,7 @@ def test_a_finished_job_without_a_mode_is_only_cleaned_up() -> None:
     del modeless["spec"]["mode"]
     plan = view_plan(job_obj=modeless, rsv=reservation(phase="Available", node="node-1"))
     assert kinds(plan) == ["Delete:reservations"]
+
+
+def test_every_reason_arbitration_writes_on_a_waiting_job_is_an_api_reason() -> None:
+    assert set(WaitReason) <= set(PodMigrationJobReason)
