@@ -82,7 +82,6 @@ class Plan:
 
     actions: list[Action] = field(default_factory=list)
     requeue_after: float | None = None
-    note: str = ""
 
     def then(self, *actions: Action) -> Plan:
         self.actions.extend(actions)

@@ -26,12 +26,19 @@ from controller.actions import Action, Create, Delete, Event, Evict, Patch, Plan
 log = logging.getLogger(__name__)
 
 
+Versions = dict[tuple[str, str | None, str], str]
+"""(plural, namespace, name) → the resourceVersion a plan's own write returned."""
+
+
 @dataclass
 class Outcome:
+    """How a plan ran: to the end (`done`), or stopped at an action that failed."""
+
     done: bool = True
-    error: str = ""
     eviction_refused: KubeError | None = None
+    """The API server refused the eviction (429: a PodDisruptionBudget; 500, 503)."""
     conflict: bool = False
+    """A write lost a race with another writer: the plan was made on stale objects."""
 
 
 class Executor:
@@ -48,70 +55,81 @@ class Executor:
         """Told of every object an update returns (patch, status), to keep caches current."""
 
     async def run(self, plan: Plan) -> Outcome:
-        versions: dict[tuple[str, str | None, str], str] = {}
+        versions: Versions = {}
         for action in plan.actions:
             try:
                 await self._one(action, versions)
             except KubeError as error:
                 if isinstance(action, Evict) and error.status in (429, 500, 503):
-                    return Outcome(done=False, error=str(error), eviction_refused=error)
+                    return Outcome(done=False, eviction_refused=error)
                 if error.conflict:
                     log.info("conflict on %s, will retry: %s", type(action).__name__, error)
-                    return Outcome(done=False, error=str(error), conflict=True)
+                    return Outcome(done=False, conflict=True)
                 log.warning("%s failed: %s", _describe(action), error)
-                return Outcome(done=False, error=str(error))
+                return Outcome(done=False)
         return Outcome()
 
-    async def _one(self, action: Action, versions: dict[tuple[str, str | None, str], str]) -> None:
-        kube = self.kube
+    async def _one(self, action: Action, versions: Versions) -> None:
         if isinstance(action, Create):
-            try:
-                created = await kube.create(
-                    action.resource, action.body, namespace=action.namespace
-                )
-            except KubeError as error:
-                if error.conflict and error.reason == "AlreadyExists":
-                    return
-                raise
-            _remember(versions, action.resource.plural, created)
+            await self._create(action, versions)
         elif isinstance(action, Patch):
-            patched = await kube.patch(
-                action.resource,
-                action.name,
-                action.patch,
-                namespace=action.namespace,
-                subresource=action.subresource,
-                content_type=JSON_PATCH if action.json_patch else "application/merge-patch+json",
-            )
-            _remember(versions, action.resource.plural, patched)
-            self._written(action.resource, patched)
+            await self._patch(action, versions)
         elif isinstance(action, UpdateStatus):
-            metadata = action.obj["metadata"]
-            key = (action.resource.plural, metadata.get("namespace"), metadata["name"])
-            if key in versions:  # this plan already changed the object: build on that
-                metadata = {**metadata, "resourceVersion": versions[key]}
-            updated = await kube.replace_status(
-                action.resource, {**action.obj, "metadata": metadata}
-            )
-            _remember(versions, action.resource.plural, updated)
-            self._written(action.resource, updated)
+            await self._update_status(action, versions)
         elif isinstance(action, Delete):
-            try:
-                await kube.delete(
-                    action.resource,
-                    action.name,
-                    namespace=action.namespace,
-                    uid=action.uid,
-                    grace_period_seconds=action.grace_period_seconds,
-                    options=action.options,
-                )
-            except KubeError as error:
-                if not error.not_found:
-                    raise
+            await self._delete(action)
         elif isinstance(action, Evict):
             await self._evict(action)
         elif isinstance(action, Event):
             await self.recorder.record(action.involved, action.reason, action.message, action.type)
+
+    async def _create(self, action: Create, versions: Versions) -> None:
+        try:
+            created = await self.kube.create(
+                action.resource, action.body, namespace=action.namespace
+            )
+        except KubeError as error:
+            if error.conflict and error.reason == "AlreadyExists":
+                return
+            raise
+        _remember(versions, action.resource.plural, created)
+
+    async def _patch(self, action: Patch, versions: Versions) -> None:
+        patched = await self.kube.patch(
+            action.resource,
+            action.name,
+            action.patch,
+            namespace=action.namespace,
+            subresource=action.subresource,
+            content_type=JSON_PATCH if action.json_patch else "application/merge-patch+json",
+        )
+        _remember(versions, action.resource.plural, patched)
+        self._written(action.resource, patched)
+
+    async def _update_status(self, action: UpdateStatus, versions: Versions) -> None:
+        metadata = action.obj["metadata"]
+        key = (action.resource.plural, metadata.get("namespace"), metadata["name"])
+        if key in versions:  # this plan already changed the object: build on that
+            metadata = {**metadata, "resourceVersion": versions[key]}
+        updated = await self.kube.replace_status(
+            action.resource, {**action.obj, "metadata": metadata}
+        )
+        _remember(versions, action.resource.plural, updated)
+        self._written(action.resource, updated)
+
+    async def _delete(self, action: Delete) -> None:
+        try:
+            await self.kube.delete(
+                action.resource,
+                action.name,
+                namespace=action.namespace,
+                uid=action.uid,
+                grace_period_seconds=action.grace_period_seconds,
+                options=action.options,
+            )
+        except KubeError as error:
+            if not error.not_found:
+                raise
 
     def _written(self, resource: Resource, obj: Object) -> None:
         if self.written is not None and obj.get("metadata"):
@@ -150,9 +168,7 @@ class Executor:
         metrics.EVICTIONS.labels(policy=action.policy, result="evicted").inc()
 
 
-def _remember(
-    versions: dict[tuple[str, str | None, str], str], plural: str, obj: dict[str, Any]
-) -> None:
+def _remember(versions: Versions, plural: str, obj: dict[str, Any]) -> None:
     metadata = obj.get("metadata") or {}
     if metadata.get("resourceVersion"):
         versions[(plural, metadata.get("namespace"), metadata["name"])] = metadata[

@@ -15,17 +15,15 @@ have been evicted, never mistaken for a pod that vanished on its own.
 - `view`: what a decision reads, and the plans every step builds on
 """
 
-from controller.jobs.admit import DRY_RUN_MESSAGE, admission
+from controller.jobs.admit import admission
 from controller.jobs.evict import eviction_refused
 from controller.jobs.machine import decide
-from controller.jobs.view import JobView, reservation_name, source_uid
+from controller.jobs.view import JobView, reservation_name
 
 __all__ = [
-    "DRY_RUN_MESSAGE",
     "JobView",
     "admission",
     "decide",
     "eviction_refused",
     "reservation_name",
-    "source_uid",
 ]
