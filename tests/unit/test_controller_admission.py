@@ -1,5 +1,6 @@
-"""The admission loop: each part of a round runs on its own, so one that raises never
-stops the others."""
+"""Admission: arbitration's decision written on a Pending job (controller.jobs.admission),
+and the loop that runs the rounds, where each part runs on its own so that one that
+raises never stops the others."""
 
 from __future__ import annotations
 
@@ -8,15 +9,79 @@ from typing import Any, cast
 
 import pytest
 
-from berth.api import keys
+from berth.api import PodMigrationJobReason, keys
 from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs
+from controller import jobs
 from controller.actions import Patch, Plan, UpdateStatus
 from controller.admission import Admission
+from controller.arbitration import Decision, WaitReason
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
 from tests.unit.builders import job, pod
+from tests.unit.controller_cases import kinds, status_of
+
+# ----- the decision written on the job ----------------------------------------------------
+
+
+def pending_job() -> dict[str, Any]:
+    return job("job-1", phase="Pending", pod_uid=None)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_admission_of_an_admitted_job(dry_run: bool) -> None:
+    target = pod("web-1", node="node-0")
+    decision = Decision(pending_job(), "admit", pod=target)
+    plan = jobs.admission(decision, workload_uid="uid-web", dry_run=dry_run)
+    if not dry_run:
+        assert kinds(plan) == ["Patch:podmigrationjobs", "UpdateStatus:podmigrationjobs"]
+        patch = next(a for a in plan.actions if isinstance(a, Patch))
+        assert patch.patch["metadata"]["annotations"] == {
+            keys.POD_UID: target["metadata"]["uid"],
+            keys.SOURCE_NODE: "node-0",
+            keys.WORKLOAD: "uid-web",
+        }
+        assert status_of(plan)["phase"] == "Running"
+        return
+    # A dry run starts nothing: the job stays Pending and says what would have happened.
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:DryRun"]
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Pending", "DryRun")
+    assert "nothing is reserved or evicted" in status["message"]
+    # Written once: the next round's same decision changes nothing.
+    again = Decision({**decision.job, "status": status}, "admit", pod=target)
+    assert jobs.admission(again, workload_uid="uid-web", dry_run=True).actions == []
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_admission_of_a_failed_job_ends_it_in_either_mode(dry_run: bool) -> None:
+    decision = Decision(pending_job(), "fail", "ForbiddenMigratePod", "pod is a DaemonSet pod")
+    plan = jobs.admission(decision, workload_uid=None, dry_run=dry_run)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ForbiddenMigratePod"]
+    assert (status_of(plan)["phase"], status_of(plan)["message"]) == (
+        "Failed",
+        "pod is a DaemonSet pod",
+    )
+
+
+def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
+    decision = Decision(pending_job(), "wait", "MaxMigratingPerNode", "2 migrations already")
+    plan = jobs.admission(decision, workload_uid=None, dry_run=False)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs"]
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Pending", "MaxMigratingPerNode")
+    unchanged = Decision(
+        {**decision.job, "status": status}, "wait", "MaxMigratingPerNode", "2 migrations already"
+    )
+    assert jobs.admission(unchanged, workload_uid=None, dry_run=False).actions == []
+
+
+def test_every_reason_arbitration_writes_on_a_waiting_job_is_an_api_reason() -> None:
+    assert set(WaitReason) <= set(PodMigrationJobReason)
+
+
+# ----- the loop ---------------------------------------------------------------------------
 
 
 class Recording(Executor):

@@ -1,0 +1,109 @@
+"""Helpers for the tests of the controller's pure decisions: views, plans read back as
+names, and the check that a plan speaks the API's vocabulary."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from berth.api import (
+    PodMigrationJobConditionType,
+    PodMigrationJobReason,
+    ReservationConditionType,
+    ReservationReason,
+)
+from berth.kube.client import PODMIGRATIONJOBS
+from berth.settings import MigrationControllerArgs
+from controller import jobs, reservations
+from controller.actions import Create, Delete, Event, Patch, Plan, UpdateStatus
+from tests.unit.builders import T0, job
+
+ARGS = MigrationControllerArgs()
+EVICTING = [{"type": "Eviction", "status": "False", "reason": "Evicting", "message": "m"}]
+
+
+def vocabulary(plan: Plan) -> None:
+    """Every reason and condition type a plan writes is a member of the API's enums."""
+    job_reasons = {"", *PodMigrationJobReason}
+    for action in plan.actions:
+        if isinstance(action, Event):
+            known = (
+                {*PodMigrationJobReason, *PodMigrationJobConditionType}
+                if action.involved.get("kind") == "PodMigrationJob"
+                else set(ReservationReason)
+            )
+            assert action.reason in known, f"event reason {action.reason!r}"
+        if not isinstance(action, UpdateStatus):
+            continue
+        status = action.obj["status"]
+        if action.resource is PODMIGRATIONJOBS:
+            types, reasons = set(PodMigrationJobConditionType), job_reasons
+            assert status.get("reason", "") in reasons, f"reason {status.get('reason')!r}"
+        else:
+            types, reasons = set(ReservationConditionType), set(ReservationReason)
+        for item in status.get("conditions") or []:
+            assert item["type"] in types, f"condition type {item['type']!r}"
+            assert item.get("reason", "") in reasons, f"condition reason {item.get('reason')!r}"
+
+
+def kinds(plan: Plan) -> list[str]:
+    vocabulary(plan)
+    names = []
+    for action in plan.actions:
+        if isinstance(action, Event):
+            names.append(f"Event:{action.reason}")
+        elif isinstance(action, (Create, Patch, Delete, UpdateStatus)):
+            names.append(f"{type(action).__name__}:{action.resource.plural}")
+        else:
+            names.append(type(action).__name__)
+    return names
+
+
+def status_of(plan: Plan) -> dict[str, Any]:
+    vocabulary(plan)
+    updates = [a for a in plan.actions if isinstance(a, UpdateStatus)]
+    assert updates, f"no status update in {kinds(plan)}"
+    status: dict[str, Any] = updates[-1].obj["status"]
+    return status
+
+
+def cond(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == kind)
+
+
+def view(
+    *,
+    job_obj: dict[str, Any] | None = None,
+    pod_obj: dict[str, Any] | None = None,
+    rsv: dict[str, Any] | None = None,
+    owner: dict[str, Any] | None = None,
+    now: datetime = T0,
+) -> jobs.JobView:
+    return jobs.JobView(
+        job=job_obj or job(),
+        pod=pod_obj,
+        reservation=rsv,
+        owner=owner,
+        workload_uid="uid-deploy",
+        now=now,
+        args=ARGS,
+    )
+
+
+def view_plan(**kwargs: Any) -> Plan:
+    return jobs.decide(view(**kwargs))
+
+
+def rsv_plan(
+    rsv: dict[str, Any],
+    *,
+    ph: dict[str, Any] | None = None,
+    claimer: dict[str, Any] | None = None,
+    owner: dict[str, Any] | None = None,
+    now: datetime = T0,
+) -> Plan:
+    return reservations.decide(
+        reservations.ReservationView(
+            reservation=rsv, placeholder=ph, claimer=claimer, owner=owner, now=now, image="pause"
+        )
+    )

@@ -1,0 +1,134 @@
+"""The objects the controller creates (controller.build): a Reservation for a pod, a
+placeholder for a Reservation."""
+
+from __future__ import annotations
+
+from berth.api import keys
+from berth.resources import parse_quantity, pod_requests
+from controller import build
+from tests.unit.builders import job, pod
+
+
+def test_reservation_excludes_the_source_node_and_keeps_constraints() -> None:
+    source = pod(node="node-0")
+    source["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    source["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                ]
+            }
+        }
+    }
+    body = build.reservation_for(job=job(), pod=source, workload_uid="uid-deploy", ttl="5m")
+    spec = body["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert len(terms) == 2
+    for term in terms:
+        assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in term[
+            "matchFields"
+        ]
+    assert spec["tolerations"] == source["spec"]["tolerations"]
+    assert body["spec"]["owners"][0]["controller"]["uid"] == "uid-web-rs"
+    assert body["metadata"]["annotations"][keys.WORKLOAD] == "uid-deploy"
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-job-1"
+
+
+def test_a_pod_bound_by_berth_before_is_not_pinned_to_its_node_again() -> None:
+    moved = pod(node="node-1", annotations={keys.RESERVATION_ALLOCATED: '{"name":"r"}'})
+    moved["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    body = build.reservation_for(job=job(), pod=moved, workload_uid=None, ttl="5m")
+    terms = body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}
+    ]
+
+
+def test_job_template_narrows_the_pods_placement() -> None:
+    source = pod(node="node-0")
+    source["spec"]["nodeSelector"] = {"disk": "ssd"}
+    source["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    to_node_2 = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeSelector": {"pool": "big"},
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchFields": [
+                                            {
+                                                "key": "metadata.name",
+                                                "operator": "In",
+                                                "values": ["node-2"],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            }
+        }
+    }
+    body = build.reservation_for(
+        job=job(), pod=source, workload_uid=None, ttl="5m", template=to_node_2
+    )
+    spec = body["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"disk": "ssd", "pool": "big"}
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term["matchExpressions"] == [{"key": "zone", "operator": "In", "values": ["a"]}]
+    assert {"key": "metadata.name", "operator": "In", "values": ["node-2"]} in term["matchFields"]
+    assert {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]} in term[
+        "matchFields"
+    ]
+
+
+def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> None:
+    source = pod()
+    source["spec"]["initContainers"] = [
+        {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
+        {"name": "init", "resources": {"requests": {"cpu": "1"}}},
+    ]
+    source["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    rsv = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m")
+    rsv["metadata"]["uid"] = "uid-rsv"
+    ph = build.placeholder_for(rsv, image="pause")
+    assert pod_requests(ph["spec"]) == {"cpu": parse_quantity("1.1")}
+    assert pod_requests(ph["spec"]) == pod_requests(source["spec"])
+    assert ph["metadata"]["labels"] == {keys.RESERVATION_LABEL: rsv["metadata"]["name"]}
+    assert ph["metadata"]["ownerReferences"][0]["kind"] == "Reservation"
+    assert ph["spec"]["terminationGracePeriodSeconds"] == 0
+    assert ph["spec"]["containers"][0]["ports"] == [{"containerPort": 80, "hostPort": 8080}]
+    assert ph["spec"]["securityContext"]["runAsNonRoot"] is True

@@ -1,0 +1,377 @@
+"""The job state machine (controller.jobs.decide): what each observed state leads to,
+step by step, and in what order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from berth.api import keys
+from berth.settings import MigrationControllerArgs
+from controller import jobs
+from controller.actions import Create, Evict, Patch, UpdateStatus
+from tests.unit.builders import T0, job, later, pod, reservation
+from tests.unit.controller_cases import (
+    ARGS,
+    EVICTING,
+    cond,
+    kinds,
+    status_of,
+    view,
+    view_plan,
+)
+
+# ----- a job not started yet --------------------------------------------------------------
+
+
+def test_pending_job_is_left_to_arbitration() -> None:
+    assert view_plan(job_obj=job(phase=None), pod_obj=pod()).actions == []
+
+
+def test_pending_job_times_out_with_the_reason_it_waited() -> None:
+    waiting = job(phase="Pending")
+    waiting["status"].update(reason="MaxMigratingPerNode", message="2 migrations already run")
+    assert view_plan(job_obj=waiting, pod_obj=pod(), now=later(200)).actions == []
+    status = status_of(view_plan(job_obj=waiting, pod_obj=pod(), now=later(301)))
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert "MaxMigratingPerNode" in status["message"]
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Running"])
+@pytest.mark.parametrize("default", ["ReservationFirst", "EvictDirectly"])
+def test_a_job_without_a_mode_first_gets_the_default_mode_recorded(
+    phase: str, default: str
+) -> None:
+    modeless = job(phase=phase)
+    del modeless["spec"]["mode"]
+    args = MigrationControllerArgs.model_validate({"defaultJobMode": default})
+    plan = jobs.decide(
+        jobs.JobView(
+            job=modeless,
+            pod=pod(),
+            reservation=None,
+            owner=None,
+            workload_uid=None,
+            now=T0,
+            args=args,
+        )
+    )
+    assert kinds(plan) == ["Patch:podmigrationjobs"]
+    patch = plan.actions[0]
+    assert isinstance(patch, Patch)
+    assert patch.patch == {"spec": {"mode": default}}
+
+
+# ----- ReservationFirst, before the eviction ----------------------------------------------
+
+
+def test_running_job_creates_its_reservation_and_records_it() -> None:
+    plan = view_plan(pod_obj=pod())
+    assert kinds(plan) == [
+        "Create:reservations",
+        "Patch:podmigrationjobs",
+        "UpdateStatus:podmigrationjobs",
+        "Event:ReservationCreated",
+    ]
+    created = plan.actions[0]
+    assert isinstance(created, Create)
+    assert created.body["metadata"]["name"] == "uid-job-1"
+    patch = plan.actions[1]
+    assert isinstance(patch, Patch)
+    assert patch.patch["spec"]["reservationOptions"]["reservationRef"]["name"] == "uid-job-1"
+    assert cond(status_of(plan), "ReservationCreated")["status"] == "True"
+
+
+def test_unscheduled_reservation_reports_the_schedulers_message() -> None:
+    rsv = reservation()
+    rsv["status"]["conditions"] = [
+        {
+            "type": "Scheduled",
+            "status": "False",
+            "message": "0/3 nodes are available: Insufficient cpu.",
+        }
+    ]
+    plan = view_plan(pod_obj=pod(), rsv=rsv)
+    scheduled = cond(status_of(plan), "ReservationScheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient cpu" in scheduled["message"]
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_available_reservation_opens_it_then_records_evicting_before_evicting() -> None:
+    plan = view_plan(pod_obj=pod(), rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == [
+        "UpdateStatus:podmigrationjobs",
+        "Event:ReservationScheduled",
+        "Patch:reservations",
+    ]
+    opened = plan.actions[-1]
+    assert isinstance(opened, Patch)
+    assert opened.patch["metadata"]["annotations"][keys.CONSUMABLE] == "true"
+    assert status_of(plan)["nodeName"] == "node-1"
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    plan = view_plan(
+        job_obj=scheduled,
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+    )
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:Evicting", "Evict"]
+    assert cond(status_of(plan), "Eviction")["reason"] == "Evicting"
+    evict = plan.actions[-1]
+    assert isinstance(evict, Evict)
+    assert evict.uid == "uid-web-1"
+    assert evict.policy == "Eviction"
+
+
+def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    opened = reservation(
+        phase="Available",
+        node="node-1",
+        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"},
+    )
+    waiting = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(0.5))
+    assert waiting.actions == []
+    assert waiting.requeue_after
+    go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1))
+    assert kinds(go)[-1] == "Evict"
+
+
+def test_paused_job_waits_with_its_reservation() -> None:
+    plan = view_plan(
+        job_obj=job(paused=True), pod_obj=pod(), rsv=reservation(phase="Available", node="node-1")
+    )
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_job_delete_options_reach_the_eviction() -> None:
+    job_obj = job()
+    job_obj["spec"]["deleteOptions"] = {"gracePeriodSeconds": 60}
+    plan = view_plan(
+        job_obj=job_obj,
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+    )
+    evict = plan.actions[-1]
+    assert isinstance(evict, Evict)
+    assert evict.delete_options == {"gracePeriodSeconds": 60}
+
+
+@pytest.mark.parametrize(
+    "rsv", [None, reservation(), reservation(phase="Available", node="node-1")]
+)
+def test_ttl_before_eviction_fails_without_evicting(rsv: dict[str, Any] | None) -> None:
+    plan = view_plan(pod_obj=pod(), rsv=rsv, now=later(301))
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_missing_pod_before_eviction_fails_the_job() -> None:
+    plan = view_plan(pod_obj=None, rsv=reservation())
+    assert (status_of(plan)["phase"], status_of(plan)["reason"]) == ("Failed", "MissingPod")
+
+
+def test_missing_referenced_reservation_fails() -> None:
+    plan = view_plan(job_obj=job(reservation_ref="reservation-0"), pod_obj=pod())
+    assert status_of(plan)["reason"] == "MissingReservation"
+
+
+def test_reservation_on_the_pods_own_node_is_never_a_reason_to_evict() -> None:
+    plan = view_plan(
+        job_obj=job(reservation_ref="mine"),
+        pod_obj=pod(node="node-0"),
+        rsv=reservation("mine", phase="Available", node="node-0"),
+    )
+    assert status_of(plan)["phase"] == "Failed"
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+# ----- the eviction -----------------------------------------------------------------------
+
+
+def test_missing_pod_after_evicting_is_evict_complete_not_missing() -> None:
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Available", node="node-1"),
+    )
+    status = status_of(plan)
+    assert status["phase"] == "Running"
+    assert cond(status, "Eviction")["reason"] == "EvictComplete"
+    assert cond(status, "PodBoundReservation")["reason"] == "WaitForPodBindReservation"
+    assert "Event:EvictComplete" in kinds(plan)
+
+
+def test_same_name_pod_with_a_new_uid_counts_as_evicted() -> None:
+    statefulset_pod = pod(uid="uid-new", rs=None)
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=statefulset_pod,
+        rsv=reservation(phase="Available", node="node-1"),
+    )
+    assert cond(status_of(plan), "Eviction")["reason"] == "EvictComplete"
+
+
+def test_pod_still_there_is_evicted_again() -> None:
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1"),
+    )
+    assert kinds(plan) == ["Evict"]
+
+
+def test_terminating_pod_is_waited_for() -> None:
+    terminating = pod()
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:01Z"
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=terminating,
+        rsv=reservation(phase="Available", node="node-1"),
+    )
+    assert plan.actions == []
+    assert plan.requeue_after
+
+
+def test_blocked_eviction_is_reported_as_blocked_by_pdb() -> None:
+    plan = jobs.eviction_refused(
+        view(job_obj=job(conditions=EVICTING), pod_obj=pod()),
+        status_code=429,
+        message="Cannot evict pod as it would violate the pod's disruption budget.",
+    )
+    status = status_of(plan)
+    assert cond(status, "Eviction")["reason"] == "BlockedByPDB"
+    assert status["reason"] == "BlockedByPDB"
+    assert "Event:BlockedByPDB" in kinds(plan)
+
+
+def test_evict_directly_evicts_then_succeeds_when_the_pod_is_gone() -> None:
+    direct = job(mode="EvictDirectly")
+    plan = view_plan(job_obj=direct, pod_obj=pod())
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:Evicting", "Evict"]
+    direct["status"]["conditions"] = EVICTING
+    done = view_plan(job_obj=direct, pod_obj=None)
+    assert (status_of(done)["phase"], status_of(done)["status"]) == ("Succeeded", "Complete")
+
+
+# ----- ReservationFirst, after the eviction -----------------------------------------------
+
+
+def test_bound_and_ready_owner_completes_the_job() -> None:
+    new = pod("web-2", node="node-1")
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+        owner=new,
+    )
+    status = status_of(plan)
+    assert (status["phase"], status["status"]) == ("Succeeded", "Complete")
+    assert status["podRef"]["name"] == "web-2"
+    assert cond(status, "PodBoundReservation")["status"] == "True"
+    assert cond(status, "BoundPodReady")["status"] == "True"
+    assert kinds(plan)[-1] == "Event:Complete"
+
+
+def test_bound_owner_not_ready_waits() -> None:
+    new = pod("web-2", node="node-1", ready=False)
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+        owner=new,
+    )
+    status = status_of(plan)
+    assert status["phase"] == "Running"
+    assert cond(status, "BoundPodReady")["reason"] == "WaitForBoundPodReady"
+
+
+def test_ttl_after_eviction_fails_and_says_what_happened() -> None:
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Available", node="node-1"),
+        now=later(301),
+    )
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert "after the pod was evicted" in status["message"]
+
+
+def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
+    evicting = [
+        *EVICTING,
+        {
+            "type": "ReservationCreated",
+            "status": "True",
+            "lastTransitionTime": "2026-01-01T12:00:05Z",
+        },
+    ]
+    stray = pod("web-2", node="node-2")
+    stray["metadata"]["creationTimestamp"] = "2026-01-01T12:00:06Z"
+    older = pod("web-0", node="node-1")
+    jv = jobs.JobView(
+        job=job(conditions=evicting),
+        pod=None,
+        reservation=reservation(phase="Available", node="node-1"),
+        owner=None,
+        workload_uid=None,
+        now=later(10),
+        args=ARGS,
+        siblings=(older, stray),
+    )
+    status = status_of(jobs.decide(jv))
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
+    assert "web-2" in status["message"]
+    assert "webhook" in status["message"]
+
+
+# ----- a finished job ---------------------------------------------------------------------
+
+
+def test_finished_job_deletes_its_unused_reservation() -> None:
+    failed = job(phase="Failed")
+    plan = view_plan(job_obj=failed, rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["Delete:reservations"]
+
+
+def test_finished_job_after_eviction_releases_its_reservation() -> None:
+    aborted = job(phase="Aborted", conditions=EVICTING)
+    plan = view_plan(job_obj=aborted, rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["UpdateStatus:reservations"]
+    update = plan.actions[0]
+    assert isinstance(update, UpdateStatus)
+    assert update.obj["status"]["phase"] == "Failed"
+
+
+def test_rolled_back_job_deletes_even_an_expired_reservation() -> None:
+    plan = view_plan(job_obj=job(phase="Failed"), rsv=reservation(phase="Failed"))
+    assert kinds(plan) == ["Delete:reservations"]
+
+
+def test_a_finished_job_without_a_mode_is_only_cleaned_up() -> None:
+    modeless = job(phase="Failed")
+    del modeless["spec"]["mode"]
+    plan = view_plan(job_obj=modeless, rsv=reservation(phase="Available", node="node-1"))
+    assert kinds(plan) == ["Delete:reservations"]

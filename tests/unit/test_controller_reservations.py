@@ -1,0 +1,116 @@
+"""The Reservation lifecycle (controller.reservations): placeholder, handover, expiry,
+clean-up, and the release of stray gates."""
+
+from __future__ import annotations
+
+import pytest
+
+from berth.api import keys
+from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
+from controller import reservations
+from controller.actions import Create, Delete, Patch
+from tests.unit.builders import later, placeholder, pod, reservation
+from tests.unit.controller_cases import (
+    kinds,
+    rsv_plan,
+    status_of,
+    view_plan,
+)
+
+
+def test_new_reservation_gets_a_placeholder() -> None:
+    plan = rsv_plan(reservation())
+    assert kinds(plan) == ["Create:pods"]
+
+
+def test_reservation_without_template_namespace_places_its_placeholder_by_its_owner() -> None:
+    rsv = reservation()
+    del rsv["spec"]["template"]["metadata"]
+    plan = rsv_plan(rsv)
+    create = plan.actions[0]
+    assert isinstance(create, Create)
+    assert create.namespace == "default"
+    assert create.body["metadata"]["namespace"] == "default"
+
+
+def test_bound_placeholder_makes_the_reservation_available() -> None:
+    plan = rsv_plan(reservation(), ph=placeholder(node="node-1"))
+    status = status_of(plan)
+    assert (status["phase"], status["nodeName"]) == ("Available", "node-1")
+    assert status["allocatable"] == {"cpu": "200m"}
+
+
+def test_claimer_is_recorded_as_owner() -> None:
+    rsv = reservation(
+        phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true", keys.CLAIM: "tok"}
+    )
+    claimer = pod(
+        "web-2", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"}
+    )
+    plan = rsv_plan(rsv, ph=placeholder(), claimer=claimer)
+    assert status_of(plan)["currentOwners"][0]["uid"] == "uid-web-2"
+
+
+def test_handover_deletes_the_placeholder_first_then_ungates() -> None:
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    owner = pod("web-2", node=None, gates=[keys.RESERVATION_GATE, "other/gate"])
+    first = rsv_plan(rsv, ph=placeholder(), owner=owner)
+    assert kinds(first) == ["Delete:pods"]
+    delete = first.actions[0]
+    assert isinstance(delete, Delete)
+    assert delete.uid
+    assert delete.grace_period_seconds == 0
+    second = rsv_plan(rsv, ph=None, owner=owner)
+    assert kinds(second) == ["Patch:pods", "Event:ReservationHandover"]
+    ungate = second.actions[0]
+    assert isinstance(ungate, Patch)
+    assert ungate.json_patch
+    assert ungate.patch[-1] == {"op": "remove", "path": "/spec/schedulingGates/0"}
+
+
+def test_bound_owner_makes_the_reservation_succeeded() -> None:
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    plan = rsv_plan(rsv, owner=pod("web-2", node="node-1"))
+    assert status_of(plan)["phase"] == "Succeeded"
+
+
+def test_expired_reservation_fails_then_cleans_up_and_lets_the_pod_go() -> None:
+    rsv = reservation(phase="Available", node="node-1", ttl="1m")
+    assert status_of(rsv_plan(rsv, ph=placeholder(), now=later(61)))["phase"] == "Failed"
+    failed = reservation(phase="Failed", node="node-1", owners=["web-2"])
+    gated = pod("web-2", node=None, gates=[keys.RESERVATION_GATE])
+    plan = rsv_plan(failed, ph=placeholder(), owner=gated)
+    assert kinds(plan) == ["Delete:pods", "Patch:pods", "Event:ReservationReleased"]
+
+
+def test_lost_placeholder_is_recreated_and_the_reservation_pending_again() -> None:
+    plan = rsv_plan(reservation(phase="Available", node="node-1"), ph=None)
+    assert kinds(plan) == ["Create:pods", "UpdateStatus:reservations"]
+    assert status_of(plan)["phase"] == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("age", "claimed", "expected"),
+    [
+        (5, False, []),
+        (31, False, ["Patch:pods", "Event:ReservationGateRemoved"]),
+        (31, True, []),
+    ],
+)
+def test_stray_gate_is_removed_after_a_grace_period(
+    age: int, claimed: bool, expected: list[str]
+) -> None:
+    gated = pod(
+        "web-9", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "forged"}
+    )
+    plan = reservations.stray_gate(
+        gated, claimed=reservation() if claimed else None, now=later(age)
+    )
+    assert kinds(plan) == expected
+
+
+def test_actions_target_the_right_resources() -> None:
+    plan = view_plan(pod_obj=pod())
+    assert plan.actions[0].resource is RESERVATIONS  # type: ignore[union-attr]
+    assert plan.actions[1].resource is PODMIGRATIONJOBS  # type: ignore[union-attr]
+    assert rsv_plan(reservation()).actions[0].resource is PODS  # type: ignore[union-attr]
