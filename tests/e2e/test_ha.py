@@ -70,7 +70,9 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
 ) -> None:
     cluster.apply(deployment("web"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
-    first = leader_pid(cluster)
+    # After a test that restarted the controller, the Lease names the stopped process
+    # until it expires: wait for one of the running replicas to hold it.
+    first = cluster.wait(lambda: leader_pid_or_none(cluster), what="a running leader")
     # Both replicas are ready: one leads, the other knows who does.
     for component in cluster.local.components:
         if component.name.startswith("berth-controller"):
