@@ -37,7 +37,7 @@ from berth.protocol import (
     phase,
     top_level_workload,
 )
-from berth.server import add_health, add_metrics, cancel_on_signals, serve
+from berth.server import MAX_BODY, Limits, Tls, add_health, add_metrics, cancel_on_signals, serve
 from webhook import review
 from webhook.decide import (
     Claim,
@@ -239,32 +239,33 @@ def describe(pod: Object) -> str:
 
 
 def make_app(webhook: Webhook) -> web.Application:
-    # A pod may be as large as etcd allows (1.5 MiB); aiohttp would refuse a review of
-    # more than 1 MiB by default.
-    app = web.Application(client_max_size=4 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/mutate-pod", webhook.mutate)
     add_health(app, webhook.ready)
     add_metrics(app)
     return app
 
 
-def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path, key_file: Path) -> None:
+def run(*, kubeconfig: Path | None, host: str, port: int, tls: Tls, limits: Limits) -> None:
     """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting."""
-    asyncio.run(
-        _serve(kubeconfig=kubeconfig, host=host, port=port, cert_file=cert_file, key_file=key_file)
-    )
+    asyncio.run(_serve(kubeconfig=kubeconfig, host=host, port=port, tls=tls, limits=limits))
 
 
 async def _serve(
-    *, kubeconfig: Path | None, host: str, port: int, cert_file: Path, key_file: Path
+    *, kubeconfig: Path | None, host: str, port: int, tls: Tls, limits: Limits
 ) -> None:
     cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
     webhook = Webhook(kube)
     informer = asyncio.create_task(webhook.reservations.run())
-    log.info("starting: POST https://%s:%d/mutate-pod", host, port)
+    log.info(
+        "starting: POST https://%s:%d/mutate-pod (client certificates %s)",
+        host,
+        port,
+        "required" if tls.client_ca_file else "not required",
+    )
     try:
-        await serve(make_app(webhook), host=host, port=port, cert_file=cert_file, key_file=key_file)
+        await serve(make_app(webhook), host=host, port=port, tls=tls, limits=limits)
     except asyncio.CancelledError:
         log.info("stopped")
     finally:
