@@ -9,7 +9,7 @@ from pathlib import Path
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
-from webhook.app import run
+from webhook.app import DEADLINE, run
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +35,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--tls-private-key-file", type=Path, required=True, help="its private key (PEM)"
     )
+    parser.add_argument(
+        "--request-deadline",
+        type=float,
+        default=DEADLINE,
+        metavar="SECONDS",
+        help="time one review's work may take, API calls included; keep it below the "
+        f"webhook configuration's timeoutSeconds (default {DEADLINE:g})",
+    )
     server.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
@@ -44,6 +52,9 @@ def handle(args: argparse.Namespace) -> int:
         if path is not None and not path.is_file():
             print(f"berth webhook: {path}: no such file", file=sys.stderr)
             return 1
+    if args.request_deadline <= 0:
+        print("berth webhook: --request-deadline must be positive", file=sys.stderr)
+        return 1
     log.setup()
     try:
         run(
@@ -52,6 +63,7 @@ def handle(args: argparse.Namespace) -> int:
             port=args.port,
             tls=server.Tls(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file),
             limits=server.limits_from(args),
+            deadline=args.request_deadline,
         )
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth webhook: {error}", file=sys.stderr)
