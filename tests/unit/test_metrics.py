@@ -20,8 +20,9 @@ from extender.app import make_app as extender_app
 from extender.decide import Placement
 from tests.unit.builders import job, later, reservation, ts, with_status
 from tests.unit.test_extender import FILTER_ARGS, PRIORITIZE_ARGS
-from tests.unit.test_webhook import claimed_by, request, review_body
-from tests.unit.test_webhook import reservation as claimable
+from tests.unit.test_webhook_http import review_body
+from tests.unit.webhook_cases import claimed_by, request
+from tests.unit.webhook_cases import reservation as claimable
 from webhook.app import Webhook
 from webhook.app import make_app as webhook_app
 
