@@ -1,29 +1,155 @@
-"""Serving an aiohttp app: HTTPS when given a certificate, with health and metrics.
+"""Serving an aiohttp app: HTTPS, health and metrics, and limits that hold against
+clients that are slow, many or anonymous on purpose.
 
 The webhook and the extender are both thin aiohttp apps; this is the one place that
-decides how they listen, so TLS, readiness and `/metrics` behave the same for both (and
-for the controller's health port).
+decides how they listen, so TLS, client authentication, limits, readiness and `/metrics`
+behave the same for both (and for the controller's health port).
+
+aiohttp closes a connection that stays idle between requests (its keep-alive timer) and
+caps a body's size (`client_max_size`). Nothing bounds how long a client may take to send
+a request's headers or its body, nor how many connections it holds, and asyncio gives a
+TLS handshake 60 s. So every accepted socket gets a `_Connection` first: an asyncio
+protocol that stays between the transport and aiohttp's `RequestHandler` for the whole
+connection and passes every callback on to it.
+
+- It counts itself among the open connections from accept to close. A socket past
+  `max_connections` is aborted at once, before any TLS work.
+- It runs the TLS handshake itself (`loop.start_tls`). With `create_server(ssl=...)` the
+  app protocol only exists once a handshake succeeds, so connections still in (or stuck
+  in, or failing) their handshake could be neither counted nor timed out.
+- The header deadline: armed when the connection opens, and again when bytes arrive while
+  no request is in progress; disarmed by a middleware when aiohttp hands it a request,
+  which it does once the request line and headers are parsed. When it passes, the socket
+  is aborted. An idle or half-finished TLS connection, a partial request line or header,
+  all end there. The deadline lives on the connection, not in aiohttp's parser, because
+  the parser's state is private.
+- The same middleware reads a request's body under the body deadline (and aborts the
+  connection when it passes), requires `application/json` on POST (415), and with a
+  client CA requires a verified client certificate on everything but the probes.
+
+A connection between requests is left to aiohttp's keep-alive timer (the idle timeout).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import logging
 import signal
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client.aiohttp import make_aiohttp_handler
+
+log = logging.getLogger(__name__)
 
 Readiness = Callable[[], bool]
 
+MAX_BODY = 8 * 1024 * 1024
+"""The largest request body the apps read. etcd stores a pod of up to 1.5 MiB (protobuf);
+its JSON is larger, and an AdmissionReview or the scheduler's ExtenderArgs carry it with
+more around it (node names, user info). A pod refused for its size would pass the webhook
+unbound and skip the (ignorable) extender, so the limit must sit well above any pod."""
 
-def tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    return context
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Served without a client certificate: kubelet probes and metrics scrapers present none."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long a client may take, and how many connections all clients may hold."""
+
+    header_timeout: float = 10.0
+    """From the first byte of a request (or the connection's start, TLS handshake
+    included) until its headers are in."""
+    body_timeout: float = 10.0
+    """From the headers until the whole body is in."""
+    idle_timeout: float = 60.0
+    """Between requests on a kept-alive connection."""
+    max_connections: int = 256
+
+
+@dataclass(frozen=True)
+class Tls:
+    """The serving certificate, and the CA that signs the clients' certificates when
+    clients must authenticate."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file is not None:
+            # Optional at the TLS layer so that probes get in; a certificate that is
+            # presented must verify, and the middleware refuses requests without one.
+            context.load_verify_locations(cafile=self.client_ca_file)
+            context.verify_mode = ssl.CERT_OPTIONAL
+        return context
+
+
+# ----- flags --------------------------------------------------------------------------------
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of a server: client authentication and the limits."""
+    parser.add_argument(
+        "--client-ca-file",
+        type=Path,
+        default=None,
+        help="require a client certificate signed by this CA (PEM) on every request but "
+        "/healthz, /readyz and /metrics (default: no client authentication)",
+    )
+    defaults = Limits()
+    for flag, default, text in (
+        ("--header-timeout", defaults.header_timeout, "to send a request's headers"),
+        ("--body-timeout", defaults.body_timeout, "to send a request's body"),
+        ("--idle-timeout", defaults.idle_timeout, "to send a next request on a connection"),
+    ):
+        parser.add_argument(
+            flag,
+            type=_positive(float),
+            default=default,
+            metavar="SECONDS",
+            help=f"time a client gets {text}, else the connection is dropped (default {default:g})",
+        )
+    parser.add_argument(
+        "--max-connections",
+        type=_positive(int),
+        default=defaults.max_connections,
+        help="connections held at once; more are closed at once "
+        f"(default {defaults.max_connections})",
+    )
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    return Limits(
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        idle_timeout=args.idle_timeout,
+        max_connections=int(args.max_connections),
+    )
+
+
+# ----- the app's common routes --------------------------------------------------------------
 
 
 def add_health(app: web.Application, ready: Readiness) -> None:
@@ -57,20 +183,253 @@ def cancel_on_signals() -> None:
         loop.add_signal_handler(signum, main.cancel)
 
 
+# ----- connections ------------------------------------------------------------------------
+
+
+class _Connection(asyncio.Protocol):
+    """One accepted socket, from accept to close: counted, TLS, the header deadline, and
+    aiohttp's handler behind it (see the module docstring)."""
+
+    def __init__(self, site: _Site) -> None:
+        self.site = site
+        self.loop = asyncio.get_running_loop()
+        self.raw: asyncio.Transport | None = None
+        self.handler: RequestHandler | None = None
+        self.early = bytearray()
+        """Bytes that came between the TLS handshake and the handler taking over."""
+        self.deadline: asyncio.TimerHandle | None = None
+        self.in_request = False
+
+    # -- asyncio callbacks, passed on to aiohttp's handler once it has the connection
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.raw = transport
+        if not self.site.admit(self):
+            transport.abort()
+            return
+        self.arm()
+        context = self.site.context
+        if context is None:
+            self.hand_over(transport)
+            return
+        # No byte reaches this protocol before start_tls takes the transport over.
+        transport.pause_reading()
+        task = self.loop.create_task(self.start_tls(transport, context))
+        self.site.handshakes.add(task)
+        task.add_done_callback(self.site.handshakes.discard)
+
+    def data_received(self, data: bytes) -> None:
+        if self.handler is None:
+            self.early += data
+            return
+        if not self.in_request and self.deadline is None:
+            self.arm()  # the first bytes of a next request
+        self.handler.data_received(data)
+
+    def eof_received(self) -> None:
+        # Returning None lets the transport close once the peer is done sending, as
+        # aiohttp's handler would have it.
+        if self.handler is not None:
+            self.handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.forget()
+        if self.handler is not None:
+            self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.resume_writing()
+
+    # -- TLS and the hand-over
+
+    async def start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        timeout = self.site.limits.header_timeout
+        try:
+            transport = await self.loop.start_tls(
+                raw,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=timeout,
+                ssl_shutdown_timeout=timeout,
+            )
+        except OSError as error:  # the handshake failed, or took too long
+            log.debug("TLS handshake failed: %s", error)
+            raw.abort()
+            self.forget()
+            return
+        if transport is None or transport.is_closing():
+            self.forget()  # aborted (the header deadline) while shaking hands
+            return
+        self.hand_over(transport)
+
+    def hand_over(self, transport: asyncio.Transport) -> None:
+        self.handler = self.site.handler()
+        self.handler.connection_made(transport)
+        if self.early:
+            data, self.early = bytes(self.early), bytearray()
+            self.data_received(data)
+
+    # -- deadlines and the count
+
+    def arm(self) -> None:
+        self.disarm()
+        self.deadline = self.loop.call_later(self.site.limits.header_timeout, self.abort)
+
+    def disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def abort(self) -> None:
+        """Drop the connection: the socket itself, under any TLS."""
+        self.deadline = None
+        if self.raw is not None:
+            self.raw.abort()
+
+    def forget(self) -> None:
+        self.disarm()
+        self.site.connections.discard(self)
+
+    def request_started(self) -> None:
+        self.in_request = True
+        self.disarm()
+
+    def request_finished(self) -> None:
+        self.in_request = False
+
+
+class _Site(web.BaseSite):
+    """A TCP site whose sockets go through `_Connection` first."""
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        *,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
+        limits: Limits,
+    ) -> None:
+        super().__init__(runner, ssl_context=context)
+        self.host, self.port, self.context, self.limits = host, port, context, limits
+        self.connections: set[_Connection] = set()
+        self.handshakes: set[asyncio.Task[None]] = set()
+        self.full = False
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self.context else 'http'}://{self.host}:{self.port}"
+
+    def handler(self) -> RequestHandler:
+        server = self._runner.server
+        assert server is not None
+        return server()
+
+    def admit(self, connection: _Connection) -> bool:
+        """Count `connection` in, unless the cap is reached (said once each time)."""
+        if len(self.connections) >= self.limits.max_connections:
+            if not self.full:
+                log.warning(
+                    "%d connections open (--max-connections): closing new ones at once",
+                    len(self.connections),
+                )
+            self.full = True
+            return False
+        self.full = False
+        self.connections.add(connection)
+        return True
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self.host, self.port, reuse_address=True
+        )
+
+    async def stop(self) -> None:
+        await super().stop()
+        for task in self.handshakes:
+            task.cancel()
+
+
+# ----- the middleware -----------------------------------------------------------------------
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _connection_of(request: web.Request) -> _Connection | None:
+    transport = request.transport
+    protocol = transport.get_protocol() if transport is not None else None
+    return protocol if isinstance(protocol, _Connection) else None
+
+
+def _refusal(request: web.Request, *, client_auth: bool) -> web.Response | None:
+    """Why `request` is not served, as the answer to give; None when it is."""
+    if client_auth and request.path not in OPEN_PATHS:
+        transport = request.transport
+        if transport is None or not transport.get_extra_info("peercert"):
+            return web.Response(status=401, text="a client certificate is required")
+    if request.method == "POST" and request.content_type != "application/json":
+        return web.Response(status=415, text="the body must be application/json")
+    return None
+
+
+def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        connection = _connection_of(request)
+        if connection is not None:
+            connection.request_started()
+        try:
+            refusal = _refusal(request, client_auth=client_auth)
+            if refusal is not None:
+                return refusal
+            if request.can_read_body:
+                try:
+                    async with asyncio.timeout(limits.body_timeout):
+                        await request.read()  # kept by aiohttp for the handler's read
+                except TimeoutError:
+                    if connection is not None:
+                        connection.abort()
+                    return web.Response(status=408)  # not delivered: the socket is gone
+            return await handler(request)
+        finally:
+            if connection is not None:
+                connection.request_finished()
+
+    return guard
+
+
 async def serve(
     app: web.Application,
     *,
     host: str,
     port: int,
-    cert_file: Path | None = None,
-    key_file: Path | None = None,
+    tls: Tls | None = None,
+    limits: Limits | None = None,
 ) -> None:
-    """Serve until cancelled."""
-    context = tls_context(cert_file, key_file) if cert_file and key_file else None
-    runner = web.AppRunner(app, access_log=None)
+    """Serve until cancelled: HTTPS with `tls`, else plain HTTP."""
+    limits = limits or Limits()
+    client_auth = tls is not None and tls.client_ca_file is not None
+    app.middlewares.append(_guard(limits, client_auth=client_auth))
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        keepalive_timeout=limits.idle_timeout,
+        # A body left unread (a refused request) is drained for at most this long.
+        lingering_time=limits.body_timeout,
+    )
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=context).start()
+        context = tls.context() if tls is not None else None
+        await _Site(runner, host=host, port=port, context=context, limits=limits).start()
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()

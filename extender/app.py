@@ -20,7 +20,16 @@ from berth import metrics
 from berth.kube.client import NODES, PODS, RESERVATIONS, Kube
 from berth.kube.informer import Informer
 from berth.ledger import Ledger
-from berth.server import Readiness, add_health, add_metrics, cancel_on_signals, serve
+from berth.server import (
+    MAX_BODY,
+    Limits,
+    Readiness,
+    Tls,
+    add_health,
+    add_metrics,
+    cancel_on_signals,
+    serve,
+)
 from extender.decide import VERBS, Placement, answer
 
 log = logging.getLogger(__name__)
@@ -40,11 +49,19 @@ def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.A
             status=status, body=orjson.dumps(result), content_type="application/json"
         )
 
-    app = web.Application()
+    # kube-scheduler sends the whole pod: a pod refused for its size would be scheduled
+    # without the extender (it is ignorable), past the capacity a handover holds.
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post(f"/{{verb:{'|'.join(VERBS)}}}", verb)
     add_health(app, ready)
     add_metrics(app)
     return app
+
+
+def _scheme(tls: Tls | None) -> str:
+    if tls is None:
+        return "plain HTTP, as --insecure asks"
+    return "HTTPS, client certificates " + ("required" if tls.client_ca_file else "not required")
 
 
 def _outcome(status: int, result: Any, *, ready: bool) -> metrics.ExtenderResult:
@@ -62,18 +79,19 @@ def run(
     kubeconfig: Path | None,
     host: str,
     port: int,
-    cert_file: Path | None,
-    key_file: Path | None,
+    tls: Tls | None,
+    limits: Limits,
     placement: Placement,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting."""
+    """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting.
+    Plain HTTP without `tls`: the caller has checked that this was asked for."""
     asyncio.run(
         _serve(
             kubeconfig=kubeconfig,
             host=host,
             port=port,
-            cert_file=cert_file,
-            key_file=key_file,
+            tls=tls,
+            limits=limits,
             placement=placement,
         )
     )
@@ -84,8 +102,8 @@ async def _serve(
     kubeconfig: Path | None,
     host: str,
     port: int,
-    cert_file: Path | None,
-    key_file: Path | None,
+    tls: Tls | None,
+    limits: Limits,
     placement: Placement,
 ) -> None:
     cancel_on_signals()
@@ -107,11 +125,11 @@ async def _serve(
         ", ".join(f"/{v}" for v in VERBS),
         host,
         port,
-        "HTTPS" if cert_file else "HTTP",
+        _scheme(tls),
         placement,
     )
     try:
-        await serve(app, host=host, port=port, cert_file=cert_file, key_file=key_file)
+        await serve(app, host=host, port=port, tls=tls, limits=limits)
     except asyncio.CancelledError:
         log.info("stopped")
     finally:

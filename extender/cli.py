@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.config import ConfigException
 
-from berth import log
+from berth import log, server
 from extender.app import run
 from extender.decide import Placement
 
@@ -32,10 +32,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tls-cert-file",
         type=Path,
         default=None,
-        help="serving certificate (PEM); without it the extender speaks plain HTTP",
+        help="serving certificate (PEM); required unless --insecure",
     )
     parser.add_argument(
         "--tls-private-key-file", type=Path, default=None, help="its private key (PEM)"
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve plain HTTP, without a certificate: anyone on the network path can read "
+        "and forge what kube-scheduler and the extender say to each other",
     )
     parser.add_argument(
         "--placement",
@@ -45,24 +51,44 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="where placeholder pods go: spread (most free capacity left) "
         "or binpack (least left, to defragment); default spread",
     )
+    server.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
+def _serving_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with how the extender is asked to serve, if anything: HTTPS, or
+    plain HTTP only when asked for by name."""
+    certificate = (args.tls_cert_file, args.tls_private_key_file)
+    if args.insecure:
+        if any(certificate) or args.client_ca_file:
+            return "--insecure serves plain HTTP: give it no certificate and no client CA"
+        return None
+    if None in certificate:
+        return "give --tls-cert-file and --tls-private-key-file, or --insecure to serve plain HTTP"
+    for path in (*certificate, args.client_ca_file):
+        if path is not None and not path.is_file():
+            return f"{path}: no such file"
+    return None
+
+
 def handle(args: argparse.Namespace) -> int:
-    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
-        print(
-            "berth extender: give both --tls-cert-file and --tls-private-key-file, or neither",
-            file=sys.stderr,
-        )
+    problem = _serving_problem(args)
+    if problem:
+        print(f"berth extender: {problem}", file=sys.stderr)
         return 1
+    tls = (
+        None
+        if args.insecure
+        else server.Tls(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file)
+    )
     log.setup()
     try:
         run(
             kubeconfig=args.kubeconfig,
             host=args.host,
             port=args.port,
-            cert_file=args.tls_cert_file,
-            key_file=args.tls_private_key_file,
+            tls=tls,
+            limits=server.limits_from(args),
             placement=args.placement,
         )
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...

@@ -7,6 +7,14 @@ made on. If another replica (or another pod) got there first, the API server ans
 and this replica moves on. Every failure lets the pod through unpatched: the pod is then
 scheduled as if there were no Reservation, which is what `failurePolicy: Ignore` promises,
 instead of a pod creation that fails because a migration is in progress.
+
+A claim must never outlive an answer that does not bind a pod to it: the Reservation
+would wait, claimed by no pod, until its job's TTL. So the API server's own timeout
+(`timeoutSeconds`, after which it creates the pod as if the webhook had not answered) is
+matched by a shorter deadline around each review's work, API calls included; the pod's
+patch is built before the claim is written, so nothing is left to fail between the claim
+and the answer; and when the work fails or the answer cannot be delivered after a claim
+was (or may have been) written, the claim is taken back before answering.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +33,7 @@ from aiohttp import web
 
 from berth import metrics
 from berth.api import ReservationPhase, keys
-from berth.kube.client import REPLICASETS, RESERVATIONS, Kube, KubeError
+from berth.kube.client import RESERVATIONS, Kube, KubeError
 from berth.kube.informer import Informer
 from berth.protocol import (
     Object,
@@ -37,7 +46,7 @@ from berth.protocol import (
     phase,
     top_level_workload,
 )
-from berth.server import add_health, add_metrics, cancel_on_signals, serve
+from berth.server import MAX_BODY, Limits, Tls, add_health, add_metrics, cancel_on_signals, serve
 from webhook import review
 from webhook.decide import (
     Claim,
@@ -46,21 +55,39 @@ from webhook.decide import (
     Skip,
     bind_patch,
     decide,
+    fingerprint,
     pod_of,
 )
+from webhook.owners import Owners
 
 log = logging.getLogger(__name__)
 
 API_ERRORS = (KubeError, aiohttp.ClientError, TimeoutError)
-"""What a call to the API server may raise: an answer other than 2xx, or no answer."""
+"""What a call to the API server may raise: an answer other than 2xx, or no answer (the
+deadline passed)."""
+
+DEADLINE = 2.0
+"""Seconds a review's work may take: below the 3 s `timeoutSeconds` of
+manifests/webhook/mutating-webhook.yaml, with room for the answer to travel."""
+
+
+@dataclass
+class Attempt:
+    """What one review may write: a claim with `token`, on `reservation` once a claim
+    has been sent there."""
+
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    reservation: str | None = None
 
 
 class Webhook:
     """Binds replacement pods to Reservations. Run `reservations.run()` as a task."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, *, deadline: float = DEADLINE) -> None:
         self.kube = kube
+        self.deadline = deadline
         self.reservations = Informer(kube, RESERVATIONS)
+        self.owners = Owners(kube)
 
     def ready(self) -> bool:
         return self.reservations.synced.is_set()
@@ -78,30 +105,51 @@ class Webhook:
         except review.MalformedReview as error:
             log.warning("refused an admission review: %s", error)
             return "malformed", web.Response(status=400, text=str(error))
+        pod = pod_of(admission)
+        attempt = Attempt()
         try:
-            result, patch = await self.patch_for(admission)
-        except API_ERRORS as error:
-            log.warning(
-                "pod %s: left unbound, the API server failed: %s",
-                describe(pod_of(admission)),
-                error,
-            )
-            result, patch = "error", []
-        return result, web.Response(
-            body=orjson.dumps(review.response(admission["uid"], patch)),
-            content_type="application/json",
-        )
+            async with asyncio.timeout(self.deadline):
+                result, patch = await self.patch_for(admission, attempt)
+        except BaseException as error:
+            # Whatever failed, a claim this review sent may stand: take it back.
+            await self.release(attempt, pod)
+            if not isinstance(error, API_ERRORS):
+                raise
+            log.warning("pod %s: left unbound, %s", describe(pod), self.failure(error))
+            return "error", _allowed(admission["uid"], [])
+        response = _allowed(admission["uid"], patch)
+        if result == "claimed":
+            try:
+                # Sent here rather than by aiohttp, to know whether it went out.
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError as error:
+                log.warning(
+                    "pod %s: the answer could not be delivered (%s); the caller is gone",
+                    describe(pod),
+                    error,
+                )
+                await self.release(attempt, pod)
+                return "error", response
+        return result, response
 
-    async def patch_for(self, request: Mapping[str, Any]) -> tuple[metrics.WebhookResult, Patch]:
+    def failure(self, error: BaseException) -> str:
+        if isinstance(error, TimeoutError):
+            return f"no answer from the API server within the {self.deadline:g}s deadline"
+        return f"the API server failed: {error}"
+
+    async def patch_for(
+        self, request: Mapping[str, Any], attempt: Attempt
+    ) -> tuple[metrics.WebhookResult, Patch]:
         """What became of the pod (for `berth_webhook_requests_total`) and its patch."""
         pod = pod_of(request)
         reservations = self.reservations.store
-        # Resolving a ReplicaSet's workload costs a GET: only worth it while some
+        # Confirming the pod's controller costs a GET (or two): only worth it while some
         # Reservation can be claimed at all, which is rare.
         in_flight = any(is_consumable(r) or _opening(r) for r in reservations.values())
         workload_uid = await self.workload_uid(pod) if in_flight else None
         decision = decide(request, reservations=reservations, workload_uid=workload_uid)
-        if isinstance(decision, Skip) and in_flight:
+        if isinstance(decision, Skip) and workload_uid is not None:
             # The controller opens a Reservation just before evicting; the replacement
             # may come before this cache has seen that. Ask the API server for the ones
             # about to open that this pod would match.
@@ -127,56 +175,60 @@ class Webhook:
                 "re-adding what a later webhook removed" if patch else "nothing to add",
             )
             return "reasserted", patch
-        return await self.claim(pod, decision)
+        return await self.claim(pod, decision, attempt)
 
     async def refresh_opening(
         self, pod: Object, reservations: Mapping[str, Object], *, workload_uid: str | None
     ) -> dict[str, Object]:
         """Fresh copies of the matching Reservations that this cache shows as not yet
-        open, keeping those the API server says are open now."""
+        open, keeping those the API server says are open now. Read all at once: the
+        review's deadline covers them together."""
+        names = [
+            name
+            for name, cached in reservations.items()
+            if _opening(cached) and matches_owner(cached, pod, workload_uid=workload_uid)
+        ]
+        found = await asyncio.gather(
+            *(self.kube.get(RESERVATIONS, name) for name in names), return_exceptions=True
+        )
         opened: dict[str, Object] = {}
-        for name, cached in reservations.items():
-            if not _opening(cached) or not matches_owner(cached, pod, workload_uid=workload_uid):
-                continue
-            try:
-                fresh = await self.kube.get(RESERVATIONS, name)
-            except KubeError as error:
-                log.warning("could not re-read reservation %s: %s", name, error)
-                continue
-            if is_consumable(fresh):
+        for name, fresh in zip(names, found, strict=True):
+            if isinstance(fresh, KubeError):
+                log.warning("could not re-read reservation %s: %s", name, fresh)
+            elif isinstance(fresh, BaseException):
+                raise fresh
+            elif is_consumable(fresh):
                 opened[name] = fresh
         return opened
 
     async def workload_uid(self, pod: Object) -> str | None:
+        """The pod's top-level workload, once the API server confirms its controller; None
+        when it has none, or names one the API server does not have (`webhook.owners`)."""
         controller = controller_of(pod)
         if controller is None:
             return None
-        if controller.get("kind") != "ReplicaSet" or controller.get("apiVersion") != "apps/v1":
-            return str(controller["uid"])
-        try:
-            replicaset: Object | None = await self.kube.get(
-                REPLICASETS, controller["name"], pod["metadata"]["namespace"]
-            )
-        except KubeError as error:
-            if not error.not_found:
-                raise
-            replicaset = None
-        return top_level_workload(controller, replicaset)
+        owner = await self.owners.confirmed(controller, pod["metadata"].get("namespace") or "")
+        if owner is None:
+            return None
+        replicaset = controller["kind"] == "ReplicaSet" and controller["apiVersion"] == "apps/v1"
+        return top_level_workload(controller, owner if replicaset else None)
 
-    async def claim(self, pod: Object, decision: Claim) -> tuple[metrics.WebhookResult, Patch]:
+    async def claim(
+        self, pod: Object, decision: Claim, attempt: Attempt
+    ) -> tuple[metrics.WebhookResult, Patch]:
         """Claim the first candidate no one else wins; the patch that binds the pod to it,
         or none when every candidate went to other pods."""
-        token = secrets.token_hex(16)
         for candidate in decision.candidates:
-            reservation = await self.claim_one(candidate, token=token)
-            if reservation is not None:
+            patch = await self.claim_one(pod, candidate, attempt)
+            if patch is not None:
                 log.info(
-                    "pod %s → claimed reservation %s on node %s",
+                    "pod %s → claimed reservation %s on node %s (claim %s)",
                     describe(pod),
-                    reservation["metadata"]["name"],
-                    node_of(reservation),
+                    candidate["metadata"]["name"],
+                    node_of(candidate),
+                    fingerprint(attempt.token),
                 )
-                return "claimed", bind_patch(pod, reservation=reservation, token=token)
+                return "claimed", patch
         log.info(
             "pod %s: lost every matching reservation to other pods (%s)",
             describe(pod),
@@ -184,11 +236,14 @@ class Webhook:
         )
         return "lost", []
 
-    async def claim_one(self, reservation: Object, *, token: str) -> Object | None:
-        """`reservation` as claimed with `token`, or None when it is no longer to be had.
+    async def claim_one(self, pod: Object, reservation: Object, attempt: Attempt) -> Patch | None:
+        """The patch that binds `pod` to `reservation`, now claimed with the attempt's
+        token; None when it is no longer to be had.
 
-        A conflict means the Reservation changed since the cached copy: re-read it, and if
-        it is still consumable (a status update, say, not another claim) try once more.
+        The patch is built from the copy the claim is conditional on (its resourceVersion),
+        before the claim is written. A conflict means the Reservation changed since that
+        copy: re-read it, and if it is still consumable (a status update, say, not another
+        claim) try once more.
         """
         name = reservation["metadata"]["name"]
         for retry in (False, True):
@@ -197,16 +252,19 @@ class Webhook:
                     reservation = await self.kube.get(RESERVATIONS, name)
                     if not is_consumable(reservation):
                         return None
-                return await self.kube.patch(
+                patch = bind_patch(pod, reservation=reservation, token=attempt.token)
+                attempt.reservation = name
+                await self.kube.patch(
                     RESERVATIONS,
                     name,
                     {
                         "metadata": {
                             "resourceVersion": reservation["metadata"]["resourceVersion"],
-                            "annotations": {keys.CLAIM: token},
+                            "annotations": {keys.CLAIM: attempt.token},
                         }
                     },
                 )
+                return patch
             except KubeError as error:
                 if error.not_found:
                     return None
@@ -218,6 +276,58 @@ class Webhook:
                     "giving up on it" if retry else "re-reading it",
                 )
         return None
+
+    async def release(self, attempt: Attempt, pod: Object) -> None:
+        """Take back the claim `attempt` may have written, which no pod will carry. Only
+        while the Reservation still holds this token, and conditional on the
+        resourceVersion read, so that a claim made since by another pod stays. The release
+        has a deadline of its own, as long as a review's."""
+        name = attempt.reservation
+        if name is None:
+            return
+        try:
+            async with asyncio.timeout(self.deadline):
+                released = await self._release(name, attempt.token)
+        except API_ERRORS as error:
+            log.error(
+                "pod %s: could not release claim %s on reservation %s, which no pod carries: %s",
+                describe(pod),
+                fingerprint(attempt.token),
+                name,
+                self.failure(error),
+            )
+            return
+        if released:
+            log.info(
+                "pod %s: released claim %s on reservation %s",
+                describe(pod),
+                fingerprint(attempt.token),
+                name,
+            )
+
+    async def _release(self, name: str, token: str) -> bool:
+        """Whether the claim `token` was removed from `name` (False: it was not there)."""
+        while True:
+            try:
+                current = await self.kube.get(RESERVATIONS, name)
+                if claim_of(current) != token:
+                    return False
+                await self.kube.patch(
+                    RESERVATIONS,
+                    name,
+                    {
+                        "metadata": {
+                            "resourceVersion": current["metadata"]["resourceVersion"],
+                            "annotations": {keys.CLAIM: None},
+                        }
+                    },
+                )
+                return True
+            except KubeError as error:
+                if error.not_found:
+                    return False
+                if not error.conflict:
+                    raise
 
 
 def _opening(reservation: Object) -> bool:
@@ -238,33 +348,58 @@ def describe(pod: Object) -> str:
     return f"{metadata.get('namespace')}/{name}"
 
 
+def _allowed(uid: str, patch: Patch) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(review.response(uid, patch)), content_type="application/json"
+    )
+
+
 def make_app(webhook: Webhook) -> web.Application:
-    # A pod may be as large as etcd allows (1.5 MiB); aiohttp would refuse a review of
-    # more than 1 MiB by default.
-    app = web.Application(client_max_size=4 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/mutate-pod", webhook.mutate)
     add_health(app, webhook.ready)
     add_metrics(app)
     return app
 
 
-def run(*, kubeconfig: Path | None, host: str, port: int, cert_file: Path, key_file: Path) -> None:
+def run(
+    *,
+    kubeconfig: Path | None,
+    host: str,
+    port: int,
+    tls: Tls,
+    limits: Limits,
+    deadline: float,
+) -> None:
     """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting."""
     asyncio.run(
-        _serve(kubeconfig=kubeconfig, host=host, port=port, cert_file=cert_file, key_file=key_file)
+        _serve(
+            kubeconfig=kubeconfig, host=host, port=port, tls=tls, limits=limits, deadline=deadline
+        )
     )
 
 
 async def _serve(
-    *, kubeconfig: Path | None, host: str, port: int, cert_file: Path, key_file: Path
+    *,
+    kubeconfig: Path | None,
+    host: str,
+    port: int,
+    tls: Tls,
+    limits: Limits,
+    deadline: float,
 ) -> None:
     cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
-    webhook = Webhook(kube)
+    webhook = Webhook(kube, deadline=deadline)
     informer = asyncio.create_task(webhook.reservations.run())
-    log.info("starting: POST https://%s:%d/mutate-pod", host, port)
+    log.info(
+        "starting: POST https://%s:%d/mutate-pod (client certificates %s)",
+        host,
+        port,
+        "required" if tls.client_ca_file else "not required",
+    )
     try:
-        await serve(make_app(webhook), host=host, port=port, cert_file=cert_file, key_file=key_file)
+        await serve(make_app(webhook), host=host, port=port, tls=tls, limits=limits)
     except asyncio.CancelledError:
         log.info("stopped")
     finally:

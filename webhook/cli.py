@@ -8,8 +8,8 @@ from pathlib import Path
 
 from kubernetes_asyncio.config import ConfigException
 
-from berth import log
-from webhook.app import run
+from berth import log, server
+from webhook.app import DEADLINE, run
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,22 +35,35 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--tls-private-key-file", type=Path, required=True, help="its private key (PEM)"
     )
+    parser.add_argument(
+        "--request-deadline",
+        type=float,
+        default=DEADLINE,
+        metavar="SECONDS",
+        help="time one review's work may take, API calls included; keep it below the "
+        f"webhook configuration's timeoutSeconds (default {DEADLINE:g})",
+    )
+    server.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    for path in (args.tls_cert_file, args.tls_private_key_file):
-        if not path.is_file():
+    for path in (args.tls_cert_file, args.tls_private_key_file, args.client_ca_file):
+        if path is not None and not path.is_file():
             print(f"berth webhook: {path}: no such file", file=sys.stderr)
             return 1
+    if args.request_deadline <= 0:
+        print("berth webhook: --request-deadline must be positive", file=sys.stderr)
+        return 1
     log.setup()
     try:
         run(
             kubeconfig=args.kubeconfig,
             host=args.host,
             port=args.port,
-            cert_file=args.tls_cert_file,
-            key_file=args.tls_private_key_file,
+            tls=server.Tls(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file),
+            limits=server.limits_from(args),
+            deadline=args.request_deadline,
         )
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth webhook: {error}", file=sys.stderr)

@@ -3,7 +3,12 @@
 Both are pure so that every case is a line in a test table; `webhook.app` does the I/O
 (the claim on the API server) between them. A mutating webhook sees a pod before it has a
 UID, and often before it has a name, so nothing here is keyed on either: the pod is
-matched to a Reservation through its controller and top-level workload only.
+matched to a Reservation through its controller and top-level workload only, and only
+once the API server has confirmed that controller (`webhook.owners`): a pod's
+ownerReferences are whatever its author wrote.
+
+A claim token is what entitles a pod to a Reservation: it is never written into a reason
+or a log line, only its `fingerprint`.
 
 The patch only adds what the pod lacks. The API server calls the webhook again when a
 later webhook changed the pod (`reinvocationPolicy: IfNeeded`); the pod then carries its
@@ -13,6 +18,7 @@ has everything gets no patch.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +76,8 @@ def decide(
 ) -> Decision:
     """The decision for one AdmissionReview `request`, given the cached `reservations` by
     name. `workload_uid` is the pod's top-level workload (see `berth.protocol.top_level_workload`),
-    resolved by the caller because that may need the API server."""
+    resolved by the caller through the API server; None when the API server did not
+    confirm the pod's controller, and then the pod takes no Reservation."""
     if request.get("operation") != "CREATE":
         return Skip("not a pod CREATE")
     if request.get("dryRun"):
@@ -83,12 +90,14 @@ def decide(
     if not_a_replacement:
         return Skip(not_a_replacement)
     controller = controller_of(pod) or {}
+    consumable = [r for r in reservations.values() if is_consumable(r)]
+    if consumable and workload_uid is None:
+        return Skip(
+            f"its controller {controller.get('kind')} {controller.get('name')} "
+            f"(uid {controller.get('uid')}) is not confirmed by the API server"
+        )
     candidates = sorted(
-        (
-            r
-            for r in reservations.values()
-            if is_consumable(r) and matches_owner(r, pod, workload_uid=workload_uid)
-        ),
+        (r for r in consumable if matches_owner(r, pod, workload_uid=workload_uid)),
         key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]),
     )
     if not candidates:
@@ -121,12 +130,19 @@ def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) ->
         allocated = orjson.loads(annotations_of(pod).get(keys.RESERVATION_ALLOCATED) or "")
         name, uid = allocated["name"], allocated["uid"]
     except (orjson.JSONDecodeError, TypeError, KeyError):
-        return Skip(f"carries claim {token} without a readable {keys.RESERVATION_ALLOCATED}")
+        return Skip(
+            f"carries claim {fingerprint(token)} without a readable {keys.RESERVATION_ALLOCATED}"
+        )
     reservation = reservations.get(name)
     if reservation is None or reservation["metadata"].get("uid") != uid:
-        return Skip(f"carries claim {token} for reservation {name}, which is not in the cache")
+        return Skip(
+            f"carries claim {fingerprint(token)} for reservation {name}, which is not in the cache"
+        )
     if not _waits_for(reservation, token):
-        return Skip(f"carries claim {token} for reservation {name}, which no longer waits for it")
+        return Skip(
+            f"carries claim {fingerprint(token)} for reservation {name}, "
+            "which no longer waits for it"
+        )
     return Reassert(reservation, token)
 
 
@@ -142,6 +158,12 @@ def _waits_for(reservation: Object, token: str) -> bool:
         and node_of(reservation) is not None
         and not owner_uids(reservation)
     )
+
+
+def fingerprint(token: str) -> str:
+    """What a log line may say of a claim token: enough to tell two apart, nothing that
+    would let a reader present it."""
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
 def pod_of(request: Mapping[str, Any]) -> Object:

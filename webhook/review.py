@@ -4,6 +4,11 @@ the answer.
 A review that cannot be read is the caller's mistake, not the webhook's: it is refused
 with a message naming the problem (HTTP 400), so the API server's log says what was wrong
 and, with `failurePolicy: Ignore`, the pod is still created.
+
+The API server only sends pods it has decoded, but anyone who reaches the webhook's port
+can post any JSON. So every field the webhook reads (`webhook.decide`, `berth.protocol`)
+is checked for its type here, before anything is decided or claimed: a review the checks
+pass can be decided and patched without a type error.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import base64
 from typing import Any
 
 import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from webhook.decide import Patch
 
@@ -21,6 +27,74 @@ KIND = "AdmissionReview"
 
 class MalformedReview(ValueError):
     """The body is not an AdmissionReview this webhook can answer."""
+
+
+class _Read(BaseModel):
+    """The fields of an object the webhook reads, each of the type the API has; the
+    others are not looked at."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class OwnerReference(_Read):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+
+
+class ObjectMeta(_Read):
+    name: str | None = None
+    generateName: str | None = None
+    namespace: str | None = None
+    annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+    ownerReferences: list[OwnerReference] | None = None
+
+
+class NodeSelectorRequirement(_Read):
+    key: str
+    operator: str
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(_Read):
+    matchExpressions: list[NodeSelectorRequirement] | None = None
+    matchFields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(_Read):
+    nodeSelectorTerms: list[NodeSelectorTerm] | None = None
+
+
+class NodeAffinity(_Read):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+
+
+class Affinity(_Read):
+    nodeAffinity: NodeAffinity | None = None
+
+
+class PodSchedulingGate(_Read):
+    name: str
+
+
+class PodSpec(_Read):
+    nodeName: str | None = None
+    schedulingGates: list[PodSchedulingGate] | None = None
+    affinity: Affinity | None = None
+
+
+class Pod(_Read):
+    metadata: ObjectMeta
+    spec: PodSpec
+
+
+class AdmissionRequest(_Read):
+    operation: str | None = None
+    namespace: str | None = None
+    dryRun: bool | None = None
 
 
 def parse(body: bytes) -> dict[str, Any]:
@@ -48,7 +122,21 @@ def parse(body: bytes) -> dict[str, Any]:
         or not isinstance(pod.get("spec"), dict)
     ):
         raise MalformedReview("the request's object is not a Pod")
+    try:
+        AdmissionRequest.model_validate(request)
+        Pod.model_validate(pod)
+    except ValidationError as error:
+        raise MalformedReview(f"the request cannot be read: {_first(error)}") from None
     return request
+
+
+def _first(error: ValidationError) -> str:
+    """Where the first problem is, and what it is: `object.spec.affinity: Input should be
+    a valid dictionary` (the input itself is left out: it is the caller's, of any size)."""
+    problem = error.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in problem["loc"])
+    prefix = "" if error.title == "AdmissionRequest" else "object."
+    return f"{prefix}{where}: {problem['msg']}"
 
 
 def response(uid: str, patch: Patch) -> dict[str, Any]:

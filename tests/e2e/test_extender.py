@@ -50,7 +50,8 @@ def extender_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def scheduling(cluster: Cluster, extender_log: Path) -> AsyncIterator[Scheduling]:
-    """The extender on a free port (plain HTTP), and a scheduler that calls it."""
+    """The extender on a free port (plain HTTP, asked for with --insecure), and a
+    scheduler that calls it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with extender_log.open("w") as log:
@@ -61,6 +62,7 @@ async def scheduling(cluster: Cluster, extender_log: Path) -> AsyncIterator[Sche
             f"--kubeconfig={cluster.kubeconfig}",
             "--host=127.0.0.1",
             f"--port={port}",
+            "--insecure",
             cwd=REPO,
             stdout=log,
             stderr=log,

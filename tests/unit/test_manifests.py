@@ -197,6 +197,8 @@ COMMANDS = {
         "/etc/berth/tls/tls.crt",
         "--tls-private-key-file",
         "/etc/berth/tls/tls.key",
+        "--request-deadline",
+        "2",
     ],
     "extender": [
         "extender",

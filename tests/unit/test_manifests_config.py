@@ -21,6 +21,7 @@ from tests.unit.manifests import (
     kustomization,
     objects,
     one,
+    the_container,
 )
 
 # --- controller configuration -----------------------------------------------
@@ -106,6 +107,17 @@ def test_webhook_configuration_never_blocks_pod_creation() -> None:
         "port": 443,
     }
     one(found, "Service", service["name"])
+
+
+def test_webhook_work_ends_before_the_api_server_stops_waiting() -> None:
+    """A claim written after the API server gave up (timeoutSeconds) would bind no pod:
+    the webhook's deadline is shorter, with room for the answer to travel."""
+    [hook] = one(objects(MANIFESTS / "webhook"), "MutatingWebhookConfiguration", "berth")[
+        "webhooks"
+    ]
+    args = the_container("webhook")["args"]
+    deadline = float(args[args.index("--request-deadline") + 1])
+    assert deadline <= hook["timeoutSeconds"] - 1
 
 
 # --- serving certificate ----------------------------------------------------

@@ -211,7 +211,7 @@ def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:
     decision = decide(
         request(lambda req: req["object"]["metadata"].pop("namespace")),
         reservations=by_name(reservation("r1")),
-        workload_uid=None,
+        workload_uid=REPLICASET_UID,
     )
     assert isinstance(decision, Claim)
 
