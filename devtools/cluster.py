@@ -1,10 +1,11 @@
 """The local control plane: which components run, in which order, wired how.
 
-`up` starts etcd, kube-apiserver (with this cluster's own CA, Berth's CRDs),
+`up` starts etcd, kube-apiserver (with this cluster's own CA, Berth's CRDs and RBAC),
 kube-controller-manager, Berth's extender, kube-scheduler configured with it, kwok and
 its fake nodes, then Berth's controller and webhook; each after the previous one is
-healthy. Starting and stopping processes is `devtools.processes`; the files they read
-are `devtools.render`.
+healthy. Berth's components run as their own ServiceAccounts (`devtools.accounts`).
+Starting and stopping processes is `devtools.processes`; the files they read are
+`devtools.render`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import yaml
 
 from berth import tls
-from devtools import render
+from devtools import accounts, render
 from devtools.binaries import REPO, ensure_binaries
 from devtools.processes import (
     START_TIMEOUT,
@@ -31,7 +32,7 @@ from devtools.processes import (
 )
 
 SERVICE_CIDR = "10.96.0.0/16"
-BERTH_NAMESPACE = "berth-system"
+BERTH_NAMESPACE = accounts.NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class LocalCluster(Processes):
             self._start_etcd()
             self._start_apiserver()
             self._install_crds()
+            if spec.berth:
+                accounts.install_rbac(self.kubectl)
             self._start_controller_manager()
             extenders = list(spec.extenders)
             if spec.berth:
@@ -161,7 +164,10 @@ class LocalCluster(Processes):
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
                 "--authorization-mode=Node,RBAC",
-                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                # OwnerReferencesPermissionEnforcement, as some distributions enable it:
+                # setting blockOwnerDeletion needs the owner's finalizers (see manifests/rbac).
+                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
+                "OwnerReferencesPermissionEnforcement",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -301,16 +307,27 @@ class LocalCluster(Processes):
             "wait", "--for=condition=Established", "crd", "--all", f"--timeout={START_TIMEOUT:.0f}s"
         )
 
+    def component_kubeconfig(self, component: str) -> Path:
+        """The kubeconfig `berth <component>` runs with: its ServiceAccount's token."""
+        return self.state_dir / f"{accounts.account(component)}.kubeconfig"
+
+    def _credentials(self, component: str) -> Path:
+        return accounts.write_kubeconfig(
+            self.kubectl,
+            admin=self.kubeconfig,
+            component=component,
+            path=self.component_kubeconfig(component),
+        )
+
     def start_controller(self, *, name: str, config: Path | None = None) -> Component:
         """Run `berth controller` against this cluster (more than one may run: they elect)."""
-        self.kubectl("create", "namespace", BERTH_NAMESPACE, check=False)
         port = free_port()
         extra = [f"--config={config}"] if config else []
         return self._spawn(
             name,
             [
                 "controller",
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={self._credentials('controller')}",
                 f"--lease-namespace={BERTH_NAMESPACE}",
                 f"--health-port={port}",
                 *extra,
@@ -325,7 +342,7 @@ class LocalCluster(Processes):
             name,
             [
                 *args,
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={self._credentials(args[0])}",
                 "--host=127.0.0.1",
                 f"--port={port}",
                 f"--tls-cert-file={self.pki / 'berth.crt'}",

@@ -1,4 +1,4 @@
-"""The files the local control plane reads: kubeconfig, scheduler config, fake nodes.
+"""The files the local control plane reads: kubeconfigs, scheduler config, fake nodes.
 
 Pure functions from settings to YAML-ready dicts, kept apart from process handling.
 """
@@ -21,6 +21,20 @@ def kubeconfig(
     *, server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, name: str = "berth-dev"
 ) -> dict[str, Any]:
     """A self-contained kubeconfig (certificates embedded) for one user on one cluster."""
+    user = {"client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}
+    return _kubeconfig(
+        server=server, ca_pem=ca_pem, user_name=f"{name}-admin", user=user, name=name
+    )
+
+
+def token_kubeconfig(*, server: str, ca_pem: bytes, token: str, user_name: str) -> dict[str, Any]:
+    """A kubeconfig that authenticates with a bearer token (a ServiceAccount's)."""
+    return _kubeconfig(server=server, ca_pem=ca_pem, user_name=user_name, user={"token": token})
+
+
+def _kubeconfig(
+    *, server: str, ca_pem: bytes, user_name: str, user: dict[str, str], name: str = "berth-dev"
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -30,16 +44,8 @@ def kubeconfig(
                 "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)},
             }
         ],
-        "users": [
-            {
-                "name": f"{name}-admin",
-                "user": {
-                    "client-certificate-data": _b64(cert_pem),
-                    "client-key-data": _b64(key_pem),
-                },
-            }
-        ],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin"}}],
+        "users": [{"name": user_name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": user_name}}],
         "current-context": name,
     }
 

@@ -59,7 +59,7 @@ async def scheduling(cluster: Cluster, extender_log: Path) -> AsyncIterator[Sche
             sys.executable,
             "-m",
             "extender",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={cluster.local.component_kubeconfig('extender')}",
             "--host=127.0.0.1",
             f"--port={port}",
             "--insecure",

@@ -100,7 +100,7 @@ def spawn(cluster: Cluster, certs: Path) -> Replica:
                 sys.executable,
                 "-m",
                 "webhook",
-                f"--kubeconfig={cluster.kubeconfig}",
+                f"--kubeconfig={cluster.local.component_kubeconfig('webhook')}",
                 "--host=127.0.0.1",
                 f"--port={port}",
                 f"--tls-cert-file={certs / 'tls.crt'}",

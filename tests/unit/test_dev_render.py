@@ -20,6 +20,17 @@ def test_kubeconfig_embeds_certificates_and_selects_its_context() -> None:
     assert config["current-context"] == config["contexts"][0]["name"]
 
 
+def test_token_kubeconfig_authenticates_with_the_token_alone() -> None:
+    config = render.token_kubeconfig(
+        server="https://127.0.0.1:6443", ca_pem=b"CA", token="T", user_name="system:sa"
+    )
+    [user] = config["users"]
+    assert user == {"name": "system:sa", "user": {"token": "T"}}
+    [context] = config["contexts"]
+    assert context["context"]["user"] == "system:sa"
+    assert config["current-context"] == context["name"]
+
+
 def test_scheduler_config_lists_extenders_only_when_given() -> None:
     plain = render.scheduler_config(kubeconfig_path=Path("/k"))
     assert "extenders" not in plain

@@ -84,39 +84,31 @@ def test_namespaced_objects_name_their_namespace() -> None:
 
 KOORD = "scheduling.koordinator.sh"
 READ = {"get", "list", "watch"}
-FULL = READ | {"create", "update", "patch", "delete"}
-WORKLOADS = {
-    ("apps", "replicasets"),
-    ("apps", "deployments"),
-    ("apps", "statefulsets"),
-    ("apps", "daemonsets"),
-    ("batch", "jobs"),
-    ("", "replicationcontrollers"),
-}
 
-# Exactly what each component may do, per (apiGroup, resource). Granting more
-# fails the test as surely as granting less.
+# Exactly what each component may do, per (apiGroup, resource): what its code
+# does (tests/e2e/test_rbac.py checks the same against the API server's RBAC).
+# Granting more fails the test as surely as granting less.
 PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
     "controller": {
-        (KOORD, "podmigrationjobs"): FULL,
-        (KOORD, "reservations"): FULL,
-        (KOORD, "podmigrationjobs/status"): {"get", "update", "patch"},
-        (KOORD, "reservations/status"): {"get", "update", "patch"},
+        (KOORD, "podmigrationjobs"): READ | {"patch"},
+        (KOORD, "reservations"): READ | {"create", "patch", "delete"},
+        (KOORD, "podmigrationjobs/status"): {"update"},
+        (KOORD, "reservations/status"): {"update"},
         (KOORD, "reservations/finalizers"): {"update"},
         ("", "pods"): READ | {"create", "delete", "patch"},
         ("", "pods/eviction"): {"create"},
         ("", "nodes"): READ,
-        ("", "namespaces"): READ,
+        ("apps", "replicasets"): READ,
+        ("apps", "deployments"): READ,
+        ("apps", "statefulsets"): READ,
         ("policy", "poddisruptionbudgets"): READ,
         ("scheduling.k8s.io", "priorityclasses"): READ,
-        ("", "events"): {"create", "patch"},
-        ("events.k8s.io", "events"): {"create", "patch"},
+        ("", "events"): {"create"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update"},
-        **dict.fromkeys(WORKLOADS, READ),
     },
     "webhook": {
-        (KOORD, "reservations"): READ | {"patch", "update"},
-        **{workload: {"get"} for workload in WORKLOADS},
+        (KOORD, "reservations"): READ | {"patch"},
+        ("apps", "replicasets"): {"get"},
     },
     "extender": {
         ("", "pods"): READ,
@@ -124,6 +116,20 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         (KOORD, "reservations"): READ,
     },
 }
+
+# The roles an administrator binds to people: what each allows.
+USER_ROLES: dict[str, dict[tuple[str, str], set[str]]] = {
+    "berth-view": {
+        (KOORD, "podmigrationjobs"): READ,
+        (KOORD, "reservations"): READ,
+    },
+    "berth-operator": {
+        (KOORD, "podmigrationjobs"): READ | {"create", "patch", "delete"},
+        (KOORD, "podmigrationjobs/status"): {"patch"},
+        (KOORD, "reservations"): READ,
+    },
+}
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 
 
 def granted(rules: list[Object]) -> dict[tuple[str, str], set[str]]:
@@ -183,6 +189,35 @@ def test_the_controller_may_only_touch_its_own_lease_in_its_namespace() -> None:
         for rule in r["rules"]
     ]
     assert ("coordination.k8s.io", "leases") not in granted(cluster_rules)
+
+
+@pytest.mark.parametrize("name", sorted(USER_ROLES))
+def test_user_roles_allow_exactly_viewing_or_running_jobs(name: str) -> None:
+    found = objects(MANIFESTS / "rbac")
+    role = one(found, "ClusterRole", name)
+    assert granted(role["rules"]) == USER_ROLES[name]
+    # Berth binds them to no one: that is the administrator's decision.
+    for binding in found:
+        if binding["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            assert binding["roleRef"]["name"] != name
+
+
+def test_only_viewing_is_aggregated_into_the_built_in_roles() -> None:
+    # A RoleBinding of admin or edit grants nothing on cluster-scoped jobs; a
+    # ClusterRoleBinding of them would, with creating a job, allow evicting pods in
+    # every namespace. So only reading is aggregated (README: Who may migrate pods).
+    def aggregated(name: str) -> set[str]:
+        labels = one(objects(MANIFESTS / "rbac"), "ClusterRole", name)["metadata"]["labels"]
+        return {
+            key.removeprefix(AGGREGATE)
+            for key, on in labels.items()
+            if key.startswith(AGGREGATE) and on == "true"
+        }
+
+    assert aggregated("berth-view") == {"view", "edit", "admin"}
+    assert aggregated("berth-operator") == set()
+    for role in ("controller", "webhook", "extender"):
+        assert aggregated(f"berth-{role}") == set()
 
 
 # --- Deployments ------------------------------------------------------------

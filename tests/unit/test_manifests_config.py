@@ -4,6 +4,7 @@ entry and the pinned dependencies."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tomllib
@@ -249,18 +250,91 @@ def test_scheduler_config_calls_the_extender_service() -> None:
 # --- image ------------------------------------------------------------------
 
 
+def pins(text: str) -> dict[str, str]:
+    """name → version of each `name==version` line (hash options and comments aside)."""
+    found = {}
+    for line in text.replace("\\\n", " ").splitlines():
+        requirement = line.split("#")[0].split("--hash")[0].strip()
+        if requirement:
+            name, _, version = requirement.partition("==")
+            assert version, f"not pinned: {requirement}"
+            found[name.strip().lower().replace("_", "-")] = version.strip()
+    return found
+
+
+def hashes(text: str) -> dict[str, list[str]]:
+    """name → the sha256 digests listed for it (a requirement and its continuation lines)."""
+    found: dict[str, list[str]] = {}
+    for entry in text.replace("\\\n", " ").splitlines():
+        requirement = entry.split("#")[0].split("--hash")[0].strip()
+        if requirement:
+            name = requirement.partition("==")[0].lower().replace("_", "-")
+            found[name] = re.findall(r"--hash=sha256:(\S+)", entry)
+    return found
+
+
 def test_requirements_lock_pins_every_runtime_dependency() -> None:
     # The image installs the lock, then the project without dependencies: a
     # dependency missing from the lock would be missing from the image.
-    pins = {}
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            name, _, version = line.partition("==")
-            assert version, f"not pinned: {line}"
-            pins[name.lower().replace("_", "-")] = version
+    locked = pins((ROOT / "requirements.lock").read_text())
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for dependency in map(Requirement, project["dependencies"]):
         name = dependency.name.lower().replace("_", "-")
-        assert name in pins, f"{dependency.name} is not in requirements.lock"
-        assert dependency.specifier.contains(pins[name]), (dependency, pins[name])
+        assert name in locked, f"{dependency.name} is not in requirements.lock"
+        assert dependency.specifier.contains(locked[name]), (dependency, locked[name])
+
+
+def test_the_hashed_lock_has_the_same_pins_each_with_its_hashes() -> None:
+    text = (ROOT / "requirements-hashed.lock").read_text()
+    assert pins(text) == pins((ROOT / "requirements.lock").read_text())
+    for name, digests in hashes(text).items():
+        assert digests, f"{name} has no hash"
+        for digest in digests:
+            assert re.fullmatch(r"[0-9a-f]{64}", digest), (name, digest)
+    # Nothing the image installs brings a package installer back.
+    assert not {"pip", "setuptools", "wheel"} & set(pins(text))
+
+
+def instructions(dockerfile: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of each instruction, continuation lines joined."""
+    joined = re.sub(r"\\\n\s*", " ", dockerfile)
+    lines = [line.strip() for line in joined.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def test_the_image_is_built_only_from_content_pinned_inputs() -> None:
+    steps = instructions((ROOT / "Dockerfile").read_text())
+    stages = [arguments.split() for kind, arguments in steps if kind == "FROM"]
+    assert len(stages) == 2
+    for stage in stages:
+        assert re.fullmatch(r"[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}", stage[0]), stage
+    runs = [arguments for kind, arguments in steps if kind == "RUN"]
+    installs = [run for run in runs if re.search(r"\bpip\b.*\binstall\b", run)]
+    # Dependencies only by hash; the project from the wheel built here, offline.
+    assert any(
+        "--require-hashes" in run and "-r requirements-hashed.lock" in run for run in installs
+    )
+    for run in installs:
+        assert "--require-hashes" in run or "--no-index" in run, run
+        if "pip wheel" in run:
+            assert "--no-build-isolation" in run, run
+            assert "--no-deps" in run, run
+    assert ("COPY", "requirements-hashed.lock .") in steps
+    admitted = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!requirements-hashed.lock" in admitted
+
+
+def test_the_final_image_has_no_package_installer() -> None:
+    steps = instructions((ROOT / "Dockerfile").read_text())
+    final = steps[max(i for i, (kind, _) in enumerate(steps) if kind == "FROM") :]
+    runs = " ".join(arguments for kind, arguments in final if kind == "RUN")
+    assert re.search(r"pip uninstall --yes .*\bpip setuptools wheel\b", runs)
+    assert "/usr/local/lib/python3.11/ensurepip" in runs
+    # The virtualenv copied from the build stage is made without pip.
+    build_runs = " ".join(arguments for kind, arguments in steps[: len(steps) - len(final)])
+    assert "venv --without-pip /opt/berth" in build_runs
+    assert ("USER", "65532:65532") in final

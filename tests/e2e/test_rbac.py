@@ -1,0 +1,256 @@
+"""Berth's components run as their own ServiceAccounts, with exactly the rights their code
+uses, and nobody gets more from Berth than their own RBAC gives them.
+
+The local cluster applies manifests/rbac as an install would, and starts every component
+with a token of its ServiceAccount (devtools/accounts.py). What the API server's RBAC
+then allows each ServiceAccount is compared with the allow-lists below, both ways: a
+grant the code does not use fails as surely as a missing one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.kube import Cluster
+from tests.e2e.migrate import deployment, job_manifest, leftovers, phase_is, ready_pods
+
+pytestmark = pytest.mark.e2e
+
+NAMESPACE = "berth-system"
+COMPONENTS = ("controller", "webhook", "extender")
+KOORD = "scheduling.koordinator.sh"
+READ = {"get", "list", "watch"}
+
+# (resource as `kubectl auth can-i --list` names it, resourceName or "") → verbs.
+Grants = Mapping[tuple[str, str], set[str]]
+
+# What each ServiceAccount may do everywhere (its ClusterRole), with the code that uses it.
+CLUSTER_WIDE: dict[str, Grants] = {
+    "berth-controller": {
+        # Informers; the job's reservationRef and admission annotations (jobs.py).
+        (f"podmigrationjobs.{KOORD}", ""): READ | {"patch"},
+        (f"podmigrationjobs.{KOORD}/status", ""): {"update"},
+        # Create, open (annotation patch) and delete the job's Reservation.
+        (f"reservations.{KOORD}", ""): READ | {"create", "patch", "delete"},
+        (f"reservations.{KOORD}/status", ""): {"update"},
+        # Placeholders are owned by their Reservation with blockOwnerDeletion.
+        (f"reservations.{KOORD}/finalizers", ""): {"update"},
+        # Placeholders (create/delete), ungating and SoftEviction (patch), Delete policy.
+        ("pods", ""): READ | {"create", "patch", "delete"},
+        ("pods/eviction", ""): {"create"},
+        # Arbitration's caches.
+        ("nodes", ""): READ,
+        ("replicasets.apps", ""): READ,
+        ("deployments.apps", ""): READ,
+        ("statefulsets.apps", ""): READ,
+        ("poddisruptionbudgets.policy", ""): READ,
+        ("priorityclasses.scheduling.k8s.io", ""): READ,
+        # berth/kube/events.py creates each Event once.
+        ("events", ""): {"create"},
+    },
+    "berth-webhook": {
+        # The candidates' cache, a fresh read before claiming, the claim itself (patch).
+        (f"reservations.{KOORD}", ""): READ | {"patch"},
+        # The top-level workload of a ReplicaSet's pod.
+        ("replicasets.apps", ""): {"get"},
+    },
+    "berth-extender": {
+        (f"reservations.{KOORD}", ""): READ,
+        ("pods", ""): READ,
+        ("nodes", ""): READ,
+    },
+}
+
+# What each ServiceAccount may do in berth-system beyond that: the controller's Lease.
+IN_BERTH_NAMESPACE: dict[str, Grants] = {
+    "berth-controller": {
+        ("leases.coordination.k8s.io", ""): {"create"},
+        ("leases.coordination.k8s.io", "berth-controller"): {"get", "update"},
+    },
+    "berth-webhook": {},
+    "berth-extender": {},
+}
+
+ROW = re.compile(r"^(\S*)\s+\[([^\]]*)\]\s+\[([^\]]*)\]\s+\[([^\]]*)\]\s*$")
+
+Rule = tuple[str, str, str, str]
+"""(resource, non-resource URL, resourceName, verb): one effective permission."""
+
+
+def effective(cluster: Cluster, user: str, namespace: str) -> set[Rule]:
+    """What `user` may do in `namespace` (cluster-wide grants included), one rule per verb,
+    as `kubectl auth can-i --list` reports it."""
+    listed = cluster.kubectl("auth", "can-i", "--list", f"--as={user}", f"--namespace={namespace}")
+    rules = set()
+    for line in listed.stdout.splitlines()[1:]:
+        match = ROW.match(line)
+        assert match, f"unexpected line: {line!r}"
+        resource, urls, names, verbs = match.groups()
+        for url in urls.split() or [""]:
+            for name in names.split() or [""]:
+                rules |= {(resource, url, name, verb) for verb in verbs.split()}
+    return rules
+
+
+def expand(*grants: Grants) -> set[Rule]:
+    return {
+        (resource, "", name, verb)
+        for grant in grants
+        for (resource, name), verbs in grant.items()
+        for verb in verbs
+    }
+
+
+@pytest.mark.parametrize("account", sorted(CLUSTER_WIDE))
+def test_each_service_account_may_do_exactly_what_its_component_does(
+    cluster: Cluster, namespace: str, account: str
+) -> None:
+    # What every authenticated ServiceAccount may do (discovery, self-reviews): a
+    # ServiceAccount Berth never bound anything to.
+    baseline = effective(cluster, f"system:serviceaccount:{namespace}:default", namespace)
+    user = f"system:serviceaccount:{NAMESPACE}:{account}"
+    cluster_wide = expand(CLUSTER_WIDE[account])
+    # A namespace of users' workloads, "default" (where Events about cluster-scoped jobs
+    # and Reservations go) and Berth's own namespace.
+    for where, allowed in (
+        (namespace, cluster_wide),
+        ("default", cluster_wide),
+        (NAMESPACE, cluster_wide | expand(IN_BERTH_NAMESPACE[account])),
+    ):
+        granted = effective(cluster, user, where) - baseline
+        assert granted == allowed, (
+            f"{account} in {where}: "
+            f"beyond the allow-list {sorted(granted - allowed)}, "
+            f"missing {sorted(allowed - granted)}"
+        )
+
+
+def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str) -> str:
+    assert cluster.local.binaries is not None
+    result = subprocess.run(
+        [str(cluster.local.binaries.kubectl), f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout.strip() or result.stderr.strip()
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_each_component_runs_as_its_service_account(cluster: Cluster, component: str) -> None:
+    kubeconfig = cluster.local.component_kubeconfig(component)
+    review = json.loads(kubectl_as(cluster, kubeconfig, "auth", "whoami", "-o", "json"))
+    account = f"system:serviceaccount:{NAMESPACE}:berth-{component}"
+    assert review["status"]["userInfo"]["username"] == account
+    assert kubectl_as(cluster, kubeconfig, "auth", "can-i", "list", "secrets", "-A") == "no"
+    # Every running replica of the component was started with that kubeconfig.
+    replicas = [c for c in cluster.local.running() if c.name.startswith(f"berth-{component}")]
+    assert replicas
+    for replica in replicas:
+        argv = Path(f"/proc/{replica.pid}/cmdline").read_bytes().split(b"\0")
+        assert f"--kubeconfig={kubeconfig}".encode() in argv, (replica.name, argv)
+
+
+def test_a_migration_needs_no_right_the_service_accounts_lack(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(pod)
+    cluster.apply(manifest)
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the migration to end"
+    )
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert not any(leftovers(cluster, namespace).values())
+    refused = [
+        f"{log.name}: {line}"
+        for log in sorted(cluster.local.logs.glob("berth-*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if re.search(r"HTTP 40[13]\b", line)
+    ]
+    assert not refused, "\n".join(refused)
+
+
+# --- the roles for users ------------------------------------------------------
+
+
+@pytest.fixture
+def user(cluster: Cluster) -> Iterator[str]:
+    """A user of no rights, whose bindings go when the test ends."""
+    name = f"user-{uuid.uuid4().hex[:6]}"
+    yield name
+    for binding in cluster.get("clusterrolebindings", "-l", f"berth-test-user={name}")["items"]:
+        cluster.kubectl("delete", "clusterrolebinding", binding["metadata"]["name"])
+
+
+def bind(cluster: Cluster, user: str, role: str, *, namespace: str | None = None) -> None:
+    """Bind `role` to `user`: a RoleBinding in `namespace`, else a ClusterRoleBinding."""
+    kind = "rolebinding" if namespace else "clusterrolebinding"
+    where = [f"--namespace={namespace}"] if namespace else []
+    cluster.kubectl(
+        "create", kind, f"{user}-{role}", f"--clusterrole={role}", f"--user={user}", *where
+    )
+    cluster.kubectl("label", kind, f"{user}-{role}", f"berth-test-user={user}", *where)
+
+
+def can(cluster: Cluster, user: str, verb: str, resource: str, *extra: str) -> bool:
+    """Whether `user` may: for a cluster-scoped resource, as asked with no namespace (-A);
+    `can-i -n NS` would count the user's RoleBindings in NS, which a real request for a
+    cluster-scoped object never does."""
+    answer = cluster.kubectl(
+        "auth", "can-i", verb, resource, f"--as={user}", *(extra or ["-A"]), check=False
+    )
+    return answer.stdout.strip() == "yes"
+
+
+def refused(cluster: Cluster, user: str, *args: str, input: str | None = None) -> bool:
+    """Whether the API server answers Forbidden to `kubectl ARGS` as `user`."""
+    answer = cluster.kubectl(*args, f"--as={user}", input=input, check=False)
+    return answer.returncode != 0 and "Forbidden" in answer.stderr
+
+
+PMJ = f"podmigrationjobs.{KOORD}"
+RESERVATIONS = f"reservations.{KOORD}"
+
+
+def test_namespace_admins_get_nothing_of_berth(cluster: Cluster, namespace: str, user: str) -> None:
+    # Jobs and Reservations are cluster-scoped: a RoleBinding grants nothing on them,
+    # whatever the role aggregates (README: Who may migrate pods).
+    bind(cluster, user, "admin", namespace=namespace)
+    cluster.wait(lambda: can(cluster, user, "delete", "pods", "-n", namespace), what="the binding")
+    _, job = job_manifest({"metadata": {"namespace": namespace, "name": "any"}})
+    assert refused(cluster, user, "create", "--dry-run=server", "-f", "-", input=job)
+    assert refused(cluster, user, "get", "pmj")
+    assert refused(cluster, user, "get", "reservations")
+    for verb in ("create", "delete", "list"):
+        assert not can(cluster, user, verb, PMJ), verb
+
+
+def test_cluster_wide_viewers_see_jobs_and_reservations(cluster: Cluster, user: str) -> None:
+    bind(cluster, user, "view")
+    # The built-in view role takes Berth's rules in through its aggregation label.
+    cluster.wait(lambda: can(cluster, user, "list", PMJ), what="view to aggregate berth-view")
+    assert not refused(cluster, user, "get", "pmj")
+    assert not refused(cluster, user, "get", "reservations")
+    assert not can(cluster, user, "create", PMJ)
+    assert not can(cluster, user, "patch", PMJ, "--subresource=status")
+
+
+def test_the_operator_role_runs_jobs_and_nothing_else(cluster: Cluster, user: str) -> None:
+    bind(cluster, user, "berth-operator")
+    cluster.wait(lambda: can(cluster, user, "create", PMJ), what="the binding")
+    for verb in ("get", "list", "watch", "delete", "patch"):
+        assert can(cluster, user, verb, PMJ), verb
+    assert can(cluster, user, "patch", PMJ, "--subresource=status", "-A")  # abort
+    assert can(cluster, user, "list", RESERVATIONS)
+    # The controller creates Reservations and evicts; the operator does neither directly.
+    assert not can(cluster, user, "create", RESERVATIONS)
+    assert not can(cluster, user, "update", PMJ, "--subresource=status", "-A")
+    assert not can(cluster, user, "create", "pods", "--subresource=eviction", "-A")
