@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 
 from berth import tls
-from berth.dev.cluster import free_port
+from devtools.processes import free_port
 from tests.e2e.kube import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ class Certs:
 
 def make_certs(directory: Path) -> Certs:
     subprocess.run(
-        [sys.executable, "-m", "berth.cli", "certs", f"--out={directory}", "--ip=127.0.0.1"],
+        [sys.executable, "-m", "cli.berth", "certs", f"--out={directory}", "--ip=127.0.0.1"],
         check=True,
         capture_output=True,
     )

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from berth.dev.cluster import free_port
+from devtools.processes import free_port
 from tests.e2e.kube import Cluster
 from tests.e2e.serving import (
     CLOSED,
@@ -152,7 +152,7 @@ async def test_a_body_of_another_type_is_refused(quick: Server) -> None:
             quick.url + quick.path,
             data=b"{}",
             headers={"Content-Type": "text/plain"},
-            ssl=quick.context,
+            ssl=quick.context or False,
         ) as response,
     ):
         assert response.status == 415, await response.text()
@@ -261,13 +261,13 @@ async def test_the_extender_reads_a_pod_as_large_as_etcd_stores(
         async with aiohttp.ClientSession() as session:
             url = extender.url + "/filter"
             large = filter_args(int(1.5 * 1024 * 1024))
-            async with session.post(url, json=large, ssl=extender.context) as response:
+            async with session.post(url, json=large, ssl=extender.context or False) as response:
                 assert response.status == 200, await response.text()
                 result = await response.json()
             assert result["Error"] == ""
             assert result["NodeNames"] == FILTER_ARGS["NodeNames"]
             huge = filter_args(9 * 1024 * 1024)
-            async with session.post(url, json=huge, ssl=extender.context) as response:
+            async with session.post(url, json=huge, ssl=extender.context or False) as response:
                 assert response.status == 413
     finally:
         extender.stop()
@@ -291,7 +291,7 @@ def test_the_extender_never_serves_plain_http_unasked(cluster: Cluster) -> None:
         )
     except subprocess.TimeoutExpired as running:
         raise AssertionError(
-            f"the extender served without a certificate:\n{running.stderr}"
+            f"the extender served without a certificate:\n{running.stderr!r}"
         ) from None
     assert result.returncode == 1
     [line] = result.stderr.splitlines()

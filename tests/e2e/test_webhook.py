@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import pytest
@@ -391,11 +391,21 @@ def review(namespace: str, owner: dict[str, Any], *, dry_run: bool = False) -> d
     return body
 
 
+class Endpoint(Protocol):
+    """A webhook process as these helpers reach it."""
+
+    @property
+    def url(self) -> str: ...
+
+
 async def post(
-    session: aiohttp.ClientSession, replica: Replica, body: dict[str, Any], tls: ssl.SSLContext
+    session: aiohttp.ClientSession,
+    replica: Endpoint,
+    body: dict[str, Any],
+    tls: ssl.SSLContext | None,
 ) -> list[dict[str, Any]]:
     """POST a review to a replica; the JSONPatch of its answer ([] when none)."""
-    async with session.post(f"{replica.url}/mutate-pod", json=body, ssl=tls) as response:
+    async with session.post(f"{replica.url}/mutate-pod", json=body, ssl=tls or False) as response:
         assert response.status == 200, await response.text()
         answer = (await response.json())["response"]
     assert answer["uid"] == body["request"]["uid"]
@@ -405,7 +415,7 @@ async def post(
 
 
 async def until_fresh(
-    cluster: Cluster, namespace: str, replica: Replica, tls: ssl.SSLContext, tag: str
+    cluster: Cluster, namespace: str, replica: Endpoint, tls: ssl.SSLContext | None, tag: str
 ) -> None:
     """Until the replica's cache holds every Reservation made so far (see the docstring)."""
     owner = await probe_owner(cluster, namespace, tag)

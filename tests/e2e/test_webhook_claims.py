@@ -76,7 +76,9 @@ async def claimable(
 async def post_raw(webhook: Server, body: Any) -> tuple[int, str]:
     async with (
         aiohttp.ClientSession() as session,
-        session.post(webhook.url + webhook.path, json=body, ssl=webhook.context) as response,
+        session.post(
+            webhook.url + webhook.path, json=body, ssl=webhook.context or False
+        ) as response,
     ):
         return response.status, await response.text()
 
