@@ -25,7 +25,7 @@ from berth.api import keys
 from berth.protocol import claim_of
 from tests.e2e.kube import Cluster
 from tests.e2e.serving import Certs, Server, connect, make_certs, request_head, start
-from tests.e2e.test_webhook import (
+from tests.e2e.webhook_world import (
     TEST_LABEL,
     make_reservations,
     post,
