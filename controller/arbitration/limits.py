@@ -12,7 +12,6 @@ admits two of N jobs, never none.
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from berth.api import PodMigrationJobReason
@@ -31,21 +30,9 @@ if TYPE_CHECKING:
     """A limit: why the candidate's job waits this round, or None."""
 
 
-class WaitReason(StrEnum):
-    """Why a job stays Pending this round: each names its rule, mostly by its config key."""
-
-    NODE_FIT = "NodeFit"
-    ROLLOUT_IN_PROGRESS = "RolloutInProgress"
-    EXPECTED_REPLICAS = "ExpectedReplicas"
-    BLOCKED_BY_PDB = PodMigrationJobReason.BLOCKED_BY_PDB.value
-    MAX_MIGRATING_PER_WORKLOAD = "MaxMigratingPerWorkload"
-    MAX_UNAVAILABLE_PER_WORKLOAD = "MaxUnavailablePerWorkload"
-    MAX_MIGRATING_PER_NODE = "MaxMigratingPerNode"
-    MAX_MIGRATING_PER_NAMESPACE = "MaxMigratingPerNamespace"
-    MAX_MIGRATING_GLOBALLY = "MaxMigratingGlobally"
-    OBJECT_LIMITERS = "ObjectLimiters"
-    EVICT_QPS = "EvictQPS"
-    FLOW_CONTROL_QPS = "FlowControlQPS"
+WaitReason = PodMigrationJobReason
+"""Why a job stays Pending this round: the API's reasons, each naming its rule (one
+vocabulary: the reason a round gives is the reason the job's status shows)."""
 
 
 def _node_fit(c: Candidate, r: Round) -> Wait | None:

@@ -9,14 +9,14 @@ from typing import Any, cast
 
 import pytest
 
-from berth.api import PodMigrationJobReason, keys
+from berth.api import keys
 from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Patch, Plan, UpdateStatus
 from controller.admission import Admission
-from controller.arbitration import Decision, WaitReason
+from controller.arbitration import Decision
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
 from tests.unit.builders import job, pod
@@ -75,10 +75,6 @@ def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
         {**decision.job, "status": status}, "wait", "MaxMigratingPerNode", "2 migrations already"
     )
     assert jobs.admission(unchanged, workload_uid=None, dry_run=False).actions == []
-
-
-def test_every_reason_arbitration_writes_on_a_waiting_job_is_an_api_reason() -> None:
-    assert set(WaitReason) <= set(PodMigrationJobReason)
 
 
 # ----- the loop ---------------------------------------------------------------------------
