@@ -140,6 +140,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tls_arguments(parser: argparse.ArgumentParser, *, plain: str) -> None:
+    """The serving certificate, or `--insecure` for plain HTTP; `plain` says what a
+    reader of that plain HTTP could learn or forge."""
+    parser.add_argument(
+        "--tls-cert-file",
+        type=Path,
+        default=None,
+        help="serving certificate (PEM); required unless --insecure",
+    )
+    parser.add_argument(
+        "--tls-private-key-file", type=Path, default=None, help="its private key (PEM)"
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"serve plain HTTP, without a certificate: {plain}",
+    )
+
+
+def serving_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with how a server is asked to serve, if anything: HTTPS, or plain
+    HTTP only when asked for by name."""
+    certificate = (args.tls_cert_file, args.tls_private_key_file)
+    client_ca = getattr(args, "client_ca_file", None)
+    if args.insecure:
+        if any(certificate) or client_ca:
+            return "--insecure serves plain HTTP: give it no certificate and no client CA"
+        return None
+    if None in certificate:
+        return "give --tls-cert-file and --tls-private-key-file, or --insecure to serve plain HTTP"
+    for path in (*certificate, client_ca):
+        if path is not None and not path.is_file():
+            return f"{path}: no such file"
+    return None
+
+
+def tls_from(args: argparse.Namespace) -> Tls | None:
+    """The TLS settings of flags that `serving_problem` accepted (None: --insecure)."""
+    if args.insecure:
+        return None
+    return Tls(args.tls_cert_file, args.tls_private_key_file, getattr(args, "client_ca_file", None))
+
+
 def limits_from(args: argparse.Namespace) -> Limits:
     return Limits(
         header_timeout=args.header_timeout,

@@ -21,7 +21,7 @@ from berth import metrics
 from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.kube.lease import LeaderElector
-from berth.server import add_health, add_metrics, cancel_on_signals, serve
+from berth.server import Tls, add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
 from controller.admission import Admission
 from controller.caches import Caches
@@ -77,6 +77,7 @@ async def run(
     settings: MigrationControllerArgs | None,
     lease_namespace: str,
     health_port: int,
+    tls: Tls | None,
     identity: str | None = None,
 ) -> None:
     cancel_on_signals()
@@ -90,7 +91,7 @@ async def run(
     # stands by behind a live holder of the Lease.
     add_health(app, lambda: controller.caches.synced() and elector.holder is not None)
     add_metrics(app)
-    server = asyncio.create_task(serve(app, host="0.0.0.0", port=health_port))
+    server = asyncio.create_task(serve(app, host="0.0.0.0", port=health_port, tls=tls))
     election = asyncio.create_task(elector.run())
     try:
         await controller.run(elector)

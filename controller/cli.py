@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import sys
 from pathlib import Path
 
-from berth import log
+from berth import log, server
 from berth.settings import load_args
 from controller.app import run
 
@@ -32,12 +33,22 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="namespace of the leader-election Lease (default berth-system)",
     )
     parser.add_argument(
-        "--health-port", type=int, default=8080, help="port of /healthz and /readyz (default 8080)"
+        "--health-port",
+        type=int,
+        default=8080,
+        help="port of /healthz, /readyz and /metrics (default 8080)",
+    )
+    server.add_tls_arguments(
+        parser, plain="anyone on the network path can read the controller's metrics"
     )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    problem = server.serving_problem(args)
+    if problem:
+        print(f"berth controller: {problem}", file=sys.stderr)
+        return 1
     settings = load_args(args.config) if args.config else None  # a bad file stops us here
     log.setup()
     with contextlib.suppress(asyncio.CancelledError):  # SIGTERM or SIGINT: a normal stop
@@ -47,6 +58,7 @@ def handle(args: argparse.Namespace) -> int:
                 settings=settings,
                 lease_namespace=args.lease_namespace,
                 health_port=args.health_port,
+                tls=server.tls_from(args),
             )
         )
     return 0

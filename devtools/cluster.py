@@ -330,11 +330,14 @@ class LocalCluster(Processes):
                 f"--kubeconfig={self._credentials('controller')}",
                 f"--lease-namespace={BERTH_NAMESPACE}",
                 f"--health-port={port}",
+                f"--tls-cert-file={self.pki / 'berth.crt'}",
+                f"--tls-private-key-file={self.pki / 'berth.key'}",
                 *extra,
             ],
             port=port,
-            health_url=f"http://127.0.0.1:{port}/healthz",
+            health_url=f"https://127.0.0.1:{port}/healthz",
             command=[sys.executable, "-m", "cli.berth"],
+            verify_tls=True,
         )
 
     def _berth_component(self, name: str, args: list[str], *, port: int) -> Component:

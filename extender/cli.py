@@ -28,20 +28,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=8443, help="port (default 8443)")
-    parser.add_argument(
-        "--tls-cert-file",
-        type=Path,
-        default=None,
-        help="serving certificate (PEM); required unless --insecure",
-    )
-    parser.add_argument(
-        "--tls-private-key-file", type=Path, default=None, help="its private key (PEM)"
-    )
-    parser.add_argument(
-        "--insecure",
-        action="store_true",
-        help="serve plain HTTP, without a certificate: anyone on the network path can read "
-        "and forge what kube-scheduler and the extender say to each other",
+    server.add_tls_arguments(
+        parser,
+        plain="anyone on the network path can read and forge what kube-scheduler and the "
+        "extender say to each other",
     )
     parser.add_argument(
         "--placement",
@@ -55,32 +45,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=handle)
 
 
-def _serving_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with how the extender is asked to serve, if anything: HTTPS, or
-    plain HTTP only when asked for by name."""
-    certificate = (args.tls_cert_file, args.tls_private_key_file)
-    if args.insecure:
-        if any(certificate) or args.client_ca_file:
-            return "--insecure serves plain HTTP: give it no certificate and no client CA"
-        return None
-    if None in certificate:
-        return "give --tls-cert-file and --tls-private-key-file, or --insecure to serve plain HTTP"
-    for path in (*certificate, args.client_ca_file):
-        if path is not None and not path.is_file():
-            return f"{path}: no such file"
-    return None
-
-
 def handle(args: argparse.Namespace) -> int:
-    problem = _serving_problem(args)
+    problem = server.serving_problem(args)
     if problem:
         print(f"berth extender: {problem}", file=sys.stderr)
         return 1
-    tls = (
-        None
-        if args.insecure
-        else server.Tls(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file)
-    )
+    tls = server.tls_from(args)
     log.setup()
     try:
         run(

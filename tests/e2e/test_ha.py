@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import ssl
 import time
 import urllib.request
 from collections import Counter
@@ -39,9 +40,11 @@ def standby(cluster: Cluster) -> Iterator[None]:
         cluster.local.start_controller(name="berth-controller")
 
 
-def ready(port: int) -> bool:
+def ready(cluster: Cluster, port: int) -> bool:
+    context = ssl.create_default_context(cafile=cluster.local.pki / "ca.crt")
+    url = f"https://127.0.0.1:{port}/readyz"
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
+        with urllib.request.urlopen(url, timeout=2, context=context) as answer:
             return bool(answer.status == 200)
     except OSError:
         return False
@@ -76,7 +79,9 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
     # Both replicas are ready: one leads, the other knows who does.
     for component in cluster.local.components:
         if component.name.startswith("berth-controller"):
-            cluster.wait(functools.partial(ready, component.port), what=f"{component.name} ready")
+            cluster.wait(
+                functools.partial(ready, cluster, component.port), what=f"{component.name} ready"
+            )
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
     cluster.wait(

@@ -66,15 +66,8 @@ async def test_webhook_and_extender_count_the_requests_of_a_new_pod(
 
 
 async def scrape_controller(cluster: Cluster) -> list[Sample]:
-    """The leader's metrics: plain HTTP beside /healthz (the controller serves no API)."""
-    port = next(c.port for c in cluster.local.components if c.name == "berth-controller")
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}/metrics") as response,
-    ):
-        assert response.status == 200
-        text = await response.text()
-    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+    """The leader's metrics: HTTPS beside /healthz (the controller serves no API)."""
+    return await scrape(cluster, "berth-controller")
 
 
 async def test_a_migration_moves_the_controllers_counters(cluster: Cluster, namespace: str) -> None:

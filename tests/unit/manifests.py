@@ -46,7 +46,7 @@ def pyproject_version() -> str:
     return version
 
 
-PORTS = {"controller": (8080, "HTTP"), "webhook": (9443, "HTTPS"), "extender": (8443, "HTTPS")}
+PORTS = {"controller": (8080, "HTTPS"), "webhook": (9443, "HTTPS"), "extender": (8443, "HTTPS")}
 
 
 def deployment(component: str) -> Object:

@@ -223,7 +223,15 @@ def test_only_viewing_is_aggregated_into_the_built_in_roles() -> None:
 # --- Deployments ------------------------------------------------------------
 
 COMMANDS = {
-    "controller": ["controller", "--config", "/etc/berth/config.yaml"],
+    "controller": [
+        "controller",
+        "--config",
+        "/etc/berth/config/config.yaml",
+        "--tls-cert-file",
+        "/etc/berth/tls/tls.crt",
+        "--tls-private-key-file",
+        "/etc/berth/tls/tls.key",
+    ],
     "webhook": [
         "webhook",
         "--port",
@@ -326,7 +334,7 @@ def test_service_serves_https_on_443(component: str) -> None:
     assert service["selector"] == deployment(component)["spec"]["selector"]["matchLabels"]
 
 
-@pytest.mark.parametrize("component", ["webhook", "extender"])
+@pytest.mark.parametrize("component", COMPONENTS)
 def test_servers_mount_the_serving_certificate(component: str) -> None:
     pod = deployment(component)["spec"]["template"]["spec"]
     [mount] = [
@@ -340,7 +348,9 @@ def test_controller_is_a_single_leader_elected_replica_with_its_config() -> None
     spec = deployment("controller")["spec"]
     assert spec["replicas"] == 1
     [mount] = [
-        m for m in the_container("controller")["volumeMounts"] if m["mountPath"] == "/etc/berth"
+        m
+        for m in the_container("controller")["volumeMounts"]
+        if m["mountPath"] == "/etc/berth/config"
     ]
     [volume] = [v for v in spec["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
     [generator] = kustomization(MANIFESTS / "controller")["configMapGenerator"]
