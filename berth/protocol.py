@@ -95,6 +95,19 @@ def placeholder_namespace(reservation: Object) -> str:
     return "default"
 
 
+def is_replicaset(reference: Mapping[str, Any]) -> bool:
+    """Whether an owner reference names an apps/v1 ReplicaSet."""
+    return reference.get("apiVersion") == "apps/v1" and reference.get("kind") == "ReplicaSet"
+
+
+def _same_controller(wanted: Object, controller: Object) -> bool:
+    """The same UID, and the same kind and name where the owner records them: a pod
+    that names another workload's UID under its own kind or name is not that workload."""
+    return wanted.get("uid") == controller.get("uid") and all(
+        wanted.get(key) in (None, controller.get(key)) for key in ("kind", "name")
+    )
+
+
 def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None) -> bool:
     """Whether `pod` may use `reservation`.
 
@@ -112,7 +125,7 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
         return True
     for owner in reservation.get("spec", {}).get("owners") or []:
         wanted = owner.get("controller")
-        if wanted and controller and wanted.get("uid") == controller.get("uid"):
+        if wanted and controller and _same_controller(wanted, controller):
             return True
         obj = owner.get("object")
         if (

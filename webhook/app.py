@@ -40,6 +40,7 @@ from berth.protocol import (
     claim_of,
     controller_of,
     is_consumable,
+    is_replicaset,
     matches_owner,
     node_of,
     owner_uids,
@@ -202,16 +203,14 @@ class Webhook:
         return opened
 
     async def workload_uid(self, pod: Object) -> str | None:
-        """The pod's top-level workload, once the API server confirms its controller; None
-        when it has none, or names one the API server does not have (`webhook.owners`)."""
+        """The top-level workload of a pod whose controller is a ReplicaSet the API server
+        confirms (`webhook.owners`); None otherwise: a pod of another controller matches a
+        Reservation by that controller's kind, name and UID alone."""
         controller = controller_of(pod)
-        if controller is None:
+        if controller is None or not is_replicaset(controller):
             return None
         owner = await self.owners.confirmed(controller, pod["metadata"].get("namespace") or "")
-        if owner is None:
-            return None
-        replicaset = controller["kind"] == "ReplicaSet" and controller["apiVersion"] == "apps/v1"
-        return top_level_workload(controller, owner if replicaset else None)
+        return top_level_workload(controller, owner) if owner is not None else None
 
     async def claim(
         self, pod: Object, decision: Claim, attempt: Attempt

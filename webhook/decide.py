@@ -3,9 +3,9 @@
 Both are pure so that every case is a line in a test table; `webhook.app` does the I/O
 (the claim on the API server) between them. A mutating webhook sees a pod before it has a
 UID, and often before it has a name, so nothing here is keyed on either: the pod is
-matched to a Reservation through its controller and top-level workload only, and only
-once the API server has confirmed that controller (`webhook.owners`): a pod's
-ownerReferences are whatever its author wrote.
+matched to a Reservation through its controller and top-level workload only: a
+ReplicaSet once the API server has confirmed it, any other controller by its kind, name
+and UID (`webhook.owners`), since a pod's ownerReferences are whatever its author wrote.
 
 A claim token is what entitles a pod to a Reservation: it is never written into a reason
 or a log line, only its `fingerprint`.
@@ -32,6 +32,7 @@ from berth.protocol import (
     claim_of,
     controller_of,
     is_consumable,
+    is_replicaset,
     matches_owner,
     node_of,
     owner_uids,
@@ -91,7 +92,7 @@ def decide(
         return Skip(not_a_replacement)
     controller = controller_of(pod) or {}
     consumable = [r for r in reservations.values() if is_consumable(r)]
-    if consumable and workload_uid is None:
+    if consumable and workload_uid is None and is_replicaset(controller):
         return Skip(
             f"its controller {controller.get('kind')} {controller.get('name')} "
             f"(uid {controller.get('uid')}) is not confirmed by the API server"

@@ -18,6 +18,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 REVIEW: dict[str, Any] = json.loads((DATA / "admission_review_pod_create.json").read_text())
 NAMESPACE = REVIEW["request"]["namespace"]
 REPLICASET_UID = REVIEW["request"]["object"]["metadata"]["ownerReferences"][0]["uid"]
+REPLICASET_NAME = REVIEW["request"]["object"]["metadata"]["ownerReferences"][0]["name"]
 DEPLOYMENT_UID = "0d5c1e36-0000-4000-8000-00000000d0d0"
 TOKEN = "5f1c0ffee"
 
@@ -73,7 +74,7 @@ def reservation(
                     "controller": {
                         "apiVersion": "apps/v1",
                         "kind": "ReplicaSet",
-                        "name": "web-old",
+                        "name": REPLICASET_NAME if owner_uid == REPLICASET_UID else "web-old",
                         "uid": owner_uid,
                         "controller": True,
                     }
