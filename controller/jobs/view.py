@@ -33,6 +33,8 @@ class JobView:
     workload_uid: str | None
     now: datetime
     args: MigrationControllerArgs
+    admission_key: bytes
+    """The key admission marks are signed with (`controller.jobs.marker`)."""
     siblings: tuple[Object, ...] = ()
     """Pods of the migrated pod's controller, to spot a replacement that bypassed the
     Reservation (created while the webhook was unreachable)."""
