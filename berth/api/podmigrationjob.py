@@ -93,9 +93,6 @@ class PodMigrationJobReason(StrEnum):
     FORBIDDEN_TEMPLATE = "ForbiddenTemplate"
     """reservationOptions.template asks for more than the pod has; the message names the
     field."""
-    REPLACEMENT_CANNOT_BIND = "ReplacementCannotBind"
-    """ReservationFirst in a namespace the webhook does not see: the replacement could
-    never use the Reservation."""
     COMPLETE = "Complete"
     """The migration succeeded (`status.status` and the last event)."""
     # Berth's: the reasons of conditions that hold (status True)
