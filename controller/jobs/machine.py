@@ -12,6 +12,7 @@ from berth.api import (
     PodMigrationJobReason,
     keys,
 )
+from berth.eviction import forbidden
 from berth.kube.client import PODMIGRATIONJOBS
 from controller.actions import Event, Patch, Plan
 from controller.jobs.bind import after_eviction
@@ -19,7 +20,7 @@ from controller.jobs.evict import evict_directly
 from controller.jobs.marker import admitted
 from controller.jobs.release import release
 from controller.jobs.reserve import before_eviction
-from controller.jobs.view import JobView, Object, fail, job_name, write_status
+from controller.jobs.view import JobView, Object, fail, job_name, pod_gone, write_status
 from controller.status import condition, deadline
 
 Phase = PodMigrationJobPhase
@@ -43,6 +44,12 @@ def decide(view: JobView) -> Plan:
         return _not_admitted(view)
     expired = view.now >= due
     evicting = condition(status, PodMigrationJobConditionType.EVICTION) is not None
+    if not evicting and view.pod is not None and not pod_gone(view):
+        why = forbidden(view.pod, evict_failed_bare_pods=view.args.evict_failed_bare_pods)
+        if why is not None:  # checked by arbitration, and again before any eviction
+            return fail(
+                view, status, reason=PodMigrationJobReason.FORBIDDEN_MIGRATE_POD, message=why
+            )
     if view.job["spec"].get("mode") == PodMigrationJobMode.EVICT_DIRECTLY:
         return evict_directly(view, status, expired=expired, evicting=evicting)
     if not evicting:

@@ -175,7 +175,7 @@ def test_job_delete_options_reach_the_eviction() -> None:
     )
     evict = plan.actions[-1]
     assert isinstance(evict, Evict)
-    assert evict.delete_options == {"gracePeriodSeconds": 60}
+    assert evict.delete_options == {"gracePeriodSeconds": 60, "preconditions": {"uid": "uid-web-1"}}
 
 
 @pytest.mark.parametrize(
