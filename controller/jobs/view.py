@@ -96,10 +96,11 @@ def fail(view: JobView, status: Object, *, reason: str, message: str) -> Plan:
 
 
 def delete_options(job_options: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> Object:
-    """The job's deleteOptions, allow-listed: a grace period no longer than the pod's own
-    and a propagation policy. Never dryRun (the job would think the pod gone) and never
-    the job's preconditions: the pod's UID is always the precondition, so a new pod of the
-    same name is never evicted in its place."""
+    """The job's deleteOptions, allow-listed: a grace period no shorter than the pod's own
+    (more time for a graceful shutdown, never a forced kill the job's creator could not
+    do themselves) and a propagation policy. Never dryRun (the job would think the pod
+    gone) and never the job's preconditions: the pod's UID is always the precondition,
+    so a new pod of the same name is never evicted in its place."""
     options = job_options or {}
     kept: Object = {}
     if options.get("propagationPolicy") is not None:
@@ -107,7 +108,7 @@ def delete_options(job_options: Mapping[str, Any] | None, pod: Mapping[str, Any]
     grace = options.get("gracePeriodSeconds")
     if grace is not None:
         own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-        kept["gracePeriodSeconds"] = min(grace, own) if own is not None else grace
+        kept["gracePeriodSeconds"] = max(grace, own if own is not None else 30)
     kept["preconditions"] = {"uid": pod["metadata"]["uid"]}
     return kept
 

@@ -56,15 +56,16 @@ def test_berth_keys_are_stripped_from_template_metadata() -> None:
     assert without_berth_keys({"berth.sh/consumable": "true", "team": "a"}) == {"team": "a"}
 
 
-def test_delete_options_keep_the_pod_uid_and_cap_the_grace_period() -> None:
+def test_delete_options_keep_the_pod_uid_and_never_shorten_the_grace_period() -> None:
     target = pod()
     target["spec"]["terminationGracePeriodSeconds"] = 30
     asked = {
         "preconditions": {},
-        "gracePeriodSeconds": 3600,
+        "gracePeriodSeconds": 0,
         "dryRun": ["All"],
         "propagationPolicy": "Foreground",
     }
+    assert delete_options({"gracePeriodSeconds": 60}, target)["gracePeriodSeconds"] == 60
     assert delete_options(asked, target) == {
         "gracePeriodSeconds": 30,
         "propagationPolicy": "Foreground",
