@@ -129,6 +129,12 @@ class ObjectLimiter(_Args):
     """How many of a workload's pods may start migrating within one window."""
 
 
+SYSTEM_NAMESPACES = ("kube-system", "berth-system")
+"""Namespaces Berth's webhook never sees (its namespaceSelector excludes them, so that
+a webhook outage never blocks the cluster's own pods or Berth's): a replacement pod
+there is never bound to a Reservation."""
+
+
 class Namespaces(_Args):
     include: list[str] | None = None
     """Only these namespaces; checked before exclude."""
@@ -168,8 +174,12 @@ class MigrationControllerArgs(_Args):
     """Only pods matching this selector migrate."""
     priority_threshold: PriorityThreshold | None = None
     """Only pods below this priority migrate."""
-    namespaces: Namespaces | None = None
-    """Namespaces whose pods may migrate."""
+    namespaces: Namespaces | None = Field(
+        default_factory=lambda: Namespaces(exclude=list(SYSTEM_NAMESPACES))
+    )
+    """Namespaces whose pods may migrate; by default all but kube-system and berth-system,
+    which the webhook does not see (a replacement there could never bind a Reservation)
+    and where the cluster's own components run."""
     node_fit: StrictBool = False
     """Only migrate a pod if another node fits it (affinity, taints, resources)."""
     node_selector: LabelSelectorText | None = None

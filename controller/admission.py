@@ -149,7 +149,12 @@ class Admission:
                 if pod is not None and decision.verdict == "admit"
                 else None
             )
-            plan = jobs.admission(decision, workload_uid=workload, dry_run=self.args.dry_run)
+            plan = jobs.admission(
+                decision,
+                workload_uid=workload,
+                dry_run=self.args.dry_run,
+                key=self.caches.admission_key,
+            )
             if plan.actions:
                 plans.append((decision, plan))
         writes = asyncio.Semaphore(ADMISSION_WRITES)

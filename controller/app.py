@@ -28,6 +28,7 @@ from controller.caches import Caches
 from controller.executor import Executor
 from controller.queue import WorkQueue, job_key, reservation_key
 from controller.reconcile import Reconciler, work
+from controller.signing import admission_key
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ async def run(
     identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     kube = await Kube.connect(kubeconfig)
     controller = Controller(kube, args, identity=identity)
+    controller.caches.admission_key = await admission_key(kube, namespace=lease_namespace)
     elector = LeaderElector(kube, namespace=lease_namespace, name=COMPONENT, identity=identity)
     app = web.Application()
     # Ready once the caches are synced and the leader is known: this replica leads, or

@@ -16,6 +16,7 @@ from typing import Any
 from berth.api import API_VERSION, keys
 from berth.protocol import controller_of, placeholder_namespace
 from berth.resources import format_quantity, pod_requests
+from controller.template import without_berth_keys
 
 Object = dict[str, Any]
 
@@ -72,6 +73,11 @@ def merge_placement(pod_spec: Mapping[str, Any], user: Mapping[str, Any]) -> Obj
             **copy.deepcopy(dict(pod_spec.get("affinity") or {})),
             **copy.deepcopy(dict(user["affinity"])),
         }
+        if own and not extra:
+            affinity["nodeAffinity"] = {
+                **(affinity.get("nodeAffinity") or {}),
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": own},
+            }
         if own and extra:
             combined = [
                 {
@@ -176,7 +182,10 @@ def reservation_for(
     if not owners:  # a bare pod: only a pod of the same name (e.g. re-created by hand)
         owners = [{"object": {"namespace": namespace, "name": pod["metadata"]["name"]}}]
     user_meta = user.get("metadata") or {}
-    annotations = {**(user_meta.get("annotations") or {}), keys.JOB: job["metadata"]["name"]}
+    annotations = {
+        **without_berth_keys(user_meta.get("annotations")),
+        keys.JOB: job["metadata"]["name"],
+    }
     if workload_uid:
         annotations[keys.WORKLOAD] = workload_uid
     return {
@@ -184,7 +193,7 @@ def reservation_for(
         "kind": "Reservation",
         "metadata": {
             "name": job["metadata"]["uid"],
-            "labels": dict(user_meta.get("labels") or {}),
+            "labels": without_berth_keys(user_meta.get("labels")),
             "annotations": annotations,
             # Deleting the job deletes its Reservation (and so the placeholder) too.
             "ownerReferences": [

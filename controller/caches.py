@@ -54,6 +54,9 @@ class Caches:
     ) -> None:
         self.args = args
         self.enqueue = enqueue
+        self.admission_key = b""
+        """The key of the admission marks (`controller.signing`), set before any job is
+        reconciled or admitted; empty, no job counts as admitted."""
         self.jobs = Informer(
             kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job
         )
@@ -204,6 +207,7 @@ class Caches:
             workload_uid=self.workload_uid(pod),
             now=datetime.now(UTC),
             args=self.args,
+            admission_key=self.admission_key,
             siblings=tuple(siblings),
         )
 

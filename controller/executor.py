@@ -157,7 +157,7 @@ class Executor:
                     patch={"metadata": {"annotations": {keys.SOFT_EVICTION: value}}},
                 )
             else:
-                options.setdefault("preconditions", {"uid": action.uid})
+                options["preconditions"] = {"uid": action.uid}
                 await self.kube.evict(action.namespace, action.name, delete_options=options)
         except KubeError as error:
             if error.not_found or (error.conflict and "precondition" in error.message.lower()):

@@ -52,3 +52,9 @@ SOURCE_NODE: Final = "berth.sh/source-node"
 OPENED_AT: Final = "berth.sh/opened-at"
 """Reservation annotation: when it was made consumable (RFC 3339); the eviction waits a
 moment after it, so every webhook's cache has seen the Reservation open."""
+
+ADMISSION: Final = "berth.sh/admission"
+"""PodMigrationJob annotation the controller writes when arbitration admits the job: an
+HMAC over the job's UID, the pod's UID and the mode, keyed by a secret only the controller
+reads. A job's status subresource is writable by whoever may abort it, so phase Running
+alone never makes the controller act: only a job carrying a valid mark was admitted."""

@@ -87,6 +87,12 @@ class PodMigrationJobReason(StrEnum):
     """The replacement was created without claiming the Reservation (webhook down?)."""
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
     """Arbitration: the pod may never be migrated; the message names the rule."""
+    NOT_ADMITTED = "NotAdmitted"
+    """The job was Running without arbitration's admission mark (its phase was written by
+    someone else): it is Pending again and arbitration decides."""
+    FORBIDDEN_TEMPLATE = "ForbiddenTemplate"
+    """reservationOptions.template asks for more than the pod has; the message names the
+    field."""
     COMPLETE = "Complete"
     """The migration succeeded (`status.status` and the last event)."""
     # Berth's: the reasons of conditions that hold (status True)

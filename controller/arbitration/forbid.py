@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from berth.scheduling import selector_matches
-from berth.settings import MigrationControllerArgs
+from berth.settings import SYSTEM_NAMESPACES, MigrationControllerArgs
 
 if TYPE_CHECKING:
     from controller.arbitration.candidates import Candidate
@@ -92,6 +92,18 @@ def _scheduler_name(c: Candidate, r: Round) -> str | None:
     )
 
 
+def _unbindable(c: Candidate, _r: Round) -> str | None:
+    """A ReservationFirst job only helps if the replacement pod binds its Reservation, and
+    Berth's webhook does not see kube-system or berth-system: refused before anything is
+    evicted, whatever namespaces.include says."""
+    if not c.reservation_first or c.namespace not in SYSTEM_NAMESPACES:
+        return None
+    return (
+        f"namespace {c.namespace} is not seen by Berth's webhook, so a replacement pod "
+        "could never bind the Reservation; use EvictDirectly"
+    )
+
+
 def forbid_checks(args: MigrationControllerArgs) -> tuple[Forbid, ...]:
     """The evictability checks, less those the configuration turns off.
 
@@ -112,4 +124,5 @@ def forbid_checks(args: MigrationControllerArgs) -> tuple[Forbid, ...]:
     if args.ignore_pvc_pods:
         checks.append(_pvc)
     checks.append(_scheduler_name)
+    checks.append(_unbindable)
     return tuple(checks)

@@ -9,6 +9,7 @@ from berth.api import PodMigrationJobPhase, PodMigrationJobReason, keys
 from berth.kube.client import PODMIGRATIONJOBS
 from controller.actions import Event, Patch, Plan, UpdateStatus
 from controller.arbitration import Decision
+from controller.jobs import marker
 from controller.jobs.view import Object
 
 DRY_RUN_MESSAGE = (
@@ -17,19 +18,21 @@ DRY_RUN_MESSAGE = (
 )
 
 
-def admission(decision: Decision, *, workload_uid: str | None, dry_run: bool) -> Plan:
+def admission(decision: Decision, *, workload_uid: str | None, dry_run: bool, key: bytes) -> Plan:
     """Write arbitration's decision on a Pending job.
 
     Admitted: phase Running, with the pod's UID, source node and workload recorded (what
-    the limits count from then on). Failed: phase Failed with the rule, and a Warning
-    event. Waiting: the reason and message in the status, written only when they change.
-    With dryRun an admitted job stays Pending and says so (reason DryRun): nothing starts.
+    the limits count from then on) and the admission mark (`controller.jobs.marker`)
+    without which the state machine acts on nothing. Failed: phase Failed with the rule,
+    and a Warning event. Waiting: the reason and message in the status, written only when
+    they change. With dryRun an admitted job stays Pending and says so (reason DryRun):
+    nothing starts.
     """
     job = dict(decision.job)
     status: Object = dict(job.get("status") or {})
     if decision.verdict == "admit" and not dry_run:
         assert decision.pod is not None
-        return _admitted(job, status, decision.pod, workload_uid=workload_uid)
+        return _admitted(job, decision.pod, workload_uid=workload_uid, key=key)
     if decision.verdict == "fail":
         status.update(
             phase=PodMigrationJobPhase.FAILED,
@@ -55,12 +58,16 @@ def admission(decision: Decision, *, workload_uid: str | None, dry_run: bool) ->
     return plan
 
 
-def _admitted(
-    job: Object, status: Object, pod: Mapping[str, Any], *, workload_uid: str | None
-) -> Plan:
-    """Record what the limits count from now on (the pod's UID, source node, workload),
-    then start the job."""
-    status.update(phase=PodMigrationJobPhase.RUNNING, reason="", message="", status="")
+def _admitted(job: Object, pod: Mapping[str, Any], *, workload_uid: str | None, key: bytes) -> Plan:
+    """Record what the limits count from now on (the pod's UID, source node, workload) and
+    the admission mark, then start the job. The status starts afresh: conditions a user
+    wrote on the Pending job (an Eviction condition would skip the Reservation) are not
+    carried into the Running one."""
+    status: Object = {"phase": PodMigrationJobPhase.RUNNING}
+    pod_uid = pod["metadata"]["uid"]
+    mark = marker.sign(
+        key, job_uid=job["metadata"]["uid"], pod_uid=pod_uid, mode=job["spec"]["mode"]
+    )
     return Plan().then(
         Patch(
             PODMIGRATIONJOBS,
@@ -68,7 +75,8 @@ def _admitted(
             {
                 "metadata": {
                     "annotations": {
-                        keys.POD_UID: pod["metadata"]["uid"],
+                        keys.POD_UID: pod_uid,
+                        keys.ADMISSION: mark,
                         keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
                         keys.WORKLOAD: workload_uid or "",
                     }

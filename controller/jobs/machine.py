@@ -10,14 +10,17 @@ from berth.api import (
     PodMigrationJobMode,
     PodMigrationJobPhase,
     PodMigrationJobReason,
+    keys,
 )
+from berth.eviction import forbidden
 from berth.kube.client import PODMIGRATIONJOBS
-from controller.actions import Patch, Plan
+from controller.actions import Event, Patch, Plan
 from controller.jobs.bind import after_eviction
 from controller.jobs.evict import evict_directly
+from controller.jobs.marker import admitted
 from controller.jobs.release import release
 from controller.jobs.reserve import before_eviction
-from controller.jobs.view import JobView, Object, fail, job_name
+from controller.jobs.view import JobView, Object, fail, job_name, pod_gone, write_status
 from controller.status import condition, deadline
 
 Phase = PodMigrationJobPhase
@@ -26,18 +29,27 @@ Phase = PodMigrationJobPhase
 def decide(view: JobView) -> Plan:
     """The next step for one job: a job without a mode first gets the configured one, then
     Pending ones only wait for their TTL (arbitration starts them), Running ones move on,
-    finished ones release what they held."""
+    finished ones release what they held. A Running job that arbitration did not admit
+    (no valid admission mark) goes back to Pending, untouched."""
     status: Object = dict(view.job.get("status") or {})
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
-        return release(view, status)
+        return _forget_admission(view).then(*release(view, status).actions)
     if not view.job["spec"].get("mode"):
         return _record_mode(view)
     due = deadline(view.job, view.job["spec"].get("ttl"), view.args.default_job_ttl)
     if phase != Phase.RUNNING:
         return _pending(view, status, due=due)
+    if not admitted(view.admission_key, view.job):
+        return _not_admitted(view)
     expired = view.now >= due
     evicting = condition(status, PodMigrationJobConditionType.EVICTION) is not None
+    if not evicting and view.pod is not None and not pod_gone(view):
+        why = forbidden(view.pod, evict_failed_bare_pods=view.args.evict_failed_bare_pods)
+        if why is not None:  # checked by arbitration, and again before any eviction
+            return fail(
+                view, status, reason=PodMigrationJobReason.FORBIDDEN_MIGRATE_POD, message=why
+            )
     if view.job["spec"].get("mode") == PodMigrationJobMode.EVICT_DIRECTLY:
         return evict_directly(view, status, expired=expired, evicting=evicting)
     if not evicting:
@@ -65,3 +77,37 @@ def _record_mode(view: JobView) -> Plan:
     configuration never switches a job's mode halfway."""
     mode = PodMigrationJobMode(view.args.default_job_mode).value
     return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), {"spec": {"mode": mode}}))
+
+
+NOT_ADMITTED_MESSAGE = (
+    "status.phase Running was not written by Berth's arbitration (the job carries no "
+    "valid admission mark); nothing was done, the job is Pending again and arbitration "
+    "decides whether it starts"
+)
+
+
+def _not_admitted(view: JobView) -> Plan:
+    """Running, but not admitted by arbitration: someone wrote the phase through the status
+    subresource (which users may write to abort a job), or the job was admitted by a
+    Berth that wrote no mark. Act on nothing it says: back to Pending with a clean status
+    (conditions written with the phase are dropped too), so that arbitration judges the
+    job like any other. Pending rather than Failed: a forger gains nothing over creating
+    the job, and a job admitted before marks existed is simply judged again."""
+    status: Object = {
+        "phase": Phase.PENDING,
+        "reason": PodMigrationJobReason.NOT_ADMITTED,
+        "message": NOT_ADMITTED_MESSAGE,
+    }
+    return Plan().then(
+        write_status(view, status),
+        Event(view.job, PodMigrationJobReason.NOT_ADMITTED, NOT_ADMITTED_MESSAGE, type="Warning"),
+    )
+
+
+def _forget_admission(view: JobView) -> Plan:
+    """A finished job loses its admission mark: written back to Running (its status is
+    the user's to write), it goes through arbitration again instead of resuming."""
+    if keys.ADMISSION not in (view.job["metadata"].get("annotations") or {}):
+        return Plan()
+    patch = {"metadata": {"annotations": {keys.ADMISSION: None}}}
+    return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), patch))

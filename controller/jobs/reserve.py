@@ -17,6 +17,7 @@ from berth.api import (
     keys,
 )
 from berth.kube.client import PODMIGRATIONJOBS, RESERVATIONS
+from controller import template
 from controller.actions import Create, Event, Patch, Plan
 from controller.build import reservation_for
 from controller.jobs.evict import start_eviction
@@ -96,6 +97,14 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             message=f"Reservation {reservation_name(view.job)!r} does not exist",
         )
     assert view.pod is not None
+    why = template.refused(options.get("template"), view.pod)
+    if why is not None:
+        return fail(
+            view,
+            status,
+            reason=Reason.FORBIDDEN_TEMPLATE,
+            message=f"{why}; a template may only narrow what the pod has, nothing was created",
+        )
     ttl = view.job["spec"].get("ttl") or f"{int(view.args.default_job_ttl.total_seconds())}s"
     body = reservation_for(
         job=view.job,

@@ -33,6 +33,8 @@ class JobView:
     workload_uid: str | None
     now: datetime
     args: MigrationControllerArgs
+    admission_key: bytes
+    """The key admission marks are signed with (`controller.jobs.marker`)."""
     siblings: tuple[Object, ...] = ()
     """Pods of the migrated pod's controller, to spot a replacement that bypassed the
     Reservation (created while the webhook was unreachable)."""
@@ -93,11 +95,31 @@ def fail(view: JobView, status: Object, *, reason: str, message: str) -> Plan:
     return Plan().then(write_status(view, ended), Event(view.job, reason, message, type="Warning"))
 
 
+def delete_options(job_options: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> Object:
+    """The job's deleteOptions, allow-listed: a grace period no shorter than the pod's own
+    (more time for a graceful shutdown, never a forced kill the job's creator could not
+    do themselves) and a propagation policy. Never dryRun (the job would think the pod
+    gone) and never the job's preconditions: the pod's UID is always the precondition,
+    so a new pod of the same name is never evicted in its place."""
+    options = job_options or {}
+    kept: Object = {}
+    if options.get("propagationPolicy") is not None:
+        kept["propagationPolicy"] = options["propagationPolicy"]
+    grace = options.get("gracePeriodSeconds")
+    if grace is not None:
+        own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        kept["gracePeriodSeconds"] = max(grace, own if own is not None else 30)
+    kept["preconditions"] = {"uid": pod["metadata"]["uid"]}
+    return kept
+
+
 def evict(view: JobView) -> Evict:
     """Evict the migrated pod, by the configured policy and the job's delete options."""
     assert view.pod is not None
     pod = view.pod["metadata"]
-    options = view.job["spec"].get("deleteOptions") or view.args.default_delete_options
+    options = delete_options(
+        view.job["spec"].get("deleteOptions") or view.args.default_delete_options, view.pod
+    )
     return Evict(
         pod["namespace"],
         pod["name"],

@@ -68,11 +68,15 @@ CLUSTER_WIDE: dict[str, Grants] = {
     },
 }
 
-# What each ServiceAccount may do in berth-system beyond that: the controller's Lease.
+# What each ServiceAccount may do in berth-system beyond that: the controller's Lease
+# and admission key.
 IN_BERTH_NAMESPACE: dict[str, Grants] = {
     "berth-controller": {
         ("leases.coordination.k8s.io", ""): {"create"},
         ("leases.coordination.k8s.io", "berth-controller"): {"get", "update"},
+        # The admission key (controller/signing.py): created if missing, then read.
+        ("secrets", ""): {"create"},
+        ("secrets", "berth-admission-key"): {"get"},
     },
     "berth-webhook": {},
     "berth-extender": {},

@@ -7,8 +7,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from berth.api import keys
+from controller.jobs import marker
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+ADMISSION_KEY = b"k" * 32
+"""The key the controller's unit tests sign and check admission marks with."""
 Object = dict[str, Any]
 
 
@@ -100,6 +103,10 @@ def job(
     }
     if phase:
         obj["status"]["phase"] = phase
+    if phase == "Running" and pod_uid:  # admitted by arbitration
+        obj["metadata"]["annotations"][keys.ADMISSION] = marker.sign(
+            ADMISSION_KEY, job_uid=f"uid-{name}", pod_uid=pod_uid, mode=mode
+        )
     if conditions:
         obj["status"]["conditions"] = conditions
     if reservation_ref:

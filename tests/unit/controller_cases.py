@@ -16,7 +16,7 @@ from berth.kube.client import PODMIGRATIONJOBS
 from berth.settings import MigrationControllerArgs
 from controller import jobs, reservations
 from controller.actions import Create, Delete, Event, Patch, Plan, UpdateStatus
-from tests.unit.builders import T0, job
+from tests.unit.builders import ADMISSION_KEY, T0, job
 
 ARGS = MigrationControllerArgs()
 EVICTING = [{"type": "Eviction", "status": "False", "reason": "Evicting", "message": "m"}]
@@ -87,6 +87,7 @@ def view(
         workload_uid="uid-deploy",
         now=now,
         args=ARGS,
+        admission_key=ADMISSION_KEY,
     )
 
 

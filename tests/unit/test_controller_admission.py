@@ -19,7 +19,8 @@ from controller.admission import Admission
 from controller.arbitration import Decision
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
-from tests.unit.builders import job, pod
+from controller.jobs import marker
+from tests.unit.builders import ADMISSION_KEY, job, pod
 from tests.unit.controller_cases import kinds, status_of
 
 # ----- the decision written on the job ----------------------------------------------------
@@ -33,7 +34,7 @@ def pending_job() -> dict[str, Any]:
 def test_admission_of_an_admitted_job(dry_run: bool) -> None:
     target = pod("web-1", node="node-0")
     decision = Decision(pending_job(), "admit", pod=target)
-    plan = jobs.admission(decision, workload_uid="uid-web", dry_run=dry_run)
+    plan = jobs.admission(decision, workload_uid="uid-web", dry_run=dry_run, key=ADMISSION_KEY)
     if not dry_run:
         assert kinds(plan) == ["Patch:podmigrationjobs", "UpdateStatus:podmigrationjobs"]
         patch = next(a for a in plan.actions if isinstance(a, Patch))
@@ -41,6 +42,12 @@ def test_admission_of_an_admitted_job(dry_run: bool) -> None:
             keys.POD_UID: target["metadata"]["uid"],
             keys.SOURCE_NODE: "node-0",
             keys.WORKLOAD: "uid-web",
+            keys.ADMISSION: marker.sign(
+                ADMISSION_KEY,
+                job_uid="uid-job-1",
+                pod_uid=target["metadata"]["uid"],
+                mode="ReservationFirst",
+            ),
         }
         assert status_of(plan)["phase"] == "Running"
         return
@@ -51,13 +58,15 @@ def test_admission_of_an_admitted_job(dry_run: bool) -> None:
     assert "nothing is reserved or evicted" in status["message"]
     # Written once: the next round's same decision changes nothing.
     again = Decision({**decision.job, "status": status}, "admit", pod=target)
-    assert jobs.admission(again, workload_uid="uid-web", dry_run=True).actions == []
+    assert (
+        jobs.admission(again, workload_uid="uid-web", dry_run=True, key=ADMISSION_KEY).actions == []
+    )
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_admission_of_a_failed_job_ends_it_in_either_mode(dry_run: bool) -> None:
     decision = Decision(pending_job(), "fail", "ForbiddenMigratePod", "pod is a DaemonSet pod")
-    plan = jobs.admission(decision, workload_uid=None, dry_run=dry_run)
+    plan = jobs.admission(decision, workload_uid=None, dry_run=dry_run, key=ADMISSION_KEY)
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ForbiddenMigratePod"]
     assert (status_of(plan)["phase"], status_of(plan)["message"]) == (
         "Failed",
@@ -67,14 +76,16 @@ def test_admission_of_a_failed_job_ends_it_in_either_mode(dry_run: bool) -> None
 
 def test_admission_writes_a_wait_reason_only_when_it_changes() -> None:
     decision = Decision(pending_job(), "wait", "MaxMigratingPerNode", "2 migrations already")
-    plan = jobs.admission(decision, workload_uid=None, dry_run=False)
+    plan = jobs.admission(decision, workload_uid=None, dry_run=False, key=ADMISSION_KEY)
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs"]
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Pending", "MaxMigratingPerNode")
     unchanged = Decision(
         {**decision.job, "status": status}, "wait", "MaxMigratingPerNode", "2 migrations already"
     )
-    assert jobs.admission(unchanged, workload_uid=None, dry_run=False).actions == []
+    assert (
+        jobs.admission(unchanged, workload_uid=None, dry_run=False, key=ADMISSION_KEY).actions == []
+    )
 
 
 # ----- the loop ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from berth.api import keys
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Evict, Patch, UpdateStatus
-from tests.unit.builders import T0, job, later, pod, reservation
+from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation
 from tests.unit.controller_cases import (
     ARGS,
     EVICTING,
@@ -55,6 +55,7 @@ def test_a_job_without_a_mode_first_gets_the_default_mode_recorded(
             workload_uid=None,
             now=T0,
             args=args,
+            admission_key=ADMISSION_KEY,
         )
     )
     assert kinds(plan) == ["Patch:podmigrationjobs"]
@@ -174,7 +175,7 @@ def test_job_delete_options_reach_the_eviction() -> None:
     )
     evict = plan.actions[-1]
     assert isinstance(evict, Evict)
-    assert evict.delete_options == {"gracePeriodSeconds": 60}
+    assert evict.delete_options == {"gracePeriodSeconds": 60, "preconditions": {"uid": "uid-web-1"}}
 
 
 @pytest.mark.parametrize(
@@ -339,6 +340,7 @@ def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason(
         workload_uid=None,
         now=later(10),
         args=ARGS,
+        admission_key=ADMISSION_KEY,
         siblings=(older, stray),
     )
     status = status_of(jobs.decide(jv))

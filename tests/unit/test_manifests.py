@@ -105,6 +105,7 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("scheduling.k8s.io", "priorityclasses"): READ,
         ("", "events"): {"create"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+        ("", "secrets"): {"get", "create"},
     },
     "webhook": {
         (KOORD, "reservations"): READ | {"patch"},
@@ -171,15 +172,21 @@ def test_no_rule_uses_a_wildcard() -> None:
                 assert "*" not in rule[field], (role["metadata"]["name"], rule)
 
 
-def test_the_controller_may_only_touch_its_own_lease_in_its_namespace() -> None:
+@pytest.mark.parametrize(
+    ("resource", "name"), [("leases", "berth-controller"), ("secrets", "berth-admission-key")]
+)
+def test_the_controller_may_only_touch_its_own_lease_and_key_in_its_namespace(
+    resource: str, name: str
+) -> None:
     found = objects(MANIFESTS / "rbac")
-    [role] = [r for r in roles_bound_to(found, "berth-controller") if r["kind"] == "Role"]
+    roles = [r for r in roles_bound_to(found, "berth-controller") if r["kind"] == "Role"]
+    [role] = [r for r in roles if r["rules"][0]["resources"] == [resource]]
     assert role["metadata"]["namespace"] == NAMESPACE
     for rule in role["rules"]:
-        assert rule["resources"] == ["leases"]
+        assert rule["resources"] == [resource]
         # create cannot be limited by name; everything else is.
         if rule["verbs"] != ["create"]:
-            assert rule["resourceNames"] == ["berth-controller"]
+            assert rule["resourceNames"] == [name]
     # Nothing else is namespaced: all other permissions are cluster-wide reads
     # and the controller's own kinds.
     cluster_rules = [
@@ -188,7 +195,8 @@ def test_the_controller_may_only_touch_its_own_lease_in_its_namespace() -> None:
         if r["kind"] == "ClusterRole"
         for rule in r["rules"]
     ]
-    assert ("coordination.k8s.io", "leases") not in granted(cluster_rules)
+    assert ("coordination.k8s.io", resource) not in granted(cluster_rules)
+    assert ("", resource) not in granted(cluster_rules)
 
 
 @pytest.mark.parametrize("name", sorted(USER_ROLES))

@@ -30,7 +30,8 @@ SEED_TABLE: list[tuple[str, Any]] = [
     ("priorityThreshold", None),
     ("maxConcurrentReconciles", 1),
     ("namespaces.include", None),
-    ("namespaces.exclude", None),
+    # Berth excludes the namespaces its webhook does not see (berth.settings.SYSTEM_NAMESPACES).
+    ("namespaces.exclude", ["kube-system", "berth-system"]),
     ("nodeFit", False),
     ("nodeSelector", None),  # the table says "false", but it is a label selector string
     ("maxMigratingPerNode", 2),

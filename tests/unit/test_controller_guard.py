@@ -1,0 +1,73 @@
+"""What a job may lend itself of the controller's rights: the template allow-list
+(controller.template) and the deleteOptions allow-list (controller.jobs.view)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.jobs.view import delete_options
+from controller.template import refused, without_berth_keys
+from tests.unit.builders import pod
+
+
+def template(**spec: Any) -> dict[str, Any]:
+    return {"spec": {"template": {"spec": spec}}}
+
+
+PIN = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}
+            ]
+        }
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"priorityClassName": "system-node-critical"}, "priorityClassName"),
+        ({"priority": 2_000_001_000}, "priority"),
+        ({"tolerations": [{"operator": "Exists"}]}, "tolerations"),
+        ({"nodeName": "node-0"}, "nodeName"),
+        ({"schedulerName": "other"}, "schedulerName"),
+        ({"containers": [{"name": "x", "resources": {"requests": {"cpu": "64"}}}]}, "resources"),
+        ({"affinity": {"podAntiAffinity": {}}}, "affinity"),
+    ],
+)
+def test_a_template_that_asks_for_more_than_the_pod_is_refused(
+    spec: dict[str, Any], field: str
+) -> None:
+    why = refused(template(**spec), pod())
+    assert why is not None
+    assert field in why
+
+
+@pytest.mark.parametrize("spec", [{}, {"affinity": PIN}, {"priorityClassName": ""}])
+def test_a_template_that_only_narrows_is_accepted(spec: dict[str, Any]) -> None:
+    assert refused(template(**spec), pod()) is None
+
+
+def test_berth_keys_are_stripped_from_template_metadata() -> None:
+    assert without_berth_keys({"berth.sh/consumable": "true", "team": "a"}) == {"team": "a"}
+
+
+def test_delete_options_keep_the_pod_uid_and_never_shorten_the_grace_period() -> None:
+    target = pod()
+    target["spec"]["terminationGracePeriodSeconds"] = 30
+    asked = {
+        "preconditions": {},
+        "gracePeriodSeconds": 0,
+        "dryRun": ["All"],
+        "propagationPolicy": "Foreground",
+    }
+    assert delete_options({"gracePeriodSeconds": 60}, target)["gracePeriodSeconds"] == 60
+    assert delete_options(asked, target) == {
+        "gracePeriodSeconds": 30,
+        "propagationPolicy": "Foreground",
+        "preconditions": {"uid": target["metadata"]["uid"]},
+    }
