@@ -12,6 +12,12 @@ sums up to date as they arrive, so every question is a few dict lookups whatever
 of the cluster. A placeholder is an ordinary bound pod here; while a Reservation in
 handover still has one in this cache, the two are the same capacity and count once.
 
+A pod is a placeholder only if its controller reference names a Reservation this ledger
+holds, by name and UID, and it runs in that Reservation's placeholder namespace
+(`protocol.is_placeholder_of`): a label, or a reference to a Reservation not (yet) seen,
+makes a pod an ordinary one. Pods are charged again when the Reservation they name
+arrives, changes identity or goes.
+
 Pure data structure: no I/O. Objects are the API server's dicts.
 """
 
@@ -38,8 +44,9 @@ class PodEntry:
     """The node it is bound to."""
     requests: Resources
     """Its effective requests, as the scheduler charges them."""
-    placeholder_for: str | None
-    """The Reservation it holds capacity for, if it is a placeholder."""
+    namespace: str
+    names: tuple[str, str] | None
+    """`(name, uid)` of the Reservation its controller reference names, if any."""
     terminal: bool
     """Succeeded or Failed: it holds nothing any more."""
 
@@ -82,6 +89,9 @@ class Ledger:
         self._owners: dict[str, str] = {}  # owner pod UID -> Reservation name
         self._handover: dict[str, dict[str, Resources]] = {}  # node -> Reservation -> held
         self._handover_node: dict[str, str] = {}  # Reservation -> node
+        self._identity: dict[str, tuple[str, str]] = {}  # Reservation -> (uid, namespace)
+        self._naming: dict[str, set[str]] = {}  # Reservation -> UIDs of pods that name it
+        self._placeholder_of: dict[str, str] = {}  # pod UID -> Reservation, as charged
 
     # ----- events ---------------------------------------------------------------------
 
@@ -100,21 +110,22 @@ class Ledger:
         old_uid = self._uids.pop(key, None)
         if old_uid is not None:
             old = self._pods.pop(old_uid)
+            touched |= {self._placeholder_of.get(old_uid), self._owners.get(old_uid)}
             self._uncharge(old_uid, old)
-            touched |= {old.placeholder_for, self._owners.get(old_uid)}
         if kind != DELETED:
             uid = str(metadata["uid"])
             entry = PodEntry(
                 name=key,
                 node=pod.get("spec", {}).get("nodeName") or None,
                 requests=pod_requests(pod.get("spec", {})),
-                placeholder_for=protocol.placeholder_reservation(pod),
+                namespace=str(metadata.get("namespace")),
+                names=protocol.placeholder_ref(pod),
                 terminal=protocol.is_terminal_pod(pod),
             )
             self._pods[uid] = entry
             self._uids[key] = uid
             self._charge(uid, entry)
-            touched |= {entry.placeholder_for, self._owners.get(uid)}
+            touched |= {self._placeholder_of.get(uid), self._owners.get(uid)}
         for name in touched:
             if name is not None:
                 self._refresh(name)
@@ -125,6 +136,16 @@ class Ledger:
         for uid in old.owners if old else ():
             if self._owners.get(uid) == name:
                 del self._owners[uid]
+        identity = (
+            None
+            if kind == DELETED
+            else (
+                str(reservation["metadata"].get("uid")),
+                protocol.placeholder_namespace(reservation),
+            )
+        )
+        if identity != self._identity.get(name):
+            self._reidentify(name, identity)
         node = protocol.node_of(reservation)
         if kind != DELETED and node and protocol.phase(reservation) == ReservationPhase.AVAILABLE:
             owners = frozenset(protocol.owner_uids(reservation))
@@ -187,32 +208,74 @@ class Ledger:
     def pod(self, uid: str) -> PodEntry | None:
         return self._pods.get(uid)
 
+    def placeholder_of(self, uid: str) -> str | None:
+        """The Reservation the pod with this UID is the placeholder of, if it is one."""
+        return self._placeholder_of.get(uid)
+
+    def placeholder_of_pod(self, pod: Object) -> str | None:
+        """The Reservation `pod` is the placeholder of, checked against the Reservations
+        held here, whether or not the ledger has seen the pod itself."""
+        names = protocol.placeholder_ref(pod)
+        namespace = str(pod.get("metadata", {}).get("namespace"))
+        if names is None or self._identity.get(names[0]) != (names[1], namespace):
+            return None
+        return names[0]
+
     # ----- bookkeeping ----------------------------------------------------------------
 
+    def _reidentify(self, name: str, identity: tuple[str, str] | None) -> None:
+        """The Reservation `name` is now `identity` (None: gone): charge again the pods
+        that name it, so that only its own placeholder counts as one."""
+        naming = [(uid, self._pods[uid]) for uid in self._naming.get(name, set())]
+        for uid, entry in naming:
+            self._uncharge(uid, entry)
+        if identity is None:
+            self._identity.pop(name, None)
+        else:
+            self._identity[name] = identity
+        for uid, entry in naming:
+            self._charge(uid, entry)
+
     def _charge(self, uid: str, entry: PodEntry) -> None:
+        if entry.names is not None:
+            self._naming.setdefault(entry.names[0], set()).add(uid)
+        placeholder_for = (
+            entry.names[0]
+            if entry.names is not None
+            and self._identity.get(entry.names[0]) == (entry.names[1], entry.namespace)
+            else None
+        )
         node = entry.charged_node
         if node is not None:
             self._bound[node] = add(self._bound.get(node, {}), entry.requests)
-            if entry.placeholder_for is not None:
+            if placeholder_for is not None:
                 self._bound_placeholders[node] = add(
                     self._bound_placeholders.get(node, {}), entry.requests
                 )
-        if entry.placeholder_for is not None and not entry.terminal:
-            self._live_placeholders.setdefault(entry.placeholder_for, set()).add(uid)
+        if placeholder_for is not None:
+            self._placeholder_of[uid] = placeholder_for
+            if not entry.terminal:
+                self._live_placeholders.setdefault(placeholder_for, set()).add(uid)
 
     def _uncharge(self, uid: str, entry: PodEntry) -> None:
+        if entry.names is not None:
+            naming = self._naming.get(entry.names[0], set())
+            naming.discard(uid)
+            if not naming:
+                self._naming.pop(entry.names[0], None)
+        placeholder_for = self._placeholder_of.pop(uid, None)
         node = entry.charged_node
         if node is not None:
             self._bound[node] = subtract(self._bound[node], entry.requests)
-            if entry.placeholder_for is not None:
+            if placeholder_for is not None:
                 self._bound_placeholders[node] = subtract(
                     self._bound_placeholders[node], entry.requests
                 )
-        if entry.placeholder_for is not None:
-            live = self._live_placeholders.get(entry.placeholder_for, set())
+        if placeholder_for is not None:
+            live = self._live_placeholders.get(placeholder_for, set())
             live.discard(uid)
             if not live:
-                self._live_placeholders.pop(entry.placeholder_for, None)
+                self._live_placeholders.pop(placeholder_for, None)
 
     def _refresh(self, name: str) -> None:
         """Put the Reservation in or out of handover after anything it depends on changed."""

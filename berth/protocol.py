@@ -4,14 +4,18 @@ The three components share nothing but the API server, so every step of a migrat
 written on the objects themselves and read back with these functions:
 
 1. The controller creates Reservation R (owners = the pod's controller, annotation
-   `berth.sh/workload` = its top-level workload) and a placeholder pod labelled
-   `berth.sh/reservation=R`. When the placeholder is bound, R is Available on that node.
+   `berth.sh/workload` = its top-level workload) and a placeholder pod controlled by R
+   (its controller ownerReference names R's name and UID; the label
+   `berth.sh/reservation=R` is for people and selectors only, and proves nothing). When
+   the placeholder is bound, R is Available on that node.
 2. Just before evicting, the controller annotates R `berth.sh/consumable: "true"`.
 3. The webhook, on a matching pod CREATE, writes a fresh token into R's `berth.sh/claim`
    (conditional on R's resourceVersion, so one pod wins) and the same token on the pod,
    with the scheduling gate and a required node affinity to R's node.
-4. The controller finds the gated pod carrying R's token, records it in
-   `R.status.currentOwners`, deletes the placeholder, and once it is gone removes the gate.
+4. The controller finds the gated pod carrying R's token, and if it is the only one and
+   a pod of R's owner workload in R's namespace, records it in `R.status.currentOwners`,
+   deletes the placeholder, and once it is gone removes the gate. A claim no acceptable
+   pod takes within `CLAIM_BOUND` is released for another replacement.
 5. The extender lets R's recorded owner (and no other pod) use R's node, and keeps R's
    capacity for it between the placeholder's deletion and the owner's binding.
 
@@ -20,10 +24,12 @@ Objects are the API server's dicts; these functions are pure.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
-from berth.api import ReservationPhase, keys
+from berth.api import API_VERSION, ReservationPhase, keys
 from berth.scheduling import selector_matches
 
 Object = Mapping[str, Any]
@@ -69,6 +75,29 @@ def is_consumable(reservation: Object) -> bool:
         and annotations_of(reservation).get(keys.CONSUMABLE) == "true"
         and claim_of(reservation) is None
     )
+
+
+def fingerprint(token: str) -> str:
+    """What a log line or an event may say of a claim token: enough to tell two apart,
+    nothing that would let a reader present it."""
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+CLAIM_BOUND = timedelta(seconds=30)
+"""How long a claim waits for its pod to be recorded as owner before it is released."""
+
+
+def claimed_at(reservation: Object) -> datetime | None:
+    """When the claim annotation was last written, from managedFields: the latest time of
+    an entry that owns it (None when no entry shows it)."""
+    times = [
+        entry["time"]
+        for entry in reservation.get("metadata", {}).get("managedFields") or []
+        if entry.get("time")
+        and f"f:{keys.CLAIM}"
+        in ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations", {})
+    ]
+    return datetime.fromisoformat(max(times).replace("Z", "+00:00")) if times else None
 
 
 def owner_uids(reservation: Object) -> set[str]:
@@ -159,9 +188,66 @@ def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None)
 # ----- pods -------------------------------------------------------------------------------
 
 
+def placeholder_ref(pod: Object) -> tuple[str, str] | None:
+    """`(name, uid)` of the Reservation the pod's controller reference names, if any.
+
+    What the pod says of itself: only `is_placeholder_of`, against the Reservation the
+    reader holds, makes it a placeholder. Creating a pod with an ownerReference to a
+    Reservation needs its UID, which only readers of Reservations know."""
+    ref = controller_of(pod)
+    if ref is None or ref.get("kind") != "Reservation" or ref.get("apiVersion") != API_VERSION:
+        return None
+    if not ref.get("name") or not ref.get("uid"):
+        return None
+    return str(ref["name"]), str(ref["uid"])
+
+
 def placeholder_reservation(pod: Object) -> str | None:
-    """The Reservation a placeholder pod holds capacity for (None for any other pod)."""
-    return labels_of(pod).get(keys.RESERVATION_LABEL) or None
+    """The Reservation a pod says it is the placeholder of (None for any other pod).
+
+    Good for keeping a pod out of things (eviction, claims); never for giving it anything:
+    use `is_placeholder_of` for that. The label is not read: anyone can set it."""
+    ref = placeholder_ref(pod)
+    return ref[0] if ref else None
+
+
+def is_placeholder_of(pod: Object, reservation: Object) -> bool:
+    """Whether `pod` is `reservation`'s placeholder: controlled by it (name and UID) and in
+    its placeholder namespace."""
+    metadata = reservation.get("metadata", {})
+    return placeholder_ref(pod) == (metadata.get("name"), metadata.get("uid")) and pod.get(
+        "metadata", {}
+    ).get("namespace") == placeholder_namespace(reservation)
+
+
+def may_claim(
+    reservation: Object, pod: Object, *, controller_uid: str | None, workload_uid: str | None
+) -> bool:
+    """Whether `pod`, carrying the Reservation's claim, may be recorded as its owner.
+
+    It must be in the Reservation's namespace, and its controller (`controller_uid`, as the
+    reader resolved it from its own caches, never from the pod alone) or that controller's
+    top-level workload (`workload_uid`) must be the one the Reservation was made for. Object
+    and label-selector owners of a Reservation made by hand match as in `matches_owner`.
+    """
+    if pod.get("metadata", {}).get("namespace") != placeholder_namespace(reservation):
+        return False
+    if placeholder_reservation(pod) is not None:
+        return False
+    reserved_workload = annotations_of(reservation).get(keys.WORKLOAD)
+    if workload_uid and reserved_workload == workload_uid:
+        return True
+    owners = reservation.get("spec", {}).get("owners") or []
+    if controller_uid and any(
+        (owner.get("controller") or {}).get("uid") == controller_uid for owner in owners
+    ):
+        return True
+    without_controllers = [owner for owner in owners if not owner.get("controller")]
+    return bool(without_controllers) and matches_owner(
+        {**reservation, "spec": {**reservation["spec"], "owners": without_controllers}},
+        pod,
+        workload_uid=None,
+    )
 
 
 def pod_claim(pod: Object) -> str | None:

@@ -73,7 +73,8 @@ class Caches:
             kube,
             PODS,
             indexes={
-                "reservation": lambda p: _single(protocol.placeholder_reservation(p)),
+                # By the UID its controller reference names: a label proves nothing.
+                "placeholder": lambda p: _single((protocol.placeholder_ref(p) or ("", ""))[1]),
                 "claim": lambda p: _single(protocol.pod_claim(p)),
                 "uid": lambda p: _single(p["metadata"].get("uid")),
                 "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
@@ -176,15 +177,51 @@ class Caches:
         )
         return protocol.top_level_workload(controller, replicaset)
 
+    def resolved_controller(self, pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """`(controller UID, top-level workload UID)` of a pod, as the caches know them.
+
+        A ReplicaSet, StatefulSet or Deployment counts only if the cache holds one of that
+        kind and name in the pod's namespace with the UID the pod names. Other kinds are
+        not watched: their UID is taken as the pod names it (anyone naming it must create
+        the pod in that namespace, where the Reservation's namespace check already holds).
+        """
+        ref = protocol.controller_of(pod)
+        if ref is None:
+            return None, None
+        informers = {
+            "ReplicaSet": self.replicasets,
+            "StatefulSet": self.statefulsets,
+            "Deployment": self.deployments,
+        }
+        informer = informers.get(str(ref.get("kind")))
+        if informer is None or ref.get("apiVersion") != "apps/v1":
+            return str(ref.get("uid")), str(ref.get("uid"))
+        found = informer.get(f"{pod['metadata'].get('namespace')}/{ref.get('name')}")
+        if found is None or found["metadata"].get("uid") != ref.get("uid"):
+            return None, None
+        replicaset = found if ref.get("kind") == "ReplicaSet" else None
+        return str(ref["uid"]), protocol.top_level_workload(ref, replicaset)
+
     def reservation_view(self, reservation: Object) -> reservations.ReservationView:
-        name = reservation["metadata"]["name"]
-        placeholders = self.pods.by_index("reservation", name)
+        placeholders = [
+            pod
+            for pod in self.pods.by_index("placeholder", reservation["metadata"].get("uid", ""))
+            if protocol.is_placeholder_of(pod, reservation)
+        ]
         claim = protocol.claim_of(reservation)
-        claimers = self.pods.by_index("claim", claim) if claim else []
+        claimers = tuple(self.pods.by_index("claim", claim)) if claim else ()
+        accepted = []
+        for pod in claimers:
+            controller_uid, workload_uid = self.resolved_controller(pod)
+            if protocol.may_claim(
+                reservation, pod, controller_uid=controller_uid, workload_uid=workload_uid
+            ):
+                accepted.append(pod)
         return reservations.ReservationView(
             reservation=reservation,
             placeholder=placeholders[0] if placeholders else None,
-            claimer=claimers[0] if claimers else None,
+            claimers=claimers,
+            accepted=tuple(accepted),
             owner=self.owner(reservation),
             now=datetime.now(UTC),
             image=self.args.placeholder_image,

@@ -6,6 +6,16 @@ berth.protocol): the pod that claimed it is recorded as owner, the placeholder i
 deleted, and once it is gone the owner's scheduling gate is removed. Succeeded: the
 owner is bound to the node. Failed: expired or released; its placeholder is deleted
 and any pod still gated on it is let go, so no pod ever stays gated on a dead Reservation.
+
+A claim token is no credential: a pod may carry one copied from the Reservation or from
+another pod. The claimer is recorded only if it is the one pod carrying the token, in the
+Reservation's namespace, and its controller, as the caches know it, is the Reservation's
+owner workload (`protocol.may_claim`). With two pods or more carrying it, none is: which
+one the webhook meant cannot be told, so the Reservation stays unowned and keeps its
+place. Either way, a claim that no pod has taken `CLAIM_BOUND` after it was written is
+released (removed, conditional on the token and the resourceVersion), the Reservation is
+consumable again for another replacement until its TTL, and the pods still carrying the
+old token are ungated by the stray-gate sweep.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ Condition = ReservationConditionType
 Reason = ReservationReason
 
 HANDOVER_POLL = 1.0
+CLAIM_POLL = 1.0
 DEFAULT_TTL = timedelta(hours=1)  # a Reservation made by hand with neither ttl nor expires
 
 
@@ -45,8 +56,12 @@ class ReservationView:
 
     reservation: Object
     placeholder: Object | None
-    claimer: Object | None
-    """The pod carrying the Reservation's claim token, if any."""
+    """Its placeholder: a pod controlled by it (name and UID), in its namespace."""
+    claimers: tuple[Object, ...]
+    """The pods carrying the Reservation's claim token."""
+    accepted: tuple[Object, ...]
+    """Those of `claimers` that may own it (`protocol.may_claim`, controller resolved
+    through the caches)."""
     owner: Object | None
     """The pod recorded in status.currentOwners, if it still exists."""
     now: datetime
@@ -116,22 +131,76 @@ def decide(view: ReservationView) -> Plan:
         )
     if protocol.owner_uids(reservation):
         return _handover(view, status, plan)
-    if (
-        protocol.claim_of(reservation)
-        and view.claimer is not None
-        and protocol.is_gated(view.claimer)
-    ):
-        status["currentOwners"] = [reference(view.claimer)]
-        claimer = view.claimer["metadata"]
-        return plan.then(
+    token = protocol.claim_of(reservation)
+    if token and _claim(view, status, token, plan):
+        return plan
+    return _hold(view, status, plan)
+
+
+def _claim(view: ReservationView, status: Object, token: str, plan: Plan) -> bool:
+    """Record the one acceptable claimer as owner (True: that is the whole plan), or refuse
+    several, or release a claim no pod took in time."""
+    reservation = view.reservation
+    if len(view.claimers) == 1 and len(view.accepted) == 1 and protocol.is_gated(view.accepted[0]):
+        status["currentOwners"] = [reference(view.accepted[0])]
+        plan.then(
             _status(view, status),
             Event(
                 reservation,
                 Reason.RESERVATION_CLAIMED,
-                f"Pod {claimer['namespace']}/{claimer['name']} claimed Reservation {_name(view)!r}",
+                f"Pod {_pod_name(view.accepted[0])} claimed Reservation {_name(view)!r}",
             ),
         )
-    return _hold(view, status, plan)
+        return True
+    if len(view.claimers) > 1:
+        names = ", ".join(sorted(_pod_name(p) for p in view.claimers))
+        plan.then(
+            Event(
+                reservation,
+                Reason.RESERVATION_CLAIM_REFUSED,
+                f"{len(view.claimers)} pods carry claim {protocol.fingerprint(token)} "
+                f"({names}): none is recorded as owner",
+                type="Warning",
+            )
+        )
+    claimed = protocol.claimed_at(reservation)
+    if claimed is None:
+        return False  # no record of when: the TTL bounds it
+    left = (claimed + protocol.CLAIM_BOUND - view.now).total_seconds()
+    if left > 0:
+        # A claimer whose controller the caches do not show yet is looked at again soon.
+        plan.again_in(min(left, CLAIM_POLL) if len(view.claimers) == 1 else left)
+        return False
+    plan.then(
+        release_claim(reservation, token),
+        Event(
+            reservation,
+            Reason.RESERVATION_CLAIM_RELEASED,
+            f"No pod took claim {protocol.fingerprint(token)} within "
+            f"{protocol.CLAIM_BOUND.total_seconds():.0f}s: released it for another replacement",
+            type="Warning",
+        ),
+    )
+    return False
+
+
+def release_claim(reservation: Mapping[str, Any], token: str) -> Patch:
+    """Remove the claim, only if it is still `token` and nothing else changed meanwhile."""
+    path = "/metadata/annotations/" + keys.CLAIM.replace("~", "~0").replace("/", "~1")
+    operations = [
+        {
+            "op": "test",
+            "path": "/metadata/resourceVersion",
+            "value": reservation["metadata"]["resourceVersion"],
+        },
+        {"op": "test", "path": path, "value": token},
+        {"op": "remove", "path": path},
+    ]
+    return Patch(RESERVATIONS, reservation["metadata"]["name"], operations, json_patch=True)
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"
 
 
 def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
@@ -263,8 +332,10 @@ def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
                 grace_period_seconds=0,
             )
         )
-    for pod in (view.owner, view.claimer):
-        if released and pod is not None and protocol.is_gated(pod):
+    gated = [] if view.owner is None else [view.owner]
+    gated += [pod for pod in view.claimers if pod is not view.owner]
+    for pod in gated:
+        if released and protocol.is_gated(pod):
             plan.then(
                 ungate(pod),
                 Event(
@@ -275,7 +346,6 @@ def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
                     type="Warning",
                 ),
             )
-            break
     return plan
 
 
@@ -299,13 +369,14 @@ def stray_gate(pod: Object, *, claimed: Mapping[str, Any] | None, now: datetime)
     created = parse_time(pod["metadata"]["creationTimestamp"])
     if now - created < STRAY_GATE_GRACE:
         return Plan().again_in((created + STRAY_GATE_GRACE - now).total_seconds())
-    token = protocol.pod_claim(pod) or "none"
+    token = protocol.pod_claim(pod)
+    shown = protocol.fingerprint(token) if token else "none"
     return Plan().then(
         ungate(pod),
         Event(
             pod,
             Reason.RESERVATION_GATE_REMOVED,
-            f"No Reservation holds claim {token!r}: removed Berth's scheduling gate so the pod "
+            f"No Reservation holds claim {shown}: removed Berth's scheduling gate so the pod "
             "is scheduled normally",
             type="Warning",
         ),

@@ -10,10 +10,12 @@ nodes, so the extender adds exactly what the scheduler cannot know:
 - capacity held by a Reservation in handover (placeholder gone, owner not bound yet) is
   not free for any other pod. Only nodes with such a hold are checked: for the others
   the scheduler's own resource check, on a cache fresher than ours, already decided;
-- placeholders never become preemption victims, and a node stays a preemption candidate
-  only if the pod would pass the filter there once its victims are gone. Dropping the
-  whole node, not just the placeholder, because the scheduler's victim sets are minimal:
-  what is left would no longer make room, and those pods would be evicted for nothing.
+- placeholders (pods controlled by a Reservation the ledger holds, checked by name,
+  UID and namespace: never by label) never become preemption victims, and a node stays a
+  preemption candidate only if the pod would pass the filter there once its victims are
+  gone. Dropping the whole node, not just the placeholder, because the scheduler's victim
+  sets are minimal: what is left would no longer make room, and those pods would be
+  evicted for nothing.
 
 `answer` turns a request body into a status and a result. A body it cannot read is a
 result with `Error` set for filter (HTTP 200: the scheduler then fails this scheduling
@@ -35,7 +37,6 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from berth import protocol
 from berth.ledger import Ledger
 from berth.protocol import Object
 from berth.resources import Resources, add, fits, pod_requests, subtract
@@ -219,7 +220,7 @@ def pending(ledger: Ledger, pod: Object) -> Pending:
     return Pending(
         requests=pod_requests(pod.get("spec") or {}),
         reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
-        placeholder=protocol.placeholder_reservation(pod) is not None,
+        placeholder=ledger.placeholder_of_pod(pod) is not None,
     )
 
 
@@ -362,13 +363,13 @@ def _preemption_refusal(ledger: Ledger, pod: Pending, node: str, victims: Victim
     for victim in victims.pods:
         if victim.pod is not None:
             name = pod_name(victim.pod)
-            reservation = protocol.placeholder_reservation(victim.pod)
+            reservation = ledger.placeholder_of_pod(victim.pod)
             requests = pod_requests(victim.pod.get("spec") or {})
         else:
             entry = ledger.pod(victim.uid)
             # A victim the ledger has not seen yet frees nothing that it counts.
             name = entry.name if entry else victim.uid
-            reservation = entry.placeholder_for if entry else None
+            reservation = ledger.placeholder_of(victim.uid)
             requests = entry.requests if entry else {}
         if reservation is not None:
             return f"victim {name} is the placeholder of Reservation {reservation}"

@@ -39,6 +39,7 @@ from berth.protocol import (
     Object,
     claim_of,
     controller_of,
+    fingerprint,
     is_consumable,
     is_replicaset,
     matches_owner,
@@ -56,7 +57,6 @@ from webhook.decide import (
     Skip,
     bind_patch,
     decide,
-    fingerprint,
     pod_of,
 )
 from webhook.owners import Owners

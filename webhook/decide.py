@@ -18,7 +18,6 @@ has everything gets no patch.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from berth.protocol import (
     annotations_of,
     claim_of,
     controller_of,
+    fingerprint,
     is_consumable,
     is_replicaset,
     matches_owner,
@@ -159,12 +159,6 @@ def _waits_for(reservation: Object, token: str) -> bool:
         and node_of(reservation) is not None
         and not owner_uids(reservation)
     )
-
-
-def fingerprint(token: str) -> str:
-    """What a log line may say of a claim token: enough to tell two apart, nothing that
-    would let a reader present it."""
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
 def pod_of(request: Mapping[str, Any]) -> Object:

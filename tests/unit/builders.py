@@ -6,7 +6,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from berth.api import keys
+from berth.api import API_VERSION, keys
 from controller.jobs import marker
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -167,6 +167,15 @@ def reservation(
 
 def placeholder(rsv: str = "uid-job-1", *, node: str | None = "node-1") -> Object:
     obj = pod(f"berth-placeholder-{rsv}", node=node, rs=None, labels={keys.RESERVATION_LABEL: rsv})
+    obj["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "Reservation",
+            "name": rsv,
+            "uid": f"uid-rsv-{rsv}",
+            "controller": True,
+        }
+    ]
     return obj
 
 

@@ -100,11 +100,20 @@ def rsv_plan(
     *,
     ph: dict[str, Any] | None = None,
     claimer: dict[str, Any] | None = None,
+    claimers: tuple[dict[str, Any], ...] | None = None,
+    accepted: tuple[dict[str, Any], ...] | None = None,
     owner: dict[str, Any] | None = None,
     now: datetime = T0,
 ) -> Plan:
     return reservations.decide(
         reservations.ReservationView(
-            reservation=rsv, placeholder=ph, claimer=claimer, owner=owner, now=now, image="pause"
+            reservation=rsv,
+            placeholder=ph,
+            # By default a claimer is the one pod carrying the token, and acceptable.
+            claimers=claimers if claimers is not None else (claimer,) if claimer else (),
+            accepted=accepted if accepted is not None else (claimer,) if claimer else (),
+            owner=owner,
+            now=now,
+            image="pause",
         )
     )

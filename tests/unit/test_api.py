@@ -279,6 +279,8 @@ def _parse_error(text: str) -> str | None:
             ReservationReason,
             ["Scheduled", "Unschedulable", "Lost", "Available", "Allocated", "Expired",
              "OwnerGone", "Released", "ReservationExpired", "ReservationClaimed",
+                "ReservationClaimRefused",
+                "ReservationClaimReleased",
              "ReservationHandover", "ReservationReleased", "ReservationGateRemoved"],
         ),
     ],

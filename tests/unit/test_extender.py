@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from berth.api import keys
+from berth.api import API_VERSION, keys
 from berth.ledger import Ledger
 from extender.decide import (
     Placement,
@@ -42,6 +42,7 @@ def ledger() -> Ledger:
     ledger.on_reservation("ADDED", reservation("r", node="node-1", cpu="4", owners=(R_OWNER,)))
     ledger.on_pod("ADDED", pod("q-placeholder", cpu="3", node="node-2", placeholder="q"))
     ledger.on_reservation("ADDED", reservation("q", node="node-2", cpu="3", owners=(Q_OWNER,)))
+    ledger.on_reservation("ADDED", reservation("new", phase="Pending", node=None))
     return ledger
 
 
@@ -51,6 +52,7 @@ def scheduled(
     cpu: str | None = None,
     uid: str | None = None,
     labels: dict[str, str] | None = None,
+    placeholder: str | None = None,
     annotations: dict[str, str] | None = None,
     nodes: list[str] | None = None,
 ) -> dict[str, Any]:
@@ -62,6 +64,17 @@ def scheduled(
     if uid is not None:
         metadata["uid"] = uid
     metadata.setdefault("labels", {}).update(labels or {})
+    if placeholder is not None:  # controlled by the Reservation, in its namespace
+        metadata["namespace"] = "ns"
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Reservation",
+                "name": placeholder,
+                "uid": f"uid-{placeholder}",
+                "controller": True,
+            }
+        ]
     metadata.setdefault("annotations", {}).update(annotations or {})
     if nodes is not None:
         args["NodeNames"] = nodes
@@ -174,9 +187,6 @@ def scores(ledger: Ledger, args: dict[str, Any], placement: Placement) -> dict[s
     return {entry["Host"]: entry["Score"] for entry in result}
 
 
-PLACEHOLDER = {keys.RESERVATION_LABEL: "new"}
-
-
 @pytest.mark.parametrize(
     ("change", "placement", "expected"),
     [
@@ -186,22 +196,29 @@ PLACEHOLDER = {keys.RESERVATION_LABEL: "new"}
         ),
         # Placeholder of 2 CPU; memory stays all free (share 1), CPU left is 6/8, 0/8, 3/8.
         pytest.param(
-            {"cpu": "2", "labels": PLACEHOLDER},
+            {"cpu": "2", "placeholder": "new"},
             Placement.SPREAD,
             {"node-0": 9, "node-1": 5, "node-2": 7},
             id="placeholder, spread",
         ),
         pytest.param(
-            {"cpu": "2", "labels": PLACEHOLDER},
+            {"cpu": "2", "placeholder": "new"},
             Placement.BINPACK,
             {"node-0": 1, "node-1": 5, "node-2": 3},
             id="placeholder, binpack",
         ),
         pytest.param(
-            {"cpu": "2", "labels": PLACEHOLDER, "nodes": ["node-9"]},
+            {"cpu": "2", "placeholder": "new", "nodes": ["node-9"]},
             Placement.SPREAD,
             {"node-9": 0},
             id="placeholder, unknown node",
+        ),
+        # The label alone makes no placeholder: scored as any other pod.
+        pytest.param(
+            {"cpu": "2", "labels": {keys.RESERVATION_LABEL: "new"}},
+            Placement.SPREAD,
+            {"node-0": 10, "node-1": 5, "node-2": 6},
+            id="forged placeholder label",
         ),
         # Others: promised to Reservations 0/8, 4/8 (handover), 3/8 (placeholder).
         pytest.param(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from berth.api import keys
+from berth.api import API_VERSION, keys
 from berth.ledger import Ledger, held_by
 
 Event = tuple[str, str, dict[str, Any]]
@@ -31,6 +31,13 @@ def pod(
     placeholder: str | None = None,
 ) -> dict[str, Any]:
     labels = {keys.RESERVATION_LABEL: placeholder} if placeholder else {}
+    controller = {
+        "apiVersion": API_VERSION,
+        "kind": "Reservation",
+        "name": placeholder,
+        "uid": f"uid-{placeholder}",
+        "controller": True,
+    }
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
     if node:
         spec["nodeName"] = node
@@ -40,6 +47,7 @@ def pod(
             "namespace": "ns",
             "uid": uid or f"uid-{name}",
             "labels": labels,
+            "ownerReferences": [controller] if placeholder else [],
         },
         "spec": spec,
         "status": {"phase": phase},
@@ -55,10 +63,11 @@ def reservation(
     cpu: str = "2",
 ) -> dict[str, Any]:
     return {
-        "metadata": {"name": name},
+        "metadata": {"name": name, "uid": f"uid-{name}"},
         "spec": {
             "template": {
-                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+                "metadata": {"namespace": "ns"},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
             }
         },
         "status": {
@@ -360,6 +369,7 @@ def test_promised_counts_bound_placeholders_and_handover() -> None:
         [
             ("pod", "ADDED", pod("ordinary", cpu="3", node="node-0")),
             ("pod", "ADDED", PLACEHOLDER),  # 2, for r
+            ("reservation", "ADDED", reservation("r", phase="Pending", node=None)),
             ("pod", "ADDED", pod("pending-placeholder", cpu="5", placeholder="q")),
             ("reservation", "ADDED", reservation("s", cpu="1", owners=("s-owner",))),
         ]
@@ -369,11 +379,65 @@ def test_promised_counts_bound_placeholders_and_handover() -> None:
     assert free_cpu(ledger, "node-0") == Decimal(2)
 
 
+def forged(name: str, **change: Any) -> dict[str, Any]:
+    """A 2-CPU pod on node-0 that says it is r's placeholder, altered as asked."""
+    obj = pod(name, cpu="2", node="node-0", placeholder="r")
+    for key, value in change.items():
+        if key == "namespace":
+            obj["metadata"]["namespace"] = value
+        else:
+            obj["metadata"]["ownerReferences"][0][key] = value
+    return obj
+
+
+LABEL_ONLY = pod("label-only", cpu="2", node="node-0")
+LABEL_ONLY["metadata"]["labels"] = {keys.RESERVATION_LABEL: "r"}
+
+
+@pytest.mark.parametrize(
+    ("events", "placeholder"),
+    [
+        pytest.param([("pod", "ADDED", PLACEHOLDER)], "r", id="genuine"),
+        pytest.param([("pod", "ADDED", LABEL_ONLY)], None, id="the label alone"),
+        pytest.param(
+            [("pod", "ADDED", forged("f", uid="uid-other"))], None, id="another Reservation's uid"
+        ),
+        pytest.param(
+            [("pod", "ADDED", forged("f", namespace="elsewhere"))], None, id="another namespace"
+        ),
+        pytest.param([("pod", "ADDED", forged("f", kind="Pod"))], None, id="another kind"),
+    ],
+)
+def test_only_a_pod_controlled_by_the_reservation_is_its_placeholder(
+    events: list[Event], placeholder: str | None
+) -> None:
+    ledger = ledger_after(
+        [("reservation", "ADDED", reservation("r", phase="Pending", node=None)), *events]
+    )
+    [(_, _, obj)] = events
+    uid = obj["metadata"]["uid"]
+    assert ledger.placeholder_of(uid) == placeholder
+    assert ledger.placeholder_of_pod(obj) == placeholder
+    assert ledger.promised("node-0") == ({"cpu": Decimal(2)} if placeholder else {})
+
+
+def test_a_placeholder_counts_from_when_its_reservation_is_seen_until_it_goes() -> None:
+    r = reservation("r", phase="Pending", node=None)
+    ledger = ledger_after([("pod", "ADDED", PLACEHOLDER)])
+    assert ledger.promised("node-0") == {}
+    ledger.on_reservation("ADDED", r)
+    assert ledger.promised("node-0") == {"cpu": Decimal(2)}
+    ledger.on_reservation("DELETED", r)
+    assert ledger.promised("node-0").get("cpu", Decimal(0)) == 0
+    assert ledger.placeholder_of("uid-r-placeholder") is None
+    assert free_cpu(ledger, "node-0") == Decimal(6)
+
+
 def test_pod_entries_by_uid() -> None:
     ledger = ledger_after([("pod", "ADDED", PLACEHOLDER)])
     entry = ledger.pod("uid-r-placeholder")
     assert entry is not None
-    assert (entry.name, entry.node, entry.placeholder_for) == ("ns/r-placeholder", "node-0", "r")
+    assert (entry.name, entry.node) == ("ns/r-placeholder", "node-0")
     assert ledger.pod("nobody") is None
 
 

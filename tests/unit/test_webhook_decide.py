@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from berth.api import keys
+from berth.api import API_VERSION, keys
 from berth.protocol import top_level_workload
 from tests.unit.webhook_cases import (
     DEPLOYMENT_UID,
@@ -107,7 +107,20 @@ from webhook.decide import Claim, Reassert, Skip, decide
             id="bare pod",
         ),
         pytest.param(
-            [set_in("object.metadata.labels", {keys.RESERVATION_LABEL: "r0"})],
+            [
+                set_in(
+                    "object.metadata.ownerReferences",
+                    [
+                        {
+                            "apiVersion": API_VERSION,
+                            "kind": "Reservation",
+                            "name": "r0",
+                            "uid": "u",
+                            "controller": True,
+                        }
+                    ],
+                )
+            ],
             [reservation("r1")],
             REPLICASET_UID,
             "placeholder",

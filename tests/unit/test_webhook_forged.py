@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from berth.protocol import fingerprint
 from tests.unit.webhook_cases import (
     REVIEW,
     TOKEN,
@@ -23,7 +24,6 @@ from tests.unit.webhook_cases import (
 )
 from webhook import review
 from webhook.app import Webhook, make_app
-from webhook.decide import fingerprint
 
 # Every field the webhook reads, as a dotted path in the request.
 READ_FIELDS = [

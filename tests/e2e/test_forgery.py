@@ -1,0 +1,256 @@
+"""Nobody gets more from Berth than their own RBAC gives them.
+
+A user who may create pods in a namespace can copy anything a pod carries: the
+placeholder label, a claim token seen on a Reservation, Berth's scheduling gate. None of
+it makes the session's controller, or a real extender process, treat the pod as a
+placeholder or as a Reservation's owner, and no claim token ever shows in an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from berth.api import keys
+from berth.protocol import claim_of, is_gated, owner_uids, phase
+from tests.e2e.kube import Cluster, pods
+from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
+    PAUSE,
+    Scheduling,
+    extender_log,
+    pod,
+    scheduling,
+    show_extender_log,
+)
+
+pytestmark = pytest.mark.e2e
+
+TEST_LABEL = "berth.sh/test-forgery"
+SETTLE = 5.0
+"""Long enough for the controller to act on what the test just did, were it to act."""
+
+
+@pytest.fixture(autouse=True)
+def delete_reservations(cluster: Cluster, namespace: str) -> Iterator[None]:
+    yield
+    cluster.kubectl(
+        "delete", "reservations", "-l", f"{TEST_LABEL}={namespace}", "--wait=false", check=False
+    )
+
+
+@pytest.fixture
+async def other_namespace(cluster: Cluster, namespace: str) -> AsyncIterator[str]:
+    name = f"{namespace}-x"[:63]
+    await cluster.akubectl("create", "namespace", name)
+    yield name
+    await cluster.akubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+async def make_reservation(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    *,
+    node: str,
+    owners: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A Reservation whose placeholder the controller creates, pinned to `node`."""
+    pin = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        }
+    }
+    manifest = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Reservation",
+        "metadata": {"name": name, "labels": {TEST_LABEL: namespace}},
+        "spec": {
+            "template": {
+                "metadata": {"namespace": namespace},
+                "spec": {
+                    "containers": [
+                        {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": "1"}}}
+                    ],
+                    "affinity": {"nodeAffinity": pin},
+                },
+            },
+            "owners": owners or [{"object": {"name": "nobody", "namespace": namespace}}],
+            "ttl": "10m",
+        },
+    }
+    await cluster.akubectl("create", "-f", "-", input=json.dumps(manifest))
+    return await cluster.aget("reservation", name)
+
+
+async def available(cluster: Cluster, name: str) -> None:
+    def ready() -> bool:
+        return phase(cluster.get("reservation", name)) == "Available"
+
+    await cluster.await_(ready, what=f"Reservation {name} to be Available")
+
+
+async def replicaset(
+    cluster: Cluster, namespace: str, *, replicas: int, token: str
+) -> dict[str, Any]:
+    """A ReplicaSet whose pods are made carrying `token` and Berth's gate, as pods of a
+    template copied from a claimed replacement would be."""
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}, "annotations": {keys.CLAIM: token}},
+                "spec": {
+                    "containers": [{"name": "app", "image": PAUSE}],
+                    "schedulingGates": [{"name": keys.RESERVATION_GATE}],
+                },
+            },
+        },
+    }
+    await cluster.aapply(json.dumps(manifest), namespace)
+    return await cluster.aget("rs", "web", "-n", namespace)
+
+
+def controller_owner(rs: dict[str, Any]) -> dict[str, Any]:
+    metadata = rs["metadata"]
+    return {
+        "controller": {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "uid": metadata["uid"],
+        }
+    }
+
+
+async def claim(cluster: Cluster, name: str, token: str) -> None:
+    """Write a claim as the webhook does (the test is the webhook here)."""
+    await cluster.akubectl(
+        "annotate", "reservation", name, f"{keys.CONSUMABLE}=true", f"{keys.CLAIM}={token}"
+    )
+
+
+def no_token_in_events(cluster: Cluster, token: str) -> None:
+    events = cluster.get("events", "--all-namespaces")["items"]
+    shown = [e["message"] for e in events if token in (e.get("message") or "")]
+    assert shown == [], "a raw claim token in an event"
+
+
+def ungated(cluster: Cluster, namespace: str, selector: str = "") -> bool:
+    found = pods(cluster, namespace, selector)
+    return bool(found) and not any(is_gated(p) for p in found)
+
+
+# ----- finding 1: the placeholder label --------------------------------------------------
+
+
+async def test_a_forged_placeholder_label_gets_nothing(
+    cluster: Cluster,
+    namespace: str,
+    scheduling: Scheduling,  # noqa: F811  (the fixture)
+) -> None:
+    """The Reservation's own placeholder could not schedule (its node does not exist); a
+    user pod on node-0 labelled with the Reservation's name is not taken for it, and the
+    extender neither protects it from preemption nor counts it as promised capacity."""
+    name = f"{namespace}-forged"
+    # The forger is there first: the controller finds a bound pod with the label, ready.
+    forged = pod("forger", cpu="4", node="node-0")
+    forged["metadata"]["labels"] = {keys.RESERVATION_LABEL: name}
+    await cluster.aapply(json.dumps(forged), namespace)
+    forger = await cluster.aget("pod", "forger", "-n", namespace)
+    await make_reservation(cluster, namespace, name, node="node-nowhere")
+    await asyncio.sleep(SETTLE)
+
+    reservation = await cluster.aget("reservation", name)
+    assert phase(reservation) == "Pending", reservation.get("status")
+    assert not reservation.get("status", {}).get("nodeName")
+
+    preemptor = pod("preemptor", cpu="1")
+    preemptor["metadata"].update(namespace=namespace, uid="preemptor-uid")
+    body: dict[str, Any] = {
+        "Pod": preemptor,
+        "NodeNameToMetaVictims": {
+            "node-0": {"Pods": [{"UID": forger["metadata"]["uid"]}], "NumPDBViolations": 0}
+        },
+    }
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{scheduling.extender_url}/preempt", json=body) as response:
+            assert response.status == 200
+            kept = (await response.json())["NodeNameToMetaVictims"]
+        assert list(kept) == ["node-0"], "the forged pod was protected as a placeholder"
+        body = {"Pod": preemptor, "Nodes": None, "NodeNames": ["node-0"]}
+        async with session.post(f"{scheduling.extender_url}/prioritize", json=body) as response:
+            [score] = await response.json()
+    assert score == {"Host": "node-0", "Score": 10}, "the forged pod counted as promised"
+
+
+# ----- finding 2: claims --------------------------------------------------------------
+
+
+async def test_a_claim_token_copied_to_another_namespace_gets_nothing(
+    cluster: Cluster, namespace: str, other_namespace: str
+) -> None:
+    token = secrets.token_hex(16)
+    rs = await replicaset(cluster, namespace, replicas=0, token=token)
+    name = f"{namespace}-copied"
+    await make_reservation(cluster, namespace, name, node="node-1", owners=[controller_owner(rs)])
+    await available(cluster, name)
+    await claim(cluster, name, token)
+    thief = pod("thief", cpu="100m", gates=(keys.RESERVATION_GATE,))
+    thief["metadata"]["annotations"] = {keys.CLAIM: token}
+    await cluster.aapply(json.dumps(thief), other_namespace)
+    await asyncio.sleep(SETTLE)
+    assert owner_uids(await cluster.aget("reservation", name)) == set()
+
+    await cluster.await_(
+        lambda: ungated(cluster, other_namespace), what="the thief's gate to be released"
+    )
+    assert owner_uids(await cluster.aget("reservation", name)) == set()
+    await asyncio.to_thread(no_token_in_events, cluster, token)
+
+
+async def test_two_pods_with_one_token_get_nothing(cluster: Cluster, namespace: str) -> None:
+    token = secrets.token_hex(16)
+    rs = await replicaset(cluster, namespace, replicas=2, token=token)
+    await cluster.await_(
+        lambda: len(pods(cluster, namespace, "app=web")) == 2, what="the ReplicaSet's pods"
+    )
+    name = f"{namespace}-shared"
+    await make_reservation(cluster, namespace, name, node="node-2", owners=[controller_owner(rs)])
+    await available(cluster, name)
+    await claim(cluster, name, token)
+    await asyncio.sleep(SETTLE)
+    assert owner_uids(await cluster.aget("reservation", name)) == set()
+
+    await cluster.await_(
+        lambda: ungated(cluster, namespace, "app=web"), what="both pods' gates to be released"
+    )
+    assert owner_uids(await cluster.aget("reservation", name)) == set()
+    await asyncio.to_thread(no_token_in_events, cluster, token)
+
+
+async def test_a_claim_no_pod_carries_is_released(cluster: Cluster, namespace: str) -> None:
+    name = f"{namespace}-orphan"
+    await make_reservation(cluster, namespace, name, node="node-1")
+    await available(cluster, name)
+    await claim(cluster, name, secrets.token_hex(16))
+
+    def released() -> bool:
+        return claim_of(cluster.get("reservation", name)) is None
+
+    await cluster.await_(released, what="the orphan claim to be released", timeout=50)
+    reservation = await cluster.aget("reservation", name)
+    assert phase(reservation) == "Available"
+    assert owner_uids(reservation) == set()

@@ -1,0 +1,136 @@
+"""Who may own a Reservation (berth.protocol.may_claim, is_placeholder_of) and what the
+controller does with its claim (controller.reservations): one acceptable claimer is
+recorded, several are refused, a claim no pod took in time is released; tokens are only
+ever shown as fingerprints."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from berth import protocol
+from berth.api import keys
+from controller import reservations
+from controller.actions import Event, Patch
+from tests.unit.builders import T0, later, placeholder, pod, reservation, ts
+from tests.unit.controller_cases import kinds, rsv_plan, status_of
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def claimed(*, at: Any = T0) -> dict[str, Any]:
+    rsv = reservation(
+        phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true", keys.CLAIM: TOKEN}
+    )
+    rsv["metadata"]["resourceVersion"] = "42"
+    rsv["metadata"]["managedFields"] = [
+        {
+            "manager": "berth-webhook",
+            "operation": "Update",
+            "time": ts(at),
+            "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{keys.CLAIM}": {}}}},
+        }
+    ]
+    return rsv
+
+
+def claimer(name: str = "web-2", **kwargs: Any) -> dict[str, Any]:
+    return pod(
+        name, node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: TOKEN}, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    ("pod_kwargs", "controller_uid", "workload_uid", "expected"),
+    [
+        pytest.param({}, "uid-web-rs", None, True, id="the owner controller"),
+        pytest.param({}, "other", "uid-deploy", False, id="another workload"),
+        pytest.param({}, None, None, False, id="controller not resolved"),
+        pytest.param({"namespace": "x"}, "uid-web-rs", None, False, id="another namespace"),
+    ],
+)
+def test_may_claim(
+    pod_kwargs: dict[str, Any], controller_uid: str | None, workload_uid: str | None, expected: bool
+) -> None:
+    rsv = claimed()
+    assert (
+        protocol.may_claim(
+            rsv, claimer(**pod_kwargs), controller_uid=controller_uid, workload_uid=workload_uid
+        )
+        is expected
+    )
+
+
+def test_may_claim_by_the_reserved_workload() -> None:
+    rsv = claimed()
+    rsv["metadata"]["annotations"][keys.WORKLOAD] = "uid-deploy"
+    assert protocol.may_claim(rsv, claimer(), controller_uid="new-rs", workload_uid="uid-deploy")
+
+
+def test_a_placeholder_is_the_pod_the_reservation_controls() -> None:
+    rsv = reservation()
+    name = rsv["metadata"]["name"]
+    assert protocol.is_placeholder_of(placeholder(name), rsv)
+    labelled = pod("forger", labels={keys.RESERVATION_LABEL: name})
+    assert not protocol.is_placeholder_of(labelled, rsv)
+    assert protocol.placeholder_reservation(labelled) is None
+    elsewhere = placeholder(name)
+    elsewhere["metadata"]["namespace"] = "other"
+    assert not protocol.is_placeholder_of(elsewhere, rsv)
+
+
+def test_claimed_at_reads_managed_fields() -> None:
+    assert protocol.claimed_at(claimed(at=later(5))) == later(5)
+    assert protocol.claimed_at(reservation()) is None
+
+
+def test_the_one_acceptable_claimer_is_recorded() -> None:
+    pod_ = claimer()
+    plan = rsv_plan(claimed(), ph=placeholder(), claimers=(pod_,), accepted=(pod_,))
+    assert status_of(plan)["currentOwners"][0]["uid"] == "uid-web-2"
+
+
+def test_an_unacceptable_claimer_is_not_recorded() -> None:
+    plan = rsv_plan(claimed(), ph=placeholder(node="node-1"), claimers=(claimer(),), accepted=())
+    assert "UpdateStatus:reservations" not in kinds(plan)
+    assert plan.requeue_after == pytest.approx(1)
+
+
+def test_several_claimers_are_refused_with_a_fingerprint() -> None:
+    one, two = claimer("web-2"), claimer("web-3")
+    plan = rsv_plan(
+        claimed(), ph=placeholder(node="node-1"), claimers=(one, two), accepted=(one, two)
+    )
+    assert "UpdateStatus:reservations" not in kinds(plan)
+    [event] = [a for a in plan.actions if isinstance(a, Event)]
+    assert protocol.fingerprint(TOKEN) in event.message
+    assert TOKEN not in event.message
+
+
+@pytest.mark.parametrize("claimers", [0, 1, 2])
+def test_a_claim_no_pod_took_in_time_is_released(claimers: int) -> None:
+    pods = tuple(claimer(f"web-{i}") for i in range(claimers))
+    now = T0 + protocol.CLAIM_BOUND + timedelta(seconds=1)
+    plan = rsv_plan(claimed(), ph=placeholder(node="node-1"), claimers=pods, accepted=(), now=now)
+    [patch] = [a for a in plan.actions if isinstance(a, Patch)]
+    assert patch.json_patch
+    assert patch.patch[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "42"}
+    assert patch.patch[1]["value"] == TOKEN
+    assert patch.patch[2] == {"op": "remove", "path": "/metadata/annotations/berth.sh~1claim"}
+    assert all(TOKEN not in a.message for a in plan.actions if isinstance(a, Event))
+
+
+def test_a_young_claim_is_kept_and_looked_at_when_due() -> None:
+    plan = rsv_plan(claimed(), ph=placeholder(node="node-1"), now=later(10))
+    assert not [a for a in plan.actions if isinstance(a, Patch)]
+    assert plan.requeue_after == pytest.approx(20)
+
+
+def test_a_stray_gate_event_shows_only_a_fingerprint() -> None:
+
+    plan = reservations.stray_gate(claimer(), claimed=None, now=later(60))
+    [event] = [a for a in plan.actions if isinstance(a, Event)]
+    assert protocol.fingerprint(TOKEN) in event.message
+    assert TOKEN not in event.message
