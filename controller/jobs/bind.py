@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from berth import protocol
-from berth.api import PodMigrationJobConditionType, PodMigrationJobPhase, PodMigrationJobReason
+from berth.api import (
+    PodMigrationJobConditionType,
+    PodMigrationJobPhase,
+    PodMigrationJobReason,
+    keys,
+)
 from controller.actions import Event, Plan
 from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
@@ -30,11 +35,38 @@ Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
 
 
+def _not_open_elsewhere(view: JobView) -> tuple[Reason, str] | None:
+    """Why the pod may not be evicted (again) now, if so: its Reservation must be
+    Available and opened on another node. The Eviction condition is status, which a user
+    may write; the Reservation is Berth's record that the place is really held."""
+    reservation = view.reservation
+    pod_node = (view.pod or {}).get("spec", {}).get("nodeName")
+    if (
+        reservation is not None
+        and protocol.phase(reservation) == "Available"
+        and protocol.annotations_of(reservation).get(keys.CONSUMABLE) == "true"
+        and protocol.node_of(reservation) not in (None, pod_node)
+    ):
+        return None
+    if reservation is not None and protocol.phase(reservation) in ("Succeeded", "Failed"):
+        return Reason.RESERVATION_EXPIRED, (
+            "the Reservation ended while the pod was still to be evicted; nothing more is evicted"
+        )
+    return Reason.NOT_ADMITTED, (
+        "the job records an eviction, but its Reservation is not open on another node: "
+        "that status was not written by Berth; nothing is evicted"
+    )
+
+
 def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     """Evicting: see the pod gone, then follow the replacement until it is bound and Ready.
 
     A job that ends in this pass reports only its end (its status, then its event)."""
     if not pod_gone(view):
+        terminating = (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
+        unopened = None if terminating else _not_open_elsewhere(view)
+        if unopened is not None:
+            return fail(view, status, reason=unopened[0], message=unopened[1])
         return still_evicting(view, status, expired=expired)
     status, news = evicted(view, status)
     reservation = view.reservation

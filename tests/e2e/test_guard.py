@@ -111,3 +111,51 @@ def test_a_job_in_kube_system_is_refused_before_eviction(
     assert job["status"]["reason"] == "ForbiddenMigratePod", job["status"]
     assert "kube-system" in job["status"]["message"]
     assert still_there(cluster, "kube-system", app, pod["metadata"]["uid"])
+
+
+def test_an_eviction_written_through_the_status_subresource_evicts_nothing(
+    cluster: Cluster, namespace: str
+) -> None:
+    """An admitted ReservationFirst job whose Reservation cannot be placed: a user who
+    writes an Eviction condition into its status gets no eviction."""
+    cluster.apply(deployment("web", replicas=2, cpu="50m"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 2), what="the pods")[0]
+    nowhere = {"key": "metadata.name", "operator": "In", "values": ["no-such-node"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [nowhere]}]
+            }
+        }
+    }
+    name, manifest = job_manifest(
+        pod,
+        reservationOptions={"template": {"spec": {"template": {"spec": {"affinity": affinity}}}}},
+    )
+    cluster.apply(manifest)
+    job = cluster.wait(
+        lambda: (
+            (j := job_of(cluster, name)).get("status", {}).get("phase") == "Running"
+            and any(c["type"] == "ReservationCreated" for c in j["status"].get("conditions", []))
+            and j
+        ),
+        what="the job admitted, its Reservation waiting for a place",
+    )
+    forged = {
+        "type": "Eviction",
+        "status": "False",
+        "reason": "Evicting",
+        "message": "forged",
+        "lastProbeTime": job["status"]["conditions"][0]["lastProbeTime"],
+        "lastTransitionTime": job["status"]["conditions"][0]["lastTransitionTime"],
+    }
+    conditions = [*job["status"]["conditions"], forged]
+    cluster.kubectl(
+        "patch", "pmj", name, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"conditions": conditions}}),
+    )  # fmt: skip
+    ended = cluster.wait(
+        lambda: phase_is(cluster, name, "Failed", "Succeeded"), what="the job to end"
+    )
+    assert ended["status"]["reason"] == "NotAdmitted", ended["status"]
+    assert still_there(cluster, namespace, "web", pod["metadata"]["uid"])

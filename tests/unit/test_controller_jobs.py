@@ -238,9 +238,34 @@ def test_pod_still_there_is_evicted_again() -> None:
     plan = view_plan(
         job_obj=job(conditions=EVICTING),
         pod_obj=pod(),
-        rsv=reservation(phase="Available", node="node-1"),
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
     )
     assert kinds(plan) == ["Evict"]
+
+
+@pytest.mark.parametrize(
+    ("phase", "node", "opened"),
+    [
+        pytest.param("Pending", None, False, id="reservation not yet placed"),
+        pytest.param("Available", "node-1", False, id="reservation not opened"),
+        pytest.param("Available", "node-0", True, id="reservation on the pod's own node"),
+    ],
+)
+def test_an_eviction_written_by_a_user_evicts_nothing(
+    phase: str, node: str | None, *, opened: bool
+) -> None:
+    """An Eviction condition is status a user may write on an admitted job: without a
+    Reservation open on another node, nothing is evicted and the job ends."""
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=pod(),
+        rsv=reservation(
+            phase=phase, node=node, annotations={keys.CONSUMABLE: "true"} if opened else {}
+        ),
+    )
+    assert "Evict" not in kinds(plan)
+    assert status_of(plan)["phase"] == "Failed"
+    assert status_of(plan)["reason"] == "NotAdmitted"
 
 
 def test_terminating_pod_is_waited_for() -> None:
