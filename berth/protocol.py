@@ -67,14 +67,18 @@ def claim_of(reservation: Object) -> str | None:
     return annotations_of(reservation).get(keys.CLAIM) or None
 
 
-def is_consumable(reservation: Object) -> bool:
-    """Available, opened for its replacement, and not yet claimed by any pod."""
+def is_open(reservation: Object) -> bool:
+    """Available on a node and opened for its replacement (claimed or not)."""
     return (
         phase(reservation) == ReservationPhase.AVAILABLE
         and node_of(reservation) is not None
         and annotations_of(reservation).get(keys.CONSUMABLE) == "true"
-        and claim_of(reservation) is None
     )
+
+
+def is_consumable(reservation: Object) -> bool:
+    """Open, and not yet claimed by any pod."""
+    return is_open(reservation) and claim_of(reservation) is None
 
 
 def fingerprint(token: str) -> str:

@@ -15,7 +15,7 @@ from berth.api import (
     PodMigrationJobConditionType,
     PodMigrationJobPhase,
     PodMigrationJobReason,
-    keys,
+    ReservationPhase,
 )
 from controller.actions import Event, Plan
 from controller.jobs.evict import evicted, still_evicting
@@ -43,12 +43,14 @@ def _not_open_elsewhere(view: JobView) -> tuple[Reason, str] | None:
     pod_node = (view.pod or {}).get("spec", {}).get("nodeName")
     if (
         reservation is not None
-        and protocol.phase(reservation) == "Available"
-        and protocol.annotations_of(reservation).get(keys.CONSUMABLE) == "true"
-        and protocol.node_of(reservation) not in (None, pod_node)
+        and protocol.is_open(reservation)
+        and protocol.node_of(reservation) != pod_node
     ):
         return None
-    if reservation is not None and protocol.phase(reservation) in ("Succeeded", "Failed"):
+    if reservation is not None and protocol.phase(reservation) in (
+        ReservationPhase.SUCCEEDED,
+        ReservationPhase.FAILED,
+    ):
         return Reason.RESERVATION_EXPIRED, (
             "the Reservation ended while the pod was still to be evicted; nothing more is evicted"
         )
