@@ -12,11 +12,12 @@ sums up to date as they arrive, so every question is a few dict lookups whatever
 of the cluster. A placeholder is an ordinary bound pod here; while a Reservation in
 handover still has one in this cache, the two are the same capacity and count once.
 
-A pod is a placeholder only if its controller reference names a Reservation this ledger
-holds, by name and UID, and it runs in that Reservation's placeholder namespace
-(`protocol.is_placeholder_of`): a label, or a reference to a Reservation not (yet) seen,
-makes a pod an ordinary one. Pods are charged again when the Reservation they name
-arrives, changes identity or goes.
+A pod is a placeholder only if it is the one its Reservation records, as
+`protocol.is_placeholder_of` decides: its controller reference names a Reservation this
+ledger holds (name and UID), it runs in that Reservation's placeholder namespace, and its
+UID is the one the controller recorded on the Reservation. A label, a hand-made owner
+reference, or a reference to a Reservation not (yet) seen makes a pod an ordinary one.
+Pods are charged again when the Reservation they name arrives, changes its record or goes.
 
 Pure data structure: no I/O. Objects are the API server's dicts.
 """
@@ -44,9 +45,8 @@ class PodEntry:
     """The node it is bound to."""
     requests: Resources
     """Its effective requests, as the scheduler charges them."""
-    namespace: str
-    names: tuple[str, str] | None
-    """`(name, uid)` of the Reservation its controller reference names, if any."""
+    claim: protocol.Placeholder | None
+    """What the pod says it is (`protocol.placeholder_claim`): a Reservation's placeholder."""
     terminal: bool
     """Succeeded or Failed: it holds nothing any more."""
 
@@ -89,7 +89,7 @@ class Ledger:
         self._owners: dict[str, str] = {}  # owner pod UID -> Reservation name
         self._handover: dict[str, dict[str, Resources]] = {}  # node -> Reservation -> held
         self._handover_node: dict[str, str] = {}  # Reservation -> node
-        self._identity: dict[str, tuple[str, str]] = {}  # Reservation -> (uid, namespace)
+        self._records: dict[str, protocol.Placeholder] = {}  # Reservation -> its placeholder
         self._naming: dict[str, set[str]] = {}  # Reservation -> UIDs of pods that name it
         self._placeholder_of: dict[str, str] = {}  # pod UID -> Reservation, as charged
 
@@ -118,8 +118,7 @@ class Ledger:
                 name=key,
                 node=pod.get("spec", {}).get("nodeName") or None,
                 requests=pod_requests(pod.get("spec", {})),
-                namespace=str(metadata.get("namespace")),
-                names=protocol.placeholder_ref(pod),
+                claim=protocol.placeholder_claim(pod),
                 terminal=protocol.is_terminal_pod(pod),
             )
             self._pods[uid] = entry
@@ -136,16 +135,9 @@ class Ledger:
         for uid in old.owners if old else ():
             if self._owners.get(uid) == name:
                 del self._owners[uid]
-        identity = (
-            None
-            if kind == DELETED
-            else (
-                str(reservation["metadata"].get("uid")),
-                protocol.placeholder_namespace(reservation),
-            )
-        )
-        if identity != self._identity.get(name):
-            self._reidentify(name, identity)
+        record = None if kind == DELETED else protocol.recorded_placeholder(reservation)
+        if record != self._records.get(name):
+            self._rerecord(name, record)
         node = protocol.node_of(reservation)
         if kind != DELETED and node and protocol.phase(reservation) == ReservationPhase.AVAILABLE:
             owners = frozenset(protocol.owner_uids(reservation))
@@ -215,36 +207,33 @@ class Ledger:
     def placeholder_of_pod(self, pod: Object) -> str | None:
         """The Reservation `pod` is the placeholder of, checked against the Reservations
         held here, whether or not the ledger has seen the pod itself."""
-        names = protocol.placeholder_ref(pod)
-        namespace = str(pod.get("metadata", {}).get("namespace"))
-        if names is None or self._identity.get(names[0]) != (names[1], namespace):
+        return self._recorded(protocol.placeholder_claim(pod))
+
+    def _recorded(self, claim: protocol.Placeholder | None) -> str | None:
+        """The Reservation whose recorded placeholder makes this claim, if any."""
+        if claim is None or not protocol.is_recorded(claim, self._records.get(claim.reservation)):
             return None
-        return names[0]
+        return claim.reservation
 
     # ----- bookkeeping ----------------------------------------------------------------
 
-    def _reidentify(self, name: str, identity: tuple[str, str] | None) -> None:
-        """The Reservation `name` is now `identity` (None: gone): charge again the pods
-        that name it, so that only its own placeholder counts as one."""
+    def _rerecord(self, name: str, record: protocol.Placeholder | None) -> None:
+        """The Reservation `name` now records `record` (None: none, or gone): charge again
+        the pods that name it, so that only its recorded placeholder counts as one."""
         naming = [(uid, self._pods[uid]) for uid in self._naming.get(name, set())]
         for uid, entry in naming:
             self._uncharge(uid, entry)
-        if identity is None:
-            self._identity.pop(name, None)
+        if record is None:
+            self._records.pop(name, None)
         else:
-            self._identity[name] = identity
+            self._records[name] = record
         for uid, entry in naming:
             self._charge(uid, entry)
 
     def _charge(self, uid: str, entry: PodEntry) -> None:
-        if entry.names is not None:
-            self._naming.setdefault(entry.names[0], set()).add(uid)
-        placeholder_for = (
-            entry.names[0]
-            if entry.names is not None
-            and self._identity.get(entry.names[0]) == (entry.names[1], entry.namespace)
-            else None
-        )
+        if entry.claim is not None:
+            self._naming.setdefault(entry.claim.reservation, set()).add(uid)
+        placeholder_for = self._recorded(entry.claim)
         node = entry.charged_node
         if node is not None:
             self._bound[node] = add(self._bound.get(node, {}), entry.requests)
@@ -258,11 +247,11 @@ class Ledger:
                 self._live_placeholders.setdefault(placeholder_for, set()).add(uid)
 
     def _uncharge(self, uid: str, entry: PodEntry) -> None:
-        if entry.names is not None:
-            naming = self._naming.get(entry.names[0], set())
+        if entry.claim is not None:
+            naming = self._naming.get(entry.claim.reservation, set())
             naming.discard(uid)
             if not naming:
-                self._naming.pop(entry.names[0], None)
+                self._naming.pop(entry.claim.reservation, None)
         placeholder_for = self._placeholder_of.pop(uid, None)
         node = entry.charged_node
         if node is not None:

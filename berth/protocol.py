@@ -4,10 +4,15 @@ The three components share nothing but the API server, so every step of a migrat
 written on the objects themselves and read back with these functions:
 
 1. The controller creates Reservation R (owners = the pod's controller, annotation
-   `berth.sh/workload` = its top-level workload) and a placeholder pod controlled by R
-   (its controller ownerReference names R's name and UID; the label
-   `berth.sh/reservation=R` is for people and selectors only, and proves nothing). When
-   the placeholder is bound, R is Available on that node.
+   `berth.sh/workload` = its top-level workload) and a placeholder pod controlled by R,
+   named by the API server (`generateName`), and records the pod's name and UID from the
+   create response in R's `berth.sh/placeholder`. The placeholder is that pod and no
+   other: one controlled by R in R's placeholder namespace whose UID is the recorded one.
+   An ownerReference naming R's name and UID proves nothing on its own (R's UID is
+   readable by everyone who may read Reservations), nor does the label
+   `berth.sh/reservation=R` (for people and selectors only). Reservations are written
+   only by Berth, so the record is the controller's word. When the placeholder is bound,
+   R is Available on that node.
 2. Just before evicting, the controller annotates R `berth.sh/consumable: "true"`.
 3. The webhook, on a matching pod CREATE, writes a fresh token into R's `berth.sh/claim`
    (conditional on R's resourceVersion, so one pod wins) and the same token on the pod,
@@ -25,9 +30,10 @@ Objects are the API server's dicts; these functions are pure.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from berth.api import API_VERSION, ReservationPhase, keys
 from berth.scheduling import selector_matches
@@ -195,9 +201,8 @@ def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None)
 def placeholder_ref(pod: Object) -> tuple[str, str] | None:
     """`(name, uid)` of the Reservation the pod's controller reference names, if any.
 
-    What the pod says of itself: only `is_placeholder_of`, against the Reservation the
-    reader holds, makes it a placeholder. Creating a pod with an ownerReference to a
-    Reservation needs its UID, which only readers of Reservations know."""
+    What the pod says of itself, which anyone who may create pods can write: good for
+    keeping a pod out of things, never for giving it anything (`is_placeholder_of`)."""
     ref = controller_of(pod)
     if ref is None or ref.get("kind") != "Reservation" or ref.get("apiVersion") != API_VERSION:
         return None
@@ -215,13 +220,60 @@ def placeholder_reservation(pod: Object) -> str | None:
     return ref[0] if ref else None
 
 
-def is_placeholder_of(pod: Object, reservation: Object) -> bool:
-    """Whether `pod` is `reservation`'s placeholder: controlled by it (name and UID) and in
-    its placeholder namespace."""
+class Placeholder(NamedTuple):
+    """What makes a pod a Reservation's placeholder: the Reservation (name and UID), the
+    namespace the pod runs in, and the pod's own UID."""
+
+    reservation: str
+    reservation_uid: str
+    namespace: str
+    pod_uid: str
+
+
+def name_and_uid(obj: Object) -> str:
+    """How Berth writes down an object it refers to in an annotation: `{"name", "uid"}`."""
+    metadata = obj.get("metadata", {})
+    return json.dumps({"name": metadata.get("name"), "uid": metadata.get("uid")})
+
+
+def placeholder_claim(pod: Object) -> Placeholder | None:
+    """What a pod says it is: the placeholder of the Reservation its controller reference
+    names (None for a pod that names none)."""
+    ref = placeholder_ref(pod)
+    metadata = pod.get("metadata", {})
+    if ref is None or not metadata.get("uid"):
+        return None
+    return Placeholder(*ref, str(metadata.get("namespace")), str(metadata["uid"]))
+
+
+def recorded_placeholder(reservation: Object) -> Placeholder | None:
+    """The placeholder the controller recorded on the Reservation (`berth.sh/placeholder`,
+    written from its create response), or None before one is recorded."""
     metadata = reservation.get("metadata", {})
-    return placeholder_ref(pod) == (metadata.get("name"), metadata.get("uid")) and pod.get(
-        "metadata", {}
-    ).get("namespace") == placeholder_namespace(reservation)
+    try:
+        record = json.loads(annotations_of(reservation).get(keys.PLACEHOLDER) or "null")
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not record.get("uid") or not metadata.get("uid"):
+        return None
+    return Placeholder(
+        str(metadata.get("name")),
+        str(metadata["uid"]),
+        placeholder_namespace(reservation),
+        str(record["uid"]),
+    )
+
+
+def is_recorded(claim: Placeholder | None, record: Placeholder | None) -> bool:
+    """Whether a pod's claim (`placeholder_claim`) is its Reservation's record
+    (`recorded_placeholder`): the same Reservation, namespace and pod UID."""
+    return claim is not None and claim == record
+
+
+def is_placeholder_of(pod: Object, reservation: Object) -> bool:
+    """Whether `pod` is `reservation`'s placeholder: controlled by it (name and UID), in
+    its placeholder namespace, and the very pod the controller recorded on it."""
+    return is_recorded(placeholder_claim(pod), recorded_placeholder(reservation))
 
 
 def may_claim(

@@ -16,10 +16,24 @@ Object = dict[str, Any]
 
 
 @dataclass(frozen=True)
+class Record:
+    """Where a Create writes down what it made: annotation `key` of object `name` (a
+    `resource`) gets the created object's name and UID (`berth.protocol.name_and_uid`),
+    which only the API server's response tells (`generateName`, a fresh UID)."""
+
+    resource: Resource
+    name: str
+    key: str
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
 class Create:
     resource: Resource
     body: Object
     namespace: str | None = None
+    record: Record | None = None
+    """Once created, write its name and UID there (a merge patch of one annotation)."""
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,10 @@ PLACEMENT_FIELDS = (
 PLACEHOLDER_PREFIX = "berth-placeholder-"
 
 
-def placeholder_name(reservation_name: str) -> str:
-    return f"{PLACEHOLDER_PREFIX}{reservation_name}"
+def placeholder_prefix(reservation_name: str) -> str:
+    """The `generateName` of a Reservation's placeholder: the API server adds a random
+    suffix (and shortens a long prefix), so no pod can take the name in advance."""
+    return f"{PLACEHOLDER_PREFIX}{reservation_name}-"
 
 
 def exclude_node(affinity: Mapping[str, Any] | None, node: str) -> Object:
@@ -222,7 +224,9 @@ def allocatable_of(reservation: Mapping[str, Any]) -> dict[str, str]:
 
 
 def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
-    """The pause pod that makes the Reservation's capacity real to kube-scheduler."""
+    """The pause pod that makes the Reservation's capacity real to kube-scheduler. Its
+    name comes from the API server; the controller records it with its UID on the
+    Reservation (`berth.sh/placeholder`), which is what makes it the placeholder."""
     template = reservation["spec"]["template"]
     spec = template.get("spec") or {}
     name = reservation["metadata"]["name"]
@@ -270,7 +274,7 @@ def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": placeholder_name(name),
+            "generateName": placeholder_prefix(name),
             "namespace": placeholder_namespace(reservation),
             # Only Berth's label: no workload label, so no selector, Service or PDB matches.
             "labels": {keys.RESERVATION_LABEL: name},

@@ -109,7 +109,8 @@ class Caches:
 
     def assume(self, resource: Resource, obj: Object) -> None:
         """Take this process's own write at once: the next arbitration round must count a
-        job it admitted as Running even if the watch is slow to show it."""
+        job it admitted as Running, and the next pass of a Reservation must find the
+        placeholder it created and recorded, even if the watch is slow to show them."""
         cache = self._by_plural.get(resource.plural)
         if cache is not None:
             cache.assume(obj)
@@ -203,11 +204,13 @@ class Caches:
         return str(ref["uid"]), protocol.top_level_workload(ref, replicaset)
 
     def reservation_view(self, reservation: Object) -> reservations.ReservationView:
-        placeholders = [
+        named = self.pods.by_index("placeholder", reservation["metadata"].get("uid", ""))
+        placeholder = next((p for p in named if protocol.is_placeholder_of(p, reservation)), None)
+        strays = tuple(
             pod
-            for pod in self.pods.by_index("placeholder", reservation["metadata"].get("uid", ""))
-            if protocol.is_placeholder_of(pod, reservation)
-        ]
+            for pod in named
+            if pod is not placeholder and not pod["metadata"].get("deletionTimestamp")
+        )
         claim = protocol.claim_of(reservation)
         claimers = tuple(self.pods.by_index("claim", claim)) if claim else ()
         accepted = []
@@ -219,12 +222,13 @@ class Caches:
                 accepted.append(pod)
         return reservations.ReservationView(
             reservation=reservation,
-            placeholder=placeholders[0] if placeholders else None,
+            placeholder=placeholder,
             claimers=claimers,
             accepted=tuple(accepted),
             owner=self.owner(reservation),
             now=datetime.now(UTC),
             image=self.args.placeholder_image,
+            strays=strays,
         )
 
     def job_view(self, job: Object) -> jobs.JobView:

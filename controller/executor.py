@@ -2,7 +2,10 @@
 
 The only place the controller writes to the cluster. Writes are idempotent where the
 API allows (a Create that finds the object already there, a Delete of an object already
-gone, count as done), so repeating a plan after a crash is harmless; a status write is
+gone, count as done), so repeating a plan after a crash is harmless; a Create with a
+`Record` writes the created object's name and UID where the plan asks, from the API
+server's response (a crash in between leaves an object nothing records, which the
+decision that asked for it recognises as such); a status write is
 conditional on the resourceVersion it was computed from, so a decision made on a stale
 cache fails instead of overwriting newer state.
 """
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from berth import metrics
+from berth import metrics, protocol
 from berth.api import keys
 from berth.kube.client import JSON_PATCH, PODS, Kube, KubeError, Object, Resource
 from berth.kube.events import Recorder
@@ -52,7 +55,8 @@ class Executor:
         self.kube = kube
         self.recorder = recorder
         self.written = written
-        """Told of every object an update returns (patch, status), to keep caches current."""
+        """Told of every object a write returns (create, patch, status), to keep caches
+        current."""
 
     async def run(self, plan: Plan) -> Outcome:
         versions: Versions = {}
@@ -93,6 +97,19 @@ class Executor:
                 return
             raise
         _remember(versions, action.resource.plural, created)
+        self._written(action.resource, created)
+        record = action.record
+        if record is not None:
+            annotations = {record.key: protocol.name_and_uid(created)}
+            await self._patch(
+                Patch(
+                    record.resource,
+                    record.name,
+                    {"metadata": {"annotations": annotations}},
+                    namespace=record.namespace,
+                ),
+                versions,
+            )
 
     async def _patch(self, action: Patch, versions: Versions) -> None:
         patched = await self.kube.patch(
@@ -177,7 +194,6 @@ def _remember(versions: Versions, plural: str, obj: dict[str, Any]) -> None:
 
 
 def _describe(action: Action) -> str:
-    name = getattr(action, "name", "") or (getattr(action, "body", None) or {}).get(
-        "metadata", {}
-    ).get("name", "")
+    metadata = (getattr(action, "body", None) or {}).get("metadata", {})
+    name = getattr(action, "name", "") or metadata.get("name") or metadata.get("generateName", "")
     return f"{type(action).__name__} {name}".strip()

@@ -1,6 +1,12 @@
 """The Reservation lifecycle, as a pure decision over what the API server shows.
 
-Pending: its placeholder pod exists and waits for the scheduler. Available: the
+Pending: its placeholder pod exists and waits for the scheduler. The placeholder is the
+pod the controller created and recorded on the Reservation (`berth.sh/placeholder`, from
+the create response; see berth.protocol); any other pod whose controller reference names
+the Reservation is a stray (a placeholder whose record was lost to a crash between its
+creation and the record, or a pod made to pass for one). Strays are deleted, with their
+UID as precondition and a Warning event on them: they hold nothing for the Reservation,
+and every component counts them as the ordinary pods they are until they are gone. Available: the
 placeholder is bound to a node, so that capacity is held. Then the handover (see
 berth.protocol): the pod that claimed it is recorded as owner, the placeholder is
 deleted, and once it is gone the owner's scheduling gate is removed. Succeeded: the
@@ -29,7 +35,7 @@ from typing import Any
 from berth import protocol
 from berth.api import ReservationConditionType, ReservationPhase, ReservationReason, keys
 from berth.kube.client import PODS, RESERVATIONS
-from controller.actions import Create, Delete, Event, Patch, Plan, UpdateStatus
+from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
 from controller.build import allocatable_of, placeholder_for
 from controller.status import (
     deadline,
@@ -56,7 +62,7 @@ class ReservationView:
 
     reservation: Object
     placeholder: Object | None
-    """Its placeholder: a pod controlled by it (name and UID), in its namespace."""
+    """Its placeholder: the pod it records (`protocol.is_placeholder_of`)."""
     claimers: tuple[Object, ...]
     """The pods carrying the Reservation's claim token."""
     accepted: tuple[Object, ...]
@@ -66,6 +72,9 @@ class ReservationView:
     """The pod recorded in status.currentOwners, if it still exists."""
     now: datetime
     image: str
+    strays: tuple[Object, ...] = ()
+    """Pods, not terminating, whose controller reference names it but that are not its
+    placeholder."""
 
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
@@ -108,7 +117,7 @@ def decide(view: ReservationView) -> Plan:
     reservation = view.reservation
     status: Object = dict(reservation.get("status") or {})
     phase = protocol.phase(reservation)
-    plan = Plan()
+    plan = Plan().then(*_delete_strays(view))
     if phase in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
         return _cleanup(view, plan, released=phase == ReservationPhase.FAILED)
     if view.now >= expires_at(reservation):
@@ -135,6 +144,24 @@ def decide(view: ReservationView) -> Plan:
     if token and _claim(view, status, token, plan):
         return plan
     return _hold(view, status, plan)
+
+
+def _delete_strays(view: ReservationView) -> list[Action]:
+    """Delete the pods that pass for the Reservation's placeholder without being it."""
+    actions: list[Action] = []
+    for pod in view.strays:
+        metadata = pod["metadata"]
+        actions += [
+            Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"]),
+            Event(
+                pod,
+                Reason.STRAY_PLACEHOLDER_DELETED,
+                f"Deleted pod {_pod_name(pod)}: it names Reservation {_name(view)!r} as its "
+                "controller, but is not its placeholder",
+                type="Warning",
+            ),
+        ]
+    return actions
 
 
 def _claim(view: ReservationView, status: Object, token: str, plan: Plan) -> bool:
@@ -213,6 +240,7 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
                 PODS,
                 placeholder_for(reservation, image=view.image),
                 namespace=protocol.placeholder_namespace(reservation),
+                record=Record(RESERVATIONS, _name(view), keys.PLACEHOLDER),
             )
         )
         if protocol.phase(reservation) == ReservationPhase.AVAILABLE:

@@ -10,12 +10,12 @@ nodes, so the extender adds exactly what the scheduler cannot know:
 - capacity held by a Reservation in handover (placeholder gone, owner not bound yet) is
   not free for any other pod. Only nodes with such a hold are checked: for the others
   the scheduler's own resource check, on a cache fresher than ours, already decided;
-- placeholders (pods controlled by a Reservation the ledger holds, checked by name,
-  UID and namespace: never by label) never become preemption victims, and a node stays a
-  preemption candidate only if the pod would pass the filter there once its victims are
-  gone. Dropping the whole node, not just the placeholder, because the scheduler's victim
-  sets are minimal: what is left would no longer make room, and those pods would be
-  evicted for nothing.
+- placeholders (the pod a Reservation the ledger holds records as its placeholder,
+  `protocol.is_placeholder_of`: never by label or owner reference alone) never become
+  preemption victims, and a node stays a preemption candidate only if the pod would
+  pass the filter there once its victims are gone. Dropping the whole node, not just the
+  placeholder, because the scheduler's victim sets are minimal: what is left would no
+  longer make room, and those pods would be evicted for nothing.
 
 `answer` turns a request body into a status and a result. A body it cannot read is a
 result with `Error` set for filter (HTTP 200: the scheduler then fails this scheduling

@@ -39,6 +39,12 @@ WORKLOAD: Final = "berth.sh/workload"
 """Reservation annotation: UID of the top-level workload (e.g. the Deployment) of the pod it
 was made for, so a replacement from a new ReplicaSet of a rollout also matches."""
 
+PLACEHOLDER: Final = "berth.sh/placeholder"
+"""Reservation annotation the controller writes from the response to its create of the
+placeholder pod: `{"name": ..., "uid": ...}` of that pod. Only the pod with this UID is
+the Reservation's placeholder; an owner reference to the Reservation proves nothing (its
+UID is readable by everyone who may read Reservations)."""
+
 JOB: Final = "berth.sh/job"
 """Reservation annotation: the name of the PodMigrationJob that created it."""
 

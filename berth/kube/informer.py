@@ -59,15 +59,20 @@ class Informer:
     # ----- writes this process made ------------------------------------------------------
 
     def assume(self, obj: Object) -> None:
-        """Take the object as the API server returned it from this process's own update,
+        """Take the object as the API server returned it from this process's own write,
         when it is newer than the cached one, so that readers see the write at once rather
         than when the watch brings it; the watch's event for it still reaches the handler.
-        Objects the cache does not hold are left to the watch."""
+        An object the cache does not hold (just created) is taken only while the watch has
+        not reached its version: past it, the watch has told what became of it."""
         key = object_key(obj)
         old = self.store.get(key)
-        if old is None or not _newer(obj, old):
+        if old is None:
+            if not _after(obj, self.resource_version):
+                return
+        elif _newer(obj, old):
+            self._unindex(key, old)
+        else:
             return
-        self._unindex(key, old)
         self.store[key] = obj
         self._index(key, obj)
 
@@ -189,10 +194,16 @@ def _newer(obj: Object, than: Object) -> bool:
     resourceVersions are etcd revisions; what cannot be compared is not newer."""
     if obj["metadata"].get("uid") != than["metadata"].get("uid"):
         return False
-    mine, theirs = obj["metadata"].get("resourceVersion"), than["metadata"].get("resourceVersion")
-    if not (mine and theirs and mine.isdigit() and theirs.isdigit()):
+    return _after(obj, than["metadata"].get("resourceVersion"))
+
+
+def _after(obj: Object, version: str | None) -> bool:
+    """Whether `obj` was written after `version` (an etcd revision); what cannot be
+    compared is not."""
+    mine = obj["metadata"].get("resourceVersion")
+    if not (mine and version and mine.isdigit() and version.isdigit()):
         return False
-    return int(mine) > int(theirs)
+    return int(mine) > int(version)
 
 
 def pod_node(pod: Object) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from berth.api import keys
+from berth.api import API_VERSION, keys
 from berth.protocol import claim_of, is_gated, owner_uids, phase
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
@@ -194,6 +194,100 @@ async def test_a_forged_placeholder_label_gets_nothing(
         async with session.post(f"{scheduling.extender_url}/prioritize", json=body) as response:
             [score] = await response.json()
     assert score == {"Host": "node-0", "Score": 10}, "the forged pod counted as promised"
+
+
+# ----- finding 1b: a hand-made owner reference ------------------------------------------
+
+
+def placeholders(cluster: Cluster, namespace: str, reservation: str) -> list[dict[str, Any]]:
+    return pods(cluster, namespace, f"{keys.RESERVATION_LABEL}={reservation}")
+
+
+def owned_by(reservation: dict[str, Any]) -> list[dict[str, Any]]:
+    """The controller owner reference Berth gives its placeholders, name and UID included."""
+    metadata = reservation["metadata"]
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "Reservation",
+            "name": metadata["name"],
+            "uid": metadata["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def gone(cluster: Cluster, namespace: str, uid: str) -> bool:
+    return not any(
+        p["metadata"]["uid"] == uid and not p["metadata"].get("deletionTimestamp")
+        for p in pods(cluster, namespace)
+    )
+
+
+async def test_a_forged_owner_reference_gets_nothing(
+    cluster: Cluster,
+    namespace: str,
+    scheduling: Scheduling,  # noqa: F811  (the fixture)
+) -> None:
+    """A Pending Reservation whose real placeholder cannot schedule; a user pod on node-0
+    with the very owner reference the controller gives placeholders (the Reservation's
+    name and UID, blockOwnerDeletion) is not taken for it: the Reservation stays Pending,
+    the pod is deleted as a stray of the Reservation, and the extender offers it as a
+    preemption victim like any other pod."""
+    name = f"{namespace}-owned"
+    reservation = await make_reservation(cluster, namespace, name, node="node-nowhere")
+    [real] = await cluster.await_(
+        lambda: placeholders(cluster, namespace, name), what="the real placeholder"
+    )
+    forged = pod("forger", cpu="4", node="node-0")
+    forged["metadata"]["labels"] = {keys.RESERVATION_LABEL: name}
+    forged["metadata"]["ownerReferences"] = owned_by(reservation)
+    created = await cluster.akubectl(
+        "create", "-n", namespace, "-f", "-", "-o", "json", input=json.dumps(forged)
+    )
+    forger = json.loads(created.stdout)  # as created: the controller may delete it at once
+
+    def judged() -> bool:
+        taken = phase(cluster.get("reservation", name)) != "Pending"
+        return taken or gone(cluster, namespace, forger["metadata"]["uid"])
+
+    await cluster.await_(judged, what="the controller to judge the forged pod")
+    reservation = await cluster.aget("reservation", name)
+    assert phase(reservation) == "Pending", (
+        f"the forged pod was taken for the placeholder: {reservation.get('status')}"
+    )
+    assert not reservation.get("status", {}).get("nodeName")
+    messages = [
+        e.get("message") or ""
+        for e in (await cluster.aget("events", "-n", namespace))["items"]
+        if e["involvedObject"].get("uid") == forger["metadata"]["uid"]
+    ]
+    assert any("not its placeholder" in m for m in messages), messages
+
+    preemptor = pod("preemptor", cpu="1")
+    preemptor["metadata"].update(namespace=namespace, uid="preemptor-uid")
+    body: dict[str, Any] = {
+        "Pod": preemptor,
+        "NodeNameToVictims": {
+            "node-0": {"Pods": [forger], "NumPDBViolations": 0},
+            # The real placeholder, as a victim elsewhere: refused once the extender has
+            # seen the Reservation, which is what makes the answer about node-0 count.
+            "node-1": {"Pods": [real], "NumPDBViolations": 0},
+        },
+    }
+
+    async def kept() -> dict[str, list[str]] | None:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{scheduling.extender_url}/preempt", json=body) as response,
+        ):
+            assert response.status == 200
+            nodes = list((await response.json())["NodeNameToMetaVictims"])
+        return None if "node-1" in nodes else {"kept": nodes}
+
+    answer = await cluster.await_(kept, what="the extender to protect the real placeholder")
+    assert answer["kept"] == ["node-0"], "the forged pod was protected as a placeholder"
 
 
 # ----- finding 2: claims --------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -132,7 +133,14 @@ def reservation(
             "uid": f"uid-rsv-{name}",
             "resourceVersion": "5",
             "creationTimestamp": ts(T0),
-            "annotations": {keys.JOB: job_name, **(annotations or {})},
+            "annotations": {
+                keys.JOB: job_name,
+                # The placeholder the controller created for it: `placeholder(name)`.
+                keys.PLACEHOLDER: json.dumps(
+                    {"name": f"berth-placeholder-{name}", "uid": f"uid-berth-placeholder-{name}"}
+                ),
+                **(annotations or {}),
+            },
         },
         "spec": {
             "template": {

@@ -103,6 +103,7 @@ def rsv_plan(
     claimers: tuple[dict[str, Any], ...] | None = None,
     accepted: tuple[dict[str, Any], ...] | None = None,
     owner: dict[str, Any] | None = None,
+    strays: tuple[dict[str, Any], ...] = (),
     now: datetime = T0,
 ) -> Plan:
     return reservations.decide(
@@ -115,5 +116,6 @@ def rsv_plan(
             owner=owner,
             now=now,
             image="pause",
+            strays=strays,
         )
     )

@@ -281,7 +281,8 @@ def _parse_error(text: str) -> str | None:
              "OwnerGone", "Released", "ReservationExpired", "ReservationClaimed",
                 "ReservationClaimRefused",
                 "ReservationClaimReleased",
-             "ReservationHandover", "ReservationReleased", "ReservationGateRemoved"],
+             "ReservationHandover", "ReservationReleased", "ReservationGateRemoved",
+             "StrayPlaceholderDeleted"],
         ),
     ],
 )  # fmt: skip

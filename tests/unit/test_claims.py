@@ -81,6 +81,24 @@ def test_a_placeholder_is_the_pod_the_reservation_controls() -> None:
     assert not protocol.is_placeholder_of(elsewhere, rsv)
 
 
+def test_a_placeholder_is_the_pod_the_controller_recorded() -> None:
+    """The Reservation's UID is readable by everyone who may read Reservations: a pod
+    with the very owner reference the controller writes is still not its placeholder."""
+    rsv = reservation()
+    name = rsv["metadata"]["name"]
+    forged = placeholder(name)
+    forged["metadata"].update(name="forger", uid="uid-forger")
+    forged["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
+    assert protocol.placeholder_reservation(forged) == name  # kept out of claims, evictions
+    assert not protocol.is_placeholder_of(forged, rsv)
+    unrecorded = reservation()
+    del unrecorded["metadata"]["annotations"][keys.PLACEHOLDER]
+    assert protocol.recorded_placeholder(unrecorded) is None
+    assert not protocol.is_placeholder_of(placeholder(name), unrecorded)
+    garbled = reservation(annotations={keys.PLACEHOLDER: "not json"})
+    assert protocol.recorded_placeholder(garbled) is None
+
+
 def test_claimed_at_reads_managed_fields() -> None:
     assert protocol.claimed_at(claimed(at=later(5))) == later(5)
     assert protocol.claimed_at(reservation()) is None

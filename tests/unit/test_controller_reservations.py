@@ -3,12 +3,14 @@ clean-up, and the release of stray gates."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from berth.api import keys
 from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
 from controller import reservations
-from controller.actions import Create, Delete, Patch
+from controller.actions import Create, Delete, Event, Patch, Record, UpdateStatus
 from tests.unit.builders import later, placeholder, pod, reservation
 from tests.unit.controller_cases import (
     kinds,
@@ -18,9 +20,54 @@ from tests.unit.controller_cases import (
 )
 
 
-def test_new_reservation_gets_a_placeholder() -> None:
+def test_new_reservation_gets_a_placeholder_recorded_from_the_create() -> None:
     plan = rsv_plan(reservation())
     assert kinds(plan) == ["Create:pods"]
+    create = plan.actions[0]
+    assert isinstance(create, Create)
+    assert create.body["metadata"]["generateName"] == "berth-placeholder-uid-job-1-"
+    assert "name" not in create.body["metadata"]  # no name to take in advance
+    assert create.record == Record(RESERVATIONS, "uid-job-1", keys.PLACEHOLDER)
+
+
+def stray(name: str = "forger") -> dict[str, Any]:
+    """A pod naming the Reservation as its controller, that it did not record."""
+    obj = placeholder()
+    obj["metadata"].update(name=name, uid=f"uid-{name}")
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("rsv", "ph", "then"),
+    [
+        pytest.param(reservation(), placeholder(node=None), [], id="beside its placeholder"),
+        pytest.param(reservation(), None, ["Create:pods"], id="before a new placeholder"),
+        pytest.param(
+            reservation(phase="Failed"), placeholder(), ["Delete:pods"], id="once it has ended"
+        ),
+    ],
+)
+def test_a_stray_is_deleted_by_uid_and_said_so_on_it(
+    rsv: dict[str, Any], ph: dict[str, Any] | None, then: list[str]
+) -> None:
+    plan = rsv_plan(rsv, ph=ph, strays=(stray(),))
+    assert kinds(plan)[:2] == ["Delete:pods", "Event:StrayPlaceholderDeleted"]
+    assert kinds(plan)[2:][: len(then)] == then
+    delete, event = plan.actions[:2]
+    assert isinstance(delete, Delete)
+    assert (delete.name, delete.namespace, delete.uid) == ("forger", "default", "uid-forger")
+    assert isinstance(event, Event)
+    assert event.involved["metadata"]["uid"] == "uid-forger"
+    assert event.type == "Warning"
+    assert "is not its placeholder" in event.message
+
+
+def test_a_stray_never_makes_the_reservation_available() -> None:
+    """The pending Reservation's placeholder waits; a stray bound to a node changes nothing."""
+    plan = rsv_plan(reservation(), ph=placeholder(node=None), strays=(stray(),))
+    statuses = [a.obj["status"] for a in plan.actions if isinstance(a, UpdateStatus)]
+    assert statuses
+    assert all(status["phase"] == "Pending" for status in statuses)
 
 
 def test_reservation_without_template_namespace_places_its_placeholder_by_its_owner() -> None:

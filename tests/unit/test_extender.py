@@ -64,8 +64,9 @@ def scheduled(
     if uid is not None:
         metadata["uid"] = uid
     metadata.setdefault("labels", {}).update(labels or {})
-    if placeholder is not None:  # controlled by the Reservation, in its namespace
+    if placeholder is not None:  # the placeholder the Reservation records
         metadata["namespace"] = "ns"
+        metadata["uid"] = uid or f"uid-{placeholder}-placeholder"
         metadata["ownerReferences"] = [
             {
                 "apiVersion": API_VERSION,
@@ -220,6 +221,13 @@ def scores(ledger: Ledger, args: dict[str, Any], placement: Placement) -> dict[s
             {"node-0": 10, "node-1": 5, "node-2": 6},
             id="forged placeholder label",
         ),
+        # So does an owner reference to it: only the pod the Reservation records is one.
+        pytest.param(
+            {"cpu": "2", "placeholder": "new", "uid": "uid-forger"},
+            Placement.SPREAD,
+            {"node-0": 10, "node-1": 5, "node-2": 6},
+            id="forged owner reference",
+        ),
         # Others: promised to Reservations 0/8, 4/8 (handover), 3/8 (placeholder).
         pytest.param(
             {"cpu": "1"},
@@ -325,6 +333,27 @@ def test_preempt_with_whole_pods(ledger: Ledger) -> None:
         "NodeNameToMetaVictims": {"node-0": {"Pods": [{"UID": "uid-x"}], "NumPDBViolations": 0}}
     }
     assert dropped == {"node-2": "victim ns/q-placeholder is the placeholder of Reservation q"}
+
+
+def test_a_hand_made_owner_reference_makes_no_placeholder(ledger: Ledger) -> None:
+    """A 4-CPU pod on node-0 naming q (name and UID) as its controller, in q's namespace,
+    but not the pod q records: a victim like any other, promising nothing."""
+    forger = pod("forger", cpu="4", node="node-0", placeholder="q")
+    forger["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
+    ledger.on_pod("ADDED", forger)
+    by_uid = preemption({"node-0": ["uid-forger"]}, cpu="1")
+    whole = {
+        "Pod": by_uid["Pod"],
+        "NodeNameToMetaVictims": None,
+        "NodeNameToVictims": {"node-0": {"Pods": [forger], "NumPDBViolations": 0}},
+    }
+    for args in (by_uid, whole):
+        result, dropped = preempt(ledger, parse_preemption_args(args))
+        assert list(result["NodeNameToMetaVictims"]) == ["node-0"]
+        assert dropped == {}
+    assert ledger.placeholder_of("uid-forger") is None
+    assert ledger.promised("node-0") == {}
+    assert scores(ledger, scheduled(PRIORITIZE_ARGS, cpu="1"), Placement.SPREAD)["node-0"] == 10
 
 
 POD = FILTER_ARGS["Pod"]

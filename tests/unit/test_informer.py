@@ -53,4 +53,23 @@ def test_what_is_not_newer_is_not_assumed() -> None:
         informer.assume(stale)
         assert informer.get("job-1") == version("10", phase="Pending")
     informer.assume({"metadata": {"name": "job-2", "uid": "u", "resourceVersion": "20"}})
-    assert informer.get("job-2") is None  # new objects come with the watch
+    assert informer.get("job-2") is None  # no version seen yet: left to the watch
+
+
+def created(name: str, rv: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": rv},
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_an_object_just_created_is_seen_at_once_until_the_watch_passed_it() -> None:
+    """Its creation is not yet in the watch: the cache takes it (so that the next pass
+    does not create it again). Past it, the watch has said what became of it (here: it
+    was deleted before the create's response came), so it is not brought back."""
+    informer, _ = cache()
+    informer.resource_version = "15"
+    informer.assume(created("job-2", "20"))
+    assert informer.get("job-2") == created("job-2", "20")
+    informer.assume(created("job-3", "14"))
+    assert informer.get("job-3") is None

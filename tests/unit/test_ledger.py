@@ -3,6 +3,7 @@ during its handover: owner recorded, placeholder gone, owner not bound yet."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -61,9 +62,19 @@ def reservation(
     phase: str = "Available",
     owners: tuple[str, ...] = (),
     cpu: str = "2",
+    placeholder: str | None = "",
 ) -> dict[str, Any]:
+    """A Reservation; the controller recorded `placeholder` (by default the UID of
+    `pod(f"{name}-placeholder", ...)`; None: no record)."""
+    if placeholder == "":
+        placeholder = f"uid-{name}-placeholder"
+    record = {"name": f"{name}-placeholder", "uid": placeholder}
     return {
-        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "annotations": {keys.PLACEHOLDER: json.dumps(record)} if placeholder else {},
+        },
         "spec": {
             "template": {
                 "metadata": {"namespace": "ns"},
@@ -406,6 +417,8 @@ LABEL_ONLY["metadata"]["labels"] = {keys.RESERVATION_LABEL: "r"}
             [("pod", "ADDED", forged("f", namespace="elsewhere"))], None, id="another namespace"
         ),
         pytest.param([("pod", "ADDED", forged("f", kind="Pod"))], None, id="another kind"),
+        # The Reservation's name, UID and namespace, but not the pod the controller recorded.
+        pytest.param([("pod", "ADDED", forged("f"))], None, id="a hand-made owner reference"),
     ],
 )
 def test_only_a_pod_controlled_by_the_reservation_is_its_placeholder(
@@ -430,6 +443,31 @@ def test_a_placeholder_counts_from_when_its_reservation_is_seen_until_it_goes() 
     ledger.on_reservation("DELETED", r)
     assert ledger.promised("node-0").get("cpu", Decimal(0)) == 0
     assert ledger.placeholder_of("uid-r-placeholder") is None
+    assert free_cpu(ledger, "node-0") == Decimal(6)
+
+
+def test_a_placeholder_counts_from_when_it_is_recorded() -> None:
+    """Created, then recorded (the controller writes the record from the create
+    response): an ordinary pod until the record arrives, and again if another is recorded."""
+    ledger = ledger_after(
+        [
+            (
+                "reservation",
+                "ADDED",
+                reservation("r", phase="Pending", node=None, placeholder=None),
+            ),
+            ("pod", "ADDED", PLACEHOLDER),
+        ]
+    )
+    assert ledger.placeholder_of("uid-r-placeholder") is None
+    assert ledger.promised("node-0") == {}
+    ledger.on_reservation("MODIFIED", reservation("r", phase="Pending", node=None))
+    assert ledger.placeholder_of("uid-r-placeholder") == "r"
+    assert ledger.promised("node-0") == {"cpu": Decimal(2)}
+    another = reservation("r", phase="Pending", node=None, placeholder="uid-next")
+    ledger.on_reservation("MODIFIED", another)
+    assert ledger.placeholder_of("uid-r-placeholder") is None
+    assert ledger.promised("node-0").get("cpu", Decimal(0)) == 0
     assert free_cpu(ledger, "node-0") == Decimal(6)
 
 
