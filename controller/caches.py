@@ -250,6 +250,7 @@ class Caches:
             args=self.args,
             admission_key=self.admission_key,
             siblings=tuple(siblings),
+            priority_classes=self.priority_values(),
         )
 
     # ----- what arbitration reads -----------------------------------------------------

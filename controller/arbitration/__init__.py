@@ -38,7 +38,9 @@ Where each part lives:
 - `round`: `arbitrate`, `Snapshot`, `Arbitration`, `Decision`, `Memo`, and the `Round`
   that holds one round's counts;
 - `candidates`: what a round reads of a Pending job and its pod (`PodFacts`);
-- `forbid`: the evictability checks the configuration sets (the job fails);
+- `forbid`: the rules that forbid a pod to migrate (the job fails), the configuration's
+  and berth.eviction's, run by `forbidden_to_migrate` here and again by a job right
+  before its eviction;
 - `limits`: the checks that keep a job waiting, and their `WaitReason`;
 - `rates`: evictQPS, flowControlQPS and objectLimiters (`LimiterState`, `TokenBucket`);
 - `order`: the sort keys;

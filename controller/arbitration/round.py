@@ -17,12 +17,11 @@ from operator import attrgetter
 from typing import Literal, NamedTuple
 
 from berth.api import PodMigrationJobReason, keys
-from berth.eviction import forbidden
 from berth.protocol import annotations_of
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
 from controller.arbitration.candidates import Candidate, PodFacts
-from controller.arbitration.forbid import forbid_checks
+from controller.arbitration.forbid import Rules, forbidden_to_migrate
 from controller.arbitration.limits import BYPASSED, limit_checks
 from controller.arbitration.nodefit import NodeFit
 from controller.arbitration.objects import Object, pod_key
@@ -138,15 +137,9 @@ class Round:
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self.args = args = snapshot.args
-        threshold = args.priority_threshold
-        self.priority_threshold: int | None = None
-        """priorityThreshold's value; None when it names a PriorityClass that is missing."""
-        if threshold is not None:
-            self.priority_threshold = (
-                threshold.value
-                if threshold.name is None
-                else snapshot.priority_classes.get(threshold.name)
-            )
+        self.rules = Rules.of(args, snapshot.priority_classes)
+        """The rules that forbid a pod to migrate (`forbid`)."""
+        self.priority_threshold = self.rules.priority_threshold
         last = snapshot.memo
         if (
             last is None
@@ -177,14 +170,8 @@ class Round:
         self.history = (
             last.history if last.history.holds(snapshot.history) else History(snapshot.history)
         )
-        self.label_selector = (
-            args.label_selector.model_dump(mode="json", exclude_none=True)
-            if args.label_selector
-            else {}
-        )
         self.node_fit = NodeFit(snapshot) if args.node_fit else None
         self.rates = Rates(args, snapshot.limiter, snapshot.now)
-        self.forbid = forbid_checks(args)
         checks = limit_checks(args)
         self.checks = (checks, tuple(check for check in checks if check not in BYPASSED))
         """The checks for a job, by `Candidate.bypass`."""
@@ -257,11 +244,7 @@ class Round:
     def _read(self, job: Object, pod: Object) -> Candidate:
         """The job as a candidate, and whether its pod is forbidden to migrate."""
         c = Candidate(job, pod=pod)
-        message = forbidden(pod, evict_failed_bare_pods=self.args.evict_failed_bare_pods)
-        for check in self.forbid:
-            if message is not None:
-                break
-            message = check(c, self)
+        message = forbidden_to_migrate(c, self.rules)
         if message is not None:
             c.failure = Decision(
                 job, "fail", PodMigrationJobReason.FORBIDDEN_MIGRATE_POD, message, pod

@@ -12,9 +12,10 @@ from berth.api import (
     PodMigrationJobReason,
     keys,
 )
-from berth.eviction import forbidden
 from berth.kube.client import PODMIGRATIONJOBS
 from controller.actions import Event, Patch, Plan
+from controller.arbitration.candidates import Candidate
+from controller.arbitration.forbid import Rules, forbidden_to_migrate
 from controller.jobs.bind import after_eviction
 from controller.jobs.evict import evict_directly
 from controller.jobs.marker import admitted
@@ -45,8 +46,10 @@ def decide(view: JobView) -> Plan:
     expired = view.now >= due
     evicting = condition(status, PodMigrationJobConditionType.EVICTION) is not None
     if not evicting and view.pod is not None and not pod_gone(view):
-        why = forbidden(view.pod, evict_failed_bare_pods=view.args.evict_failed_bare_pods)
-        if why is not None:  # checked by arbitration, and again before any eviction
+        # Arbitration's rules, run again on the pod as it is now, before any eviction.
+        rules = Rules.of(view.args, view.priority_classes)
+        why = forbidden_to_migrate(Candidate(view.job, pod=view.pod), rules)
+        if why is not None:
             return fail(
                 view, status, reason=PodMigrationJobReason.FORBIDDEN_MIGRATE_POD, message=why
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,8 @@ class JobView:
     siblings: tuple[Object, ...] = ()
     """Pods of the migrated pod's controller, to spot a replacement that bypassed the
     Reservation (created while the webhook was unreachable)."""
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+    """PriorityClass name → value, for a priorityThreshold given by name."""
 
 
 def job_name(view: JobView) -> str:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.e2e.kube import Cluster, pods
-from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
+from tests.e2e.migrate import condition, deployment, job_manifest, job_of, phase_is, ready_pods
 
 pytestmark = pytest.mark.e2e
 
@@ -159,3 +159,56 @@ def test_an_eviction_written_through_the_status_subresource_evicts_nothing(
     )
     assert ended["status"]["reason"] == "NotAdmitted", ended["status"]
     assert still_there(cluster, namespace, "web", pod["metadata"]["uid"])
+
+
+FROZEN = "berth.sh/test-frozen"
+"""A label the controller's labelSelector excludes, in the test below."""
+TARGET = "berth.sh/test-target"
+"""A node label the job's placement asks for: no node has it until the test says so."""
+
+
+@pytest.fixture
+def target_node(cluster: Cluster) -> Iterator[str]:
+    yield "node-2"
+    cluster.kubectl("label", "node", "node-2", f"{TARGET}-", check=False)
+
+
+def test_a_pod_that_became_forbidden_before_its_eviction_is_not_evicted(
+    cluster: Cluster,
+    namespace: str,
+    restart_controller: Callable[[str], None],
+    target_node: str,
+) -> None:
+    """Admitted and reserving; then the pod gets a label the configuration's labelSelector
+    excludes, and only then may its Reservation be placed: the job fails as arbitration
+    would have failed it, and the pod is not evicted."""
+    restart_controller(
+        f"labelSelector:\n  matchExpressions:\n  - {{key: {FROZEN}, operator: DoesNotExist}}\n"
+    )
+    cluster.apply(deployment("web", replicas=2, cpu="50m"), namespace)
+    pods_ = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 2), what="the pods")
+    pod = next(p for p in pods_ if p["spec"]["nodeName"] != target_node)
+    placement = {"nodeSelector": {TARGET: namespace}}
+    name, manifest = job_manifest(
+        pod, reservationOptions={"template": {"spec": {"template": {"spec": placement}}}}
+    )
+    cluster.apply(manifest)
+    cluster.wait(
+        lambda: (
+            condition(job_of(cluster, name), "ReservationScheduled").get("reason")
+            == "Unschedulable"
+        ),
+        what="the job admitted, its Reservation waiting for a place",
+    )
+    cluster.kubectl("label", "pod", pod["metadata"]["name"], "-n", namespace, f"{FROZEN}=yes")
+    cluster.kubectl("label", "node", target_node, f"{TARGET}={namespace}")
+    ended = cluster.wait(
+        lambda: phase_is(cluster, name, "Failed", "Succeeded"), what="the job to end"
+    )
+    assert (ended["status"]["phase"], ended["status"]["reason"]) == (
+        "Failed",
+        "ForbiddenMigratePod",
+    ), ended["status"]
+    assert ended["status"]["message"] == "pod does not match labelSelector"
+    assert still_there(cluster, namespace, "web", pod["metadata"]["uid"])
+    assert not any(c["type"] == "Eviction" for c in ended["status"].get("conditions") or [])

@@ -3,6 +3,7 @@ step by step, and in what order."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from berth.api import keys
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Evict, Patch, UpdateStatus
+from tests.unit.arbitration.helpers import one
 from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation
 from tests.unit.controller_cases import (
     ARGS,
@@ -135,6 +137,19 @@ def test_available_reservation_opens_it_then_records_evicting_before_evicting() 
     assert evict.policy == "Eviction"
 
 
+SCHEDULED = {
+    "type": "ReservationScheduled",
+    "status": "True",
+    "reason": "Scheduled",
+    "message": "reserved on node-1",
+}
+OPEN = reservation(
+    phase="Available",
+    node="node-1",
+    annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"},
+)
+
+
 def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
     scheduled = job(
         conditions=[
@@ -156,6 +171,61 @@ def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
     assert waiting.requeue_after
     go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1))
     assert kinds(go)[-1] == "Evict"
+
+
+NEVER = {keys.EVICTION_COST: str(keys.EVICTION_COST_NEVER)}
+
+
+@pytest.mark.parametrize(
+    ("change", "config"),
+    [
+        pytest.param({"annotations": NEVER}, {}, id="eviction cost MaxInt32"),
+        pytest.param(
+            {"labels": {"app": "web"}},
+            {"labelSelector": {"matchLabels": {"tier": "batch"}}},
+            id="labelSelector",
+        ),
+        pytest.param({}, {"namespaces": {"exclude": ["default"]}}, id="namespaces.exclude"),
+        pytest.param(
+            {"priority": 100}, {"priorityThreshold": {"name": "high"}}, id="priorityThreshold"
+        ),
+        pytest.param({"priorityClassName": "system-node-critical"}, {}, id="system-critical"),
+        pytest.param({"volumes": [{"name": "cache", "emptyDir": {}}]}, {}, id="local storage"),
+    ],
+)
+def test_a_pod_forbidden_since_admission_is_never_evicted(
+    change: dict[str, Any], config: dict[str, Any]
+) -> None:
+    """The job was admitted, its Reservation is open; since then the pod changed, or the
+    configuration did, so that arbitration would refuse it now: the job fails as
+    arbitration would fail it (reason and message), and nothing is evicted."""
+    target = pod(annotations=change.get("annotations"), labels=change.get("labels"))
+    for field in ("priority", "priorityClassName", "volumes"):
+        if field in change:
+            target["spec"][field] = change[field]
+    args = MigrationControllerArgs.model_validate(config)
+    plan = jobs.decide(
+        jobs.JobView(
+            job=job(conditions=[SCHEDULED]),
+            pod=target,
+            reservation=OPEN,
+            owner=None,
+            workload_uid="uid-deploy",
+            now=later(5),
+            args=args,
+            admission_key=ADMISSION_KEY,
+            priority_classes={"high": 50},
+        )
+    )
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ForbiddenMigratePod"]
+    status = status_of(plan)
+    refused = one(copy.deepcopy(target), priority_classes={"high": 50}, **config)
+    assert (refused.verdict, refused.reason) == ("fail", "ForbiddenMigratePod")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "Failed",
+        refused.reason,
+        refused.message,
+    )
 
 
 def test_paused_job_waits_with_its_reservation() -> None:
