@@ -32,8 +32,6 @@ from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.e2e
 
 TEST_LABEL = "berth.sh/test-forgery"
-SETTLE = 5.0
-"""Long enough for the controller to act on what the test just did, were it to act."""
 
 
 @pytest.fixture(autouse=True)
@@ -148,12 +146,65 @@ def no_token_in_events(cluster: Cluster, token: str) -> None:
     assert shown == [], "a raw claim token in an event"
 
 
+def refusals(cluster: Cluster, reservation: str) -> list[dict[str, Any]]:
+    """The controller's ReservationClaimRefused events about the Reservation."""
+    events = cluster.get(
+        "events", "-n", "default", f"--field-selector=involvedObject.name={reservation}"
+    )["items"]
+    return [e for e in events if e["reason"] == "ReservationClaimRefused"]
+
+
 def ungated(cluster: Cluster, namespace: str, selector: str = "") -> bool:
     found = pods(cluster, namespace, selector)
     return bool(found) and not any(is_gated(p) for p in found)
 
 
 # ----- finding 1: the placeholder label --------------------------------------------------
+
+
+def placeholders(cluster: Cluster, namespace: str, reservation: str) -> list[dict[str, Any]]:
+    return pods(cluster, namespace, f"{keys.RESERVATION_LABEL}={reservation}")
+
+
+def scheduler_refused(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    """The Reservation, once the controller has copied the scheduler's refusal of its
+    placeholder (or has made it anything but Pending)."""
+    reservation = cluster.get("reservation", name)
+    conditions = reservation.get("status", {}).get("conditions") or []
+    scheduled: dict[str, Any] = next((c for c in conditions if c["type"] == "Scheduled"), {})
+    refused = scheduled.get("reason") == "Unschedulable" and scheduled.get("message") not in (
+        None,
+        "waiting for the scheduler",
+    )
+    return reservation if refused or phase(reservation) != "Pending" else None
+
+
+async def kept_beside(
+    cluster: Cluster, extender_url: str, body: dict[str, Any], *, protected: str
+) -> list[str]:
+    """The candidate nodes the extender keeps for a preempt `body`, asked again until it
+    drops `protected` (whose victim is a real placeholder): from then on it has seen that
+    placeholder and the Reservation's record, and so every pod created before them."""
+
+    async def kept() -> dict[str, list[str]] | None:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{extender_url}/preempt", json=body) as response,
+        ):
+            assert response.status == 200
+            nodes = list((await response.json())["NodeNameToMetaVictims"])
+        return None if protected in nodes else {"kept": nodes}
+
+    answer: dict[str, list[str]] = await cluster.await_(
+        kept, what="the extender to protect the real placeholder"
+    )
+    return answer["kept"]
+
+
+def preemptor(namespace: str) -> dict[str, Any]:
+    found = pod("preemptor", cpu="1")
+    found["metadata"].update(namespace=namespace, uid="preemptor-uid")
+    return found
 
 
 async def test_a_forged_placeholder_label_gets_nothing(
@@ -171,36 +222,37 @@ async def test_a_forged_placeholder_label_gets_nothing(
     await cluster.aapply(json.dumps(forged), namespace)
     forger = await cluster.aget("pod", "forger", "-n", namespace)
     await make_reservation(cluster, namespace, name, node="node-nowhere")
-    await asyncio.sleep(SETTLE)
-
-    reservation = await cluster.aget("reservation", name)
+    # Its copy of the scheduler's word is about a pod made after the forger: the
+    # controller's pod cache had seen the forger by then.
+    reservation = await cluster.await_(
+        lambda: scheduler_refused(cluster, name), what="the controller to judge its placeholder"
+    )
     assert phase(reservation) == "Pending", reservation.get("status")
     assert not reservation.get("status", {}).get("nodeName")
 
-    preemptor = pod("preemptor", cpu="1")
-    preemptor["metadata"].update(namespace=namespace, uid="preemptor-uid")
+    [real] = [
+        p for p in await asyncio.to_thread(placeholders, cluster, namespace, name)
+        if p["metadata"]["name"] != "forger"
+    ]  # fmt: skip
     body: dict[str, Any] = {
-        "Pod": preemptor,
+        "Pod": preemptor(namespace),
         "NodeNameToMetaVictims": {
-            "node-0": {"Pods": [{"UID": forger["metadata"]["uid"]}], "NumPDBViolations": 0}
+            "node-0": {"Pods": [{"UID": forger["metadata"]["uid"]}], "NumPDBViolations": 0},
+            "node-1": {"Pods": [{"UID": real["metadata"]["uid"]}], "NumPDBViolations": 0},
         },
     }
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"{scheduling.extender_url}/preempt", json=body) as response:
-            assert response.status == 200
-            kept = (await response.json())["NodeNameToMetaVictims"]
-        assert list(kept) == ["node-0"], "the forged pod was protected as a placeholder"
-        body = {"Pod": preemptor, "Nodes": None, "NodeNames": ["node-0"]}
-        async with session.post(f"{scheduling.extender_url}/prioritize", json=body) as response:
-            [score] = await response.json()
+    kept = await kept_beside(cluster, scheduling.extender_url, body, protected="node-1")
+    assert kept == ["node-0"], "the forged pod was protected as a placeholder"
+    body = {"Pod": preemptor(namespace), "Nodes": None, "NodeNames": ["node-0"]}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{scheduling.extender_url}/prioritize", json=body) as response,
+    ):
+        [score] = await response.json()
     assert score == {"Host": "node-0", "Score": 10}, "the forged pod counted as promised"
 
 
 # ----- finding 1b: a hand-made owner reference ------------------------------------------
-
-
-def placeholders(cluster: Cluster, namespace: str, reservation: str) -> list[dict[str, Any]]:
-    return pods(cluster, namespace, f"{keys.RESERVATION_LABEL}={reservation}")
 
 
 def owned_by(reservation: dict[str, Any]) -> list[dict[str, Any]]:
@@ -265,29 +317,15 @@ async def test_a_forged_owner_reference_gets_nothing(
     ]
     assert any("not its placeholder" in m for m in messages), messages
 
-    preemptor = pod("preemptor", cpu="1")
-    preemptor["metadata"].update(namespace=namespace, uid="preemptor-uid")
     body: dict[str, Any] = {
-        "Pod": preemptor,
+        "Pod": preemptor(namespace),
         "NodeNameToVictims": {
             "node-0": {"Pods": [forger], "NumPDBViolations": 0},
-            # The real placeholder, as a victim elsewhere: refused once the extender has
-            # seen the Reservation, which is what makes the answer about node-0 count.
             "node-1": {"Pods": [real], "NumPDBViolations": 0},
         },
     }
-
-    async def kept() -> dict[str, list[str]] | None:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(f"{scheduling.extender_url}/preempt", json=body) as response,
-        ):
-            assert response.status == 200
-            nodes = list((await response.json())["NodeNameToMetaVictims"])
-        return None if "node-1" in nodes else {"kept": nodes}
-
-    answer = await cluster.await_(kept, what="the extender to protect the real placeholder")
-    assert answer["kept"] == ["node-0"], "the forged pod was protected as a placeholder"
+    kept = await kept_beside(cluster, scheduling.extender_url, body, protected="node-1")
+    assert kept == ["node-0"], "the forged pod was protected as a placeholder"
 
 
 # ----- finding 2: claims --------------------------------------------------------------
@@ -305,9 +343,8 @@ async def test_a_claim_token_copied_to_another_namespace_gets_nothing(
     thief = pod("thief", cpu="100m", gates=(keys.RESERVATION_GATE,))
     thief["metadata"]["annotations"] = {keys.CLAIM: token}
     await cluster.aapply(json.dumps(thief), other_namespace)
-    await asyncio.sleep(SETTLE)
-    assert owner_uids(await cluster.aget("reservation", name)) == set()
-
+    # Ungated only once its claim was released, 30 s after it was written: the
+    # controller had the thief in view all that time.
     await cluster.await_(
         lambda: ungated(cluster, other_namespace), what="the thief's gate to be released"
     )
@@ -325,7 +362,9 @@ async def test_two_pods_with_one_token_get_nothing(cluster: Cluster, namespace: 
     await make_reservation(cluster, namespace, name, node="node-2", owners=[controller_owner(rs)])
     await available(cluster, name)
     await claim(cluster, name, token)
-    await asyncio.sleep(SETTLE)
+    await cluster.await_(
+        lambda: refusals(cluster, name), what="the controller to refuse both claimers"
+    )
     assert owner_uids(await cluster.aget("reservation", name)) == set()
 
     await cluster.await_(
