@@ -66,7 +66,9 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     A job that ends in this pass reports only its end (its status, then its event)."""
     if not pod_gone(view):
         terminating = (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
-        unopened = None if terminating else _not_open_elsewhere(view)
+        # Past the TTL nothing is evicted again, and the TTL is what ended the job (its
+        # Reservation, with the same TTL, may have been seen to end first).
+        unopened = None if terminating or expired else _not_open_elsewhere(view)
         if unopened is not None:
             return fail(view, status, reason=unopened[0], message=unopened[1])
         return still_evicting(view, status, expired=expired)

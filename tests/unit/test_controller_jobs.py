@@ -338,6 +338,16 @@ def test_an_eviction_written_by_a_user_evicts_nothing(
     assert status_of(plan)["reason"] == "NotAdmitted"
 
 
+def test_ttl_while_a_pdb_blocks_the_eviction_is_a_timeout_even_once_its_reservation_ended() -> None:
+    """The job's TTL and its Reservation's are the same: whichever the controller sees end
+    first, a job whose eviction a PDB kept refusing ends as Timeout, evicting nothing."""
+    blocked = [{**EVICTING[0], "reason": "BlockedByPDB"}]
+    expired = reservation(phase="Failed", node="node-1", annotations={keys.CONSUMABLE: "true"})
+    plan = view_plan(job_obj=job(conditions=blocked), pod_obj=pod(), rsv=expired, now=later(301))
+    assert "Evict" not in kinds(plan)
+    assert (status_of(plan)["phase"], status_of(plan)["reason"]) == ("Failed", "Timeout")
+
+
 def test_terminating_pod_is_waited_for() -> None:
     terminating = pod()
     terminating["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:01Z"
