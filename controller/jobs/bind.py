@@ -133,7 +133,7 @@ def _bound(view: JobView, status: Object, owner: Object) -> Object:
 def _complete(
     view: JobView, status: Object, owner: Object, *, rsv: str, news: tuple[Event, ...]
 ) -> Plan:
-    """The replacement is bound and Ready: the job Succeeded."""
+    """The replacement is bound and Ready: the job Succeed."""
     metadata = owner["metadata"]
     status = with_condition(
         status,
@@ -144,7 +144,7 @@ def _complete(
         now=view.now,
     )
     status.update(
-        phase=PodMigrationJobPhase.SUCCEEDED,
+        phase=PodMigrationJobPhase.SUCCEED,
         status=Reason.COMPLETE,
         reason="",
         message="",

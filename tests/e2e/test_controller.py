@@ -73,10 +73,8 @@ def test_evict_directly_evicts_and_succeeds(cluster: Cluster, namespace: str) ->
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "direct", 2), what="the pods")[0]
     name, manifest = job_manifest(pod, mode="EvictDirectly")
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
-    assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    assert (job["status"]["phase"], job["status"]["status"]) == ("Succeed", "Complete")
     assert condition(job, "Eviction")["reason"] == "EvictComplete"
     assert not cluster.get("reservations")["items"] or all(
         r["metadata"]["name"] != job["metadata"]["uid"]
@@ -93,11 +91,9 @@ def test_a_job_without_a_mode_runs_in_the_configured_default_mode(
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "direct", 2), what="the pods")[0]
     name, manifest = job_manifest(pod, mode=None)
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
     assert job["spec"]["mode"] == "EvictDirectly"  # recorded on the job
-    assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
+    assert (job["status"]["phase"], job["status"]["status"]) == ("Succeed", "Complete")
     assert not condition(job, "ReservationCreated")
     assert events(cluster, name) == ["Evicting", "EvictComplete", "Complete"]
 
@@ -107,11 +103,9 @@ def test_a_job_without_a_mode_reserves_first_by_default(cluster: Cluster, namesp
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     name, manifest = job_manifest(pod, mode=None)
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
     assert job["spec"]["mode"] == "ReservationFirst"
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert job["status"]["phase"] == "Succeed", job["status"]
     assert condition(job, "PodBoundReservation")["status"] == "True"
 
 
@@ -200,7 +194,7 @@ def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(
     other = cluster.wait(lambda: ready_pods(cluster, namespace, "other", 2), what="other")[0]
     other_name, other_manifest = job_manifest(other, mode="EvictDirectly")
     cluster.apply(other_manifest)
-    cluster.wait(lambda: phase_is(cluster, other_name, "Succeeded"), what="the other job")
+    cluster.wait(lambda: phase_is(cluster, other_name, "Succeed"), what="the other job")
     assert job_of(cluster, name).get("status", {}).get("phase", "Pending") == "Pending"
 
     cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":false}}')

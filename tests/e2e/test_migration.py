@@ -27,7 +27,7 @@ from tests.e2e.migrate import (
 
 pytestmark = pytest.mark.e2e
 
-SEEDS = Path(__file__).resolve().parents[1] / "data" / "seed_quickstart"
+SEEDS = Path(__file__).resolve().parent / "seed_quickstart"
 SEED_POD = "pod-demo-5f9b977566-c7lvk"
 
 
@@ -52,10 +52,10 @@ def test_seed_quick_start(cluster: Cluster) -> None:
             "create", "-f", "-", input=job_yaml.replace(SEED_POD, old["metadata"]["name"])
         )
         job = cluster.wait(
-            lambda: phase_is(cluster, "migrationjob-demo", "Succeeded", "Failed"),
+            lambda: phase_is(cluster, "migrationjob-demo", "Succeed", "Failed"),
             what="the migration to end",
         )
-        assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
+        assert (job["status"]["phase"], job["status"]["status"]) == ("Succeed", "Complete")
         header, row = cluster.kubectl("get", "pmj", "migrationjob-demo").stdout.splitlines()
         columns = dict(zip(header.split(), row.split(), strict=True))
         assert columns["PODNAMESPACE"] == "default"
@@ -110,9 +110,9 @@ spec:
         )
         cluster.apply(manifest)
         job = cluster.wait(
-            lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the migration to end"
+            lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the migration to end"
         )
-        assert job["status"]["phase"] == "Succeeded", job["status"]
+        assert job["status"]["phase"] == "Succeed", job["status"]
         assert job["status"]["nodeName"] == target
         assert condition(job, "ReservationCreated") == {}
         reservations = [r["metadata"]["name"] for r in cluster.get("reservations")["items"]]
@@ -241,9 +241,7 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
         what="the competing pods to be placed or refused",
     )
     cluster.kubectl("delete", "pdb", "hold", "-n", namespace)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
     replacement = cluster.wait(
         lambda: [
             p
@@ -256,7 +254,7 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
     cluster.kubectl("delete", "pmj", name, "--wait=false")
     node = replacement["spec"].get("nodeName")
     if mode == "ReservationFirst":
-        assert job["status"]["phase"] == "Succeeded", job["status"]
+        assert job["status"]["phase"] == "Succeed", job["status"]
         assert job["status"]["nodeName"] == target
         assert target not in flood_nodes, "a competing pod took the reserved place"
     if node is None:
