@@ -153,7 +153,7 @@ def _complete(
     done = Event(
         view.job,
         Reason.COMPLETE,
-        f'Bind Pod "{metadata["namespace"]}/{metadata["name"]}" in Reservation {rsv!r}',
+        f'Bind Pod "{metadata["namespace"]}/{metadata["name"]}" in Reservation "{rsv}"',
     )
     return step(view, status, *news, done)
 

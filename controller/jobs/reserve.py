@@ -134,7 +134,8 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
                 {"spec": {"reservationOptions": {"reservationRef": {"name": name}}}},
             ),
             write_status(view, status),
-            Event(view.job, Type.RESERVATION_CREATED, f"Successfully create Reservation {name!r}"),
+            # The event messages of the design's quick start, word for word (Go's %q quotes).
+            Event(view.job, Type.RESERVATION_CREATED, f'Successfully create Reservation "{name}"'),
         )
         .again_in(WAIT_POLL)
     )
@@ -176,7 +177,7 @@ def _scheduled(
     status.update(nodeName=node, status=Type.RESERVATION_SCHEDULED, reason="", message="")
     return status, (
         Event(
-            view.job, Type.RESERVATION_SCHEDULED, f"Assigned Reservation {name!r} to node {node!r}"
+            view.job, Type.RESERVATION_SCHEDULED, f'Assigned Reservation "{name}" to node "{node}"'
         ),
     )
 
