@@ -28,7 +28,7 @@ from typing import Any
 
 from berth import protocol
 from berth.api import ReservationConditionType, ReservationPhase, ReservationReason, keys
-from berth.kube.client import PODS, RESERVATIONS
+from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
 from controller.actions import Create, Delete, Event, Patch, Plan, UpdateStatus
 from controller.build import allocatable_of, placeholder_for
 from controller.status import (
@@ -66,6 +66,11 @@ class ReservationView:
     """The pod recorded in status.currentOwners, if it still exists."""
     now: datetime
     image: str
+    priority_class: Object | None = None
+    """The non-preempting PriorityClass its placeholder runs under
+    (`build.non_preempting_class`); None keeps the pod's own class."""
+    priority_class_known: bool = False
+    """Whether the caches hold `priority_class` already (else it is created first)."""
 
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
@@ -208,10 +213,18 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     reservation = view.reservation
     placeholder = view.placeholder
     if placeholder is None:
+        priority_class = view.priority_class
+        if priority_class is not None and not view.priority_class_known:
+            # Created once per priority value, then kept (an existing one counts as done).
+            plan.then(Create(PRIORITYCLASSES, priority_class))
         plan.then(
             Create(
                 PODS,
-                placeholder_for(reservation, image=view.image),
+                placeholder_for(
+                    reservation,
+                    image=view.image,
+                    priority_class=priority_class["metadata"]["name"] if priority_class else None,
+                ),
                 namespace=protocol.placeholder_namespace(reservation),
             )
         )

@@ -114,6 +114,8 @@ class PodMigrationJobReason(StrEnum):
     FORBIDDEN_TEMPLATE = "ForbiddenTemplate"
     """reservationOptions.template asks for more than the pod has; the message names the
     field."""
+    FORBIDDEN_PREEMPTION = "ForbiddenPreemption"
+    """reservationOptions.preemptionOptions is set: Berth's Reservations never preempt."""
     COMPLETE = "Complete"
     """The migration succeeded (`status.status` and the last event)."""
     # Berth's: the reasons of conditions that hold (status True)
@@ -139,7 +141,8 @@ class PodMigrationJobReason(StrEnum):
 
 
 class PodMigrationJobPreemptionOptions(ApiModel):
-    """Reserved for preemption settings; it has no fields yet."""
+    """Reserved for preemption settings; it has no fields yet. Berth never preempts: a
+    ReservationFirst job that sets it fails with ForbiddenPreemption."""
 
 
 def _required(reference: str, field: str) -> Rule:

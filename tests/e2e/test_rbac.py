@@ -51,7 +51,8 @@ CLUSTER_WIDE: dict[str, Grants] = {
         ("deployments.apps", ""): READ,
         ("statefulsets.apps", ""): READ,
         ("poddisruptionbudgets.policy", ""): READ,
-        ("priorityclasses.scheduling.k8s.io", ""): READ,
+        # Arbitration's caches; the placeholders' non-preempting classes (create).
+        ("priorityclasses.scheduling.k8s.io", ""): READ | {"create"},
         # berth/kube/events.py creates each Event once.
         ("events", ""): {"create"},
     },

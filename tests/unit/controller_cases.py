@@ -104,6 +104,8 @@ def rsv_plan(
     accepted: tuple[dict[str, Any], ...] | None = None,
     owner: dict[str, Any] | None = None,
     now: datetime = T0,
+    priority_class: dict[str, Any] | None = None,
+    priority_class_known: bool = False,
 ) -> Plan:
     return reservations.decide(
         reservations.ReservationView(
@@ -115,5 +117,7 @@ def rsv_plan(
             owner=owner,
             now=now,
             image="pause",
+            priority_class=priority_class,
+            priority_class_known=priority_class_known,
         )
     )
