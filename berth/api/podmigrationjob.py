@@ -273,5 +273,11 @@ class PodMigrationJob(ApiModel):
     metadata: KubeObject = Field(default_factory=dict)
     spec: PodMigrationJobSpec
     """Which pod to move and how."""
-    status: PodMigrationJobStatus = Field(default_factory=PodMigrationJobStatus)
+    status: PodMigrationJobStatus = Field(
+        # The API server drops a created object's status (a subresource); defaulting it
+        # to {} on every read gives a job its phase Pending until the controller writes,
+        # as the seeds' `status: {phase: Pending}` says.
+        default_factory=PodMigrationJobStatus,
+        json_schema_extra={"default": {}},
+    )
     """Written by the controller."""

@@ -114,6 +114,8 @@ def test_get_prints_the_documented_columns(cluster: Cluster, created: Created) -
         "NEWPOD", "TTL",
     ]  # fmt: skip
     assert printed["NAME"] == name
+    # The API server drops the created status; the schema's default gives it phase Pending.
+    assert printed["PHASE"] == "Pending"
     assert printed["PODNAMESPACE"] == "default"
     assert printed["POD"] == "pod-demo-5f9b977566-c7lvk"
 

@@ -192,6 +192,7 @@ def test_conditions_are_a_map_by_type(file: str) -> None:
     [
         (PMJ_FILE, ".spec.paused", False),
         (PMJ_FILE, ".status.phase", "Pending"),
+        (PMJ_FILE, ".status", {}),  # so a job reads as Pending before the controller writes
         (RESERVATION_FILE, ".spec.allocateOnce", True),
         (RESERVATION_FILE, ".status.phase", "Pending"),
     ],
