@@ -166,7 +166,8 @@ class MigrationControllerArgs(_Args):
     """How the controller arbitrates and runs PodMigrationJobs."""
 
     dry_run: StrictBool = False
-    """Run the whole migration logic but create no Reservation and evict no pod."""
+    """Arbitrate and report only: a job arbitration would start stays Pending with reason
+    DryRun, so nothing is reserved or evicted; jobs already Running go on to their end."""
     max_concurrent_reconciles: StrictInt = Field(default=1, ge=1)
     """How many jobs are reconciled at once."""
     evict_failed_bare_pods: StrictBool = False
@@ -190,7 +191,8 @@ class MigrationControllerArgs(_Args):
     node_fit: StrictBool = False
     """Only migrate a pod if another node fits it (affinity, taints, resources)."""
     node_selector: LabelSelectorText | None = None
-    """Only consider nodes matching this label selector, e.g. `pool=general`."""
+    """With nodeFit, only consider nodes matching this label selector, e.g.
+    `pool=general`; no effect without nodeFit."""
     max_migrating_per_node: StrictInt = Field(default=2, ge=0)
     """Jobs running at once per source node; 0 means no limit."""
     max_migrating_per_namespace: StrictInt = Field(default=0, ge=0)
