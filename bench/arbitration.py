@@ -236,7 +236,7 @@ def build(*, jobs: int, nodes: int, pods: int, seed: int = 1) -> Snapshot:
             f"pmj-{2 * jobs + i}",
             target,
             created=NOW - timedelta(days=1),
-            phase=rng.choice(["Succeeded", "Succeeded", "Failed", "Aborted"]),
+            phase=rng.choice(["Succeed", "Succeed", "Failed", "Aborted"]),
             workload_uid=workload_of[target["metadata"]["uid"]],
         )
         for i, target in enumerate(rng.sample(all_pods, jobs // 2))

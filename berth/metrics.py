@@ -21,7 +21,7 @@ from typing import Literal
 from prometheus_client import Counter, Gauge, Histogram
 
 from berth import protocol
-from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase
+from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase
 from berth.protocol import Object
 
 # ----- webhook ----------------------------------------------------------------------------
@@ -135,7 +135,8 @@ def record_job_status(before: Object, after: Object, *, now: datetime) -> None:
 
 
 def _job_phase(job: Object) -> str:
-    return str((job.get("status") or {}).get("phase") or PodMigrationJobPhase.PENDING)
+    phase = str((job.get("status") or {}).get("phase") or PodMigrationJobPhase.PENDING)
+    return PodMigrationJobPhase.SUCCEED if phase in SUCCEEDED_PHASES else phase
 
 
 def _created(job: Object) -> datetime:

@@ -3,7 +3,9 @@
 The keys, their camelCase names and their defaults are those of the MigrationController
 (the table of its documentation and the Go struct of the PodMigrationJob design), so an
 existing `args:` block works as it is. One default differs: `schedulerNames` is
-`["default-scheduler"]`, because Berth reserves capacity through the stock kube-scheduler.
+`["default-scheduler", "koord-scheduler"]`, the two profiles of Berth's kube-scheduler
+configuration: Berth reserves capacity through the stock kube-scheduler, which also answers
+to Koordinator's scheduler name so that pods written for it keep working.
 A bad file stops the controller at start with one line per problem, each naming the file
 and the key, instead of surfacing later as a surprising migration.
 """
@@ -34,6 +36,11 @@ from pydantic_core import ErrorDetails
 
 from berth.api import Duration, LabelSelector, PodMigrationJobMode, format_duration
 from berth.scheduling import parse_selector
+
+DEFAULT_SCHEDULER_NAMES = ("default-scheduler", "koord-scheduler")
+"""The profiles of Berth's kube-scheduler configuration (manifests/scheduler, the local
+cluster): the stock name, and Koordinator's, so pods that name koord-scheduler are scheduled
+by the same kube-scheduler, with the same plugins and Berth's extender."""
 
 KIND = "MigrationControllerArgs"
 API_VERSION = "descheduler/v1alpha2"
@@ -159,7 +166,8 @@ class MigrationControllerArgs(_Args):
     """How the controller arbitrates and runs PodMigrationJobs."""
 
     dry_run: StrictBool = False
-    """Run the whole migration logic but create no Reservation and evict no pod."""
+    """Arbitrate and report only: a job arbitration would start stays Pending with reason
+    DryRun, so nothing is reserved or evicted; jobs already Running go on to their end."""
     max_concurrent_reconciles: StrictInt = Field(default=1, ge=1)
     """How many jobs are reconciled at once."""
     evict_failed_bare_pods: StrictBool = False
@@ -183,7 +191,8 @@ class MigrationControllerArgs(_Args):
     node_fit: StrictBool = False
     """Only migrate a pod if another node fits it (affinity, taints, resources)."""
     node_selector: LabelSelectorText | None = None
-    """Only consider nodes matching this label selector, e.g. `pool=general`."""
+    """With nodeFit, only consider nodes matching this label selector, e.g.
+    `pool=general`; no effect without nodeFit."""
     max_migrating_per_node: StrictInt = Field(default=2, ge=0)
     """Jobs running at once per source node; 0 means no limit."""
     max_migrating_per_namespace: StrictInt = Field(default=0, ge=0)
@@ -209,7 +218,7 @@ class MigrationControllerArgs(_Args):
     first sees the job, so the job keeps it whatever the configuration later says."""
     default_job_ttl: PositiveDuration = Field(default=timedelta(minutes=5), alias="defaultJobTTL")
     """TTL of the jobs the controller itself creates."""
-    scheduler_names: list[str] = Field(default_factory=lambda: ["default-scheduler"])
+    scheduler_names: list[str] = Field(default_factory=lambda: list(DEFAULT_SCHEDULER_NAMES))
     """Schedulers that place Reservations; a ReservationFirst job may only migrate pods
     scheduled by one of them."""
     evict_qps: Rate = Field(default=10.0, alias="evictQPS")

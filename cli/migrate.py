@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from berth import eviction
-from berth.api import TERMINAL_PHASES
+from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
 
 Object = dict[str, Any]
@@ -111,7 +111,7 @@ async def follow(kube: Kube, names: list[str], *, out: TextIO) -> bool:
             shown = text
         phases = [(job.get("status") or {}).get("phase") for job in jobs]
         if all(phase in TERMINAL_PHASES for phase in phases):
-            return all(phase == "Succeeded" for phase in phases)
+            return all(phase in SUCCEEDED_PHASES for phase in phases)
         await asyncio.sleep(POLL)
 
 

@@ -223,10 +223,15 @@ def allocatable_of(reservation: Mapping[str, Any]) -> dict[str, str]:
     return {name: format_quantity(name, value) for name, value in pod_requests(spec).items()}
 
 
-def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
+def placeholder_for(
+    reservation: Mapping[str, Any], *, image: str, priority_class: str | None = None
+) -> Object:
     """The pause pod that makes the Reservation's capacity real to kube-scheduler. Its
     name comes from the API server; the controller records it with its UID on the
-    Reservation (`berth.sh/placeholder`), which is what makes it the placeholder."""
+    Reservation (`berth.sh/placeholder`), which is what makes it the placeholder.
+
+    `priority_class` is the non-preempting twin of the pod's PriorityClass
+    (`non_preempting_class`): the placeholder runs under it so that it never preempts."""
     template = reservation["spec"]["template"]
     spec = template.get("spec") or {}
     name = reservation["metadata"]["name"]
@@ -270,6 +275,11 @@ def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
         }
     )
     pod_spec.pop("priority", None)  # set by admission from priorityClassName
+    if priority_class:
+        # Admission sets preemptionPolicy from the class (Never), and refuses a pod whose
+        # own preemptionPolicy differs from its class's.
+        pod_spec["priorityClassName"] = priority_class
+        pod_spec.pop("preemptionPolicy", None)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -291,3 +301,43 @@ def placeholder_for(reservation: Mapping[str, Any], *, image: str) -> Object:
         },
         "spec": pod_spec,
     }
+
+
+NON_PREEMPTING_PREFIX = "berth-non-preempting-"
+HIGHEST_USER_PRIORITY = 1_000_000_000
+"""The highest value of a PriorityClass that is not one of Kubernetes' system classes."""
+
+
+def non_preempting_class(priority: int) -> Object:
+    """The PriorityClass a placeholder for a pod of `priority` runs under: the same value
+    (capped at the highest a class outside the system ones may have), so it is scheduled
+    in the same order and preempted by the same pods as the pod, with preemptionPolicy
+    Never, so it never preempts a pod to make room for itself. A pod cannot set
+    preemptionPolicy Never itself under a class that preempts: admission refuses it."""
+    value = min(priority, HIGHEST_USER_PRIORITY)
+    name = (
+        f"{NON_PREEMPTING_PREFIX}{value}" if value >= 0 else f"{NON_PREEMPTING_PREFIX}minus{-value}"
+    )
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "berth"}},
+        "value": value,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": f"Berth's placeholder pods for pods of priority {value}: they never "
+        "preempt other pods.",
+    }
+
+
+def placeholder_priority(
+    reservation: Mapping[str, Any], classes: Mapping[str, int], default: int
+) -> int:
+    """The priority of the pod a Reservation holds a place for: its template's `priority`
+    (copied from the pod), else the value of its `priorityClassName`, else `default` (the
+    global default class's value, or 0)."""
+    spec = ((reservation.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if isinstance(spec.get("priority"), int):
+        return int(spec["priority"])
+    name = spec.get("priorityClassName")
+    return classes.get(name, 0) if name else default

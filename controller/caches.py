@@ -31,7 +31,7 @@ from berth.kube.informer import IndexFunc, Informer, object_key
 from berth.ledger import Ledger
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
-from controller import jobs, reservations
+from controller import build, jobs, reservations
 from controller.queue import job_key, reservation_key
 
 Object = dict[str, Any]
@@ -220,6 +220,9 @@ class Caches:
                 reservation, pod, controller_uid=controller_uid, workload_uid=workload_uid
             ):
                 accepted.append(pod)
+        priority_class = build.non_preempting_class(
+            build.placeholder_priority(reservation, self.priority_values(), self.default_priority())
+        )
         return reservations.ReservationView(
             reservation=reservation,
             placeholder=placeholder,
@@ -229,6 +232,8 @@ class Caches:
             now=datetime.now(UTC),
             image=self.args.placeholder_image,
             strays=strays,
+            priority_class=priority_class,
+            priority_class_known=priority_class["metadata"]["name"] in self.priority_classes.store,
         )
 
     def job_view(self, job: Object) -> jobs.JobView:
@@ -273,6 +278,16 @@ class Caches:
         return {
             name: int(obj.get("value") or 0) for name, obj in self.priority_classes.store.items()
         }
+
+    def default_priority(self) -> int:
+        """The priority of a pod that names no PriorityClass: the lowest global default
+        class's value (as admission picks it), or 0."""
+        defaults = [
+            int(obj.get("value") or 0)
+            for obj in self.priority_classes.store.values()
+            if obj.get("globalDefault")
+        ]
+        return min(defaults, default=0)
 
 
 class _WorkloadOf(Mapping[str, str]):

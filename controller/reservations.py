@@ -34,7 +34,7 @@ from typing import Any
 
 from berth import protocol
 from berth.api import ReservationConditionType, ReservationPhase, ReservationReason, keys
-from berth.kube.client import PODS, RESERVATIONS
+from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
 from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
 from controller.build import allocatable_of, placeholder_for
 from controller.status import (
@@ -72,9 +72,8 @@ class ReservationView:
     """The pod recorded in status.currentOwners, if it still exists."""
     now: datetime
     image: str
-    strays: tuple[Object, ...] = ()
-    """Pods, not terminating, whose controller reference names it but that are not its
-    placeholder."""
+from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
+from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
 
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
@@ -235,10 +234,18 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     reservation = view.reservation
     placeholder = view.placeholder
     if placeholder is None:
+        priority_class = view.priority_class
+        if priority_class is not None and not view.priority_class_known:
+            # Created once per priority value, then kept (an existing one counts as done).
+            plan.then(Create(PRIORITYCLASSES, priority_class))
         plan.then(
             Create(
                 PODS,
-                placeholder_for(reservation, image=view.image),
+                placeholder_for(
+                    reservation,
+                    image=view.image,
+                    priority_class=priority_class["metadata"]["name"] if priority_class else None,
+                ),
                 namespace=protocol.placeholder_namespace(reservation),
                 record=Record(RESERVATIONS, _name(view), keys.PLACEHOLDER),
             )

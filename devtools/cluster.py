@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from berth import tls
+from berth.settings import DEFAULT_SCHEDULER_NAMES
 from devtools import accounts, render
 from devtools.binaries import REPO, ensure_binaries
 from devtools.processes import (
@@ -220,14 +221,18 @@ class LocalCluster(Processes):
         self,
         *,
         name: str,
-        scheduler_name: str = "default-scheduler",
+        scheduler_name: str | None = None,
         extenders: list[dict[str, Any]] | None = None,
     ) -> Component:
-        """Start a kube-scheduler (more than one may run, each with its own profile name)."""
+        """Start a kube-scheduler (more than one may run, each with its own profile names):
+        one profile named `scheduler_name`, or else the profiles of Berth's default
+        schedulerNames."""
         port = free_port()
         config_path = self.state_dir / f"{name}.yaml"
         config = render.scheduler_config(
-            kubeconfig_path=self.kubeconfig, scheduler_name=scheduler_name, extenders=extenders
+            kubeconfig_path=self.kubeconfig,
+            scheduler_names=[scheduler_name] if scheduler_name else DEFAULT_SCHEDULER_NAMES,
+            extenders=extenders,
         )
         config_path.write_text(yaml.safe_dump(config))
         return self._spawn(

@@ -6,8 +6,11 @@ Pure functions from settings to YAML-ready dicts, kept apart from process handli
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from berth.settings import DEFAULT_SCHEDULER_NAMES
 
 # kwok manages exactly the nodes that carry this annotation.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -53,17 +56,19 @@ def _kubeconfig(
 def scheduler_config(
     *,
     kubeconfig_path: Path,
-    scheduler_name: str = "default-scheduler",
+    scheduler_names: Sequence[str] = DEFAULT_SCHEDULER_NAMES,
     extenders: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A KubeSchedulerConfiguration with one profile and, optionally, HTTP extenders."""
+    """A KubeSchedulerConfiguration with one profile per name (each with the default
+    plugins) and, optionally, HTTP extenders. kube-scheduler gives its extenders to every
+    profile, so each name is scheduled with Berth's extender."""
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig_path)},
         # One scheduler per profile name here: no election, no waiting for a lease.
         "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": scheduler_name}],
+        "profiles": [{"schedulerName": name} for name in scheduler_names],
     }
     if extenders:
         config["extenders"] = extenders

@@ -5,7 +5,7 @@ the extender read and write objects through them, and `berth.crds` generates the
 CustomResourceDefinitions from them.
 """
 
-from berth.api.duration import Duration, format_duration, parse_duration
+from berth.api.duration import Duration, format_duration, go_form, parse_duration
 from berth.api.meta import (
     API_VERSION,
     GROUP,
@@ -19,6 +19,8 @@ from berth.api.meta import (
     ObjectReference,
 )
 from berth.api.podmigrationjob import (
+    LEGACY_SUCCEEDED,
+    SUCCEEDED_PHASES,
     TERMINAL_PHASES,
     PodMigrateReservationOptions,
     PodMigrationJob,
@@ -46,6 +48,8 @@ from berth.api.reservation import (
 __all__ = [
     "API_VERSION",
     "GROUP",
+    "LEGACY_SUCCEEDED",
+    "SUCCEEDED_PHASES",
     "TERMINAL_PHASES",
     "VERSION",
     "ApiModel",
@@ -76,5 +80,6 @@ __all__ = [
     "ReservationStatus",
     "ReservationTemplateSpec",
     "format_duration",
+    "go_form",
     "parse_duration",
 ]

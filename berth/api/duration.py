@@ -37,6 +37,18 @@ _MAX_NANOS = 2**63 - 1  # Go's time.Duration is an int64 count of nanoseconds
 
 def parse_duration(text: str) -> timedelta:
     """Read a Go duration string such as `300ms`, `-1.5h` or `2h45m`."""
+    nanos = _parse_nanos(text)
+    magnitude = timedelta(microseconds=abs(nanos) // 1000)
+    return -magnitude if nanos < 0 else magnitude
+
+
+def go_form(text: str) -> str:
+    """A Go duration string as Go prints it back: `5m` gives `5m0s`, `1.5h` gives
+    `1h30m0s`. Exact to the nanosecond, like a Go client reading and writing the value."""
+    return _format_nanos(_parse_nanos(text))
+
+
+def _parse_nanos(text: str) -> int:
     if not _DURATION.fullmatch(text):
         raise ValueError(f"{text!r} is not a Go duration such as 90s, 5m or 1h30m")
     nanos = Fraction(0)
@@ -47,13 +59,15 @@ def parse_duration(text: str) -> timedelta:
         nanos += value * _NANOS_PER_UNIT[unit]
     if nanos > _MAX_NANOS:
         raise ValueError(f"{text!r} is longer than a Go duration can be (about 2562047h)")
-    magnitude = timedelta(microseconds=int(nanos) // 1000)
-    return -magnitude if text.startswith("-") else magnitude
+    return -int(nanos) if text.startswith("-") else int(nanos)
 
 
 def format_duration(value: timedelta) -> str:
     """Print a duration the way Go's `Duration.String` does: `5m0s`, `1h30m0s`, `500ms`."""
-    nanos = ((value.days * 86400 + value.seconds) * 10**6 + value.microseconds) * 1000
+    return _format_nanos(((value.days * 86400 + value.seconds) * 10**6 + value.microseconds) * 1000)
+
+
+def _format_nanos(nanos: int) -> str:
     if nanos == 0:
         return "0s"
     sign = "-" if nanos < 0 else ""

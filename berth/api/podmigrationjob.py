@@ -3,9 +3,9 @@
 The API is the PodMigrationJob design field for field, so the YAML of its documentation
 works unchanged. Berth adds the condition type BoundPodReady and the reasons after the
 design's list in `PodMigrationJobReason`. A job is Pending until arbitration admits it,
-Running while it reserves, evicts and waits for the replacement, and then Succeeded,
-Failed or Aborted for good. Success is spelled `Succeeded`; the design text's older
-`Succeed` is not accepted.
+Running while it reserves, evicts and waits for the replacement, and then Succeed,
+Failed or Aborted for good. Success is spelled `Succeed`, as in the design; `Succeeded`,
+which earlier Berth releases wrote, is still accepted and read as `Succeed`.
 
 `spec.mode` has no schema default, as in the design: a job that sets none runs in the
 controller's `defaultJobMode`, which the controller then records on the job.
@@ -14,9 +14,9 @@ controller's `defaultJobMode`, which the controller then records on the job.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from berth.api.duration import Duration
 from berth.api.meta import (
@@ -42,15 +42,36 @@ class PodMigrationJobMode(StrEnum):
 class PodMigrationJobPhase(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
+    SUCCEED = "Succeed"
     FAILED = "Failed"
     ABORTED = "Aborted"
 
 
-TERMINAL_PHASES = frozenset(
-    {PodMigrationJobPhase.SUCCEEDED, PodMigrationJobPhase.FAILED, PodMigrationJobPhase.ABORTED}
-)
+LEGACY_SUCCEEDED = "Succeeded"
+"""How earlier Berth releases spelled the succeeded phase. A job stored then keeps it (a
+finished job's phase never changes), so it is read as `Succeed`; Berth never writes it."""
+
+SUCCEEDED_PHASES: frozenset[str] = frozenset({PodMigrationJobPhase.SUCCEED, LEGACY_SUCCEEDED})
+"""The phases of a job that succeeded, either spelling."""
+
+TERMINAL_PHASES: frozenset[str] = SUCCEEDED_PHASES | {
+    PodMigrationJobPhase.FAILED,
+    PodMigrationJobPhase.ABORTED,
+}
 """Phases a job never leaves."""
+
+
+def _read_phase(value: object) -> object:
+    return PodMigrationJobPhase.SUCCEED if value == LEGACY_SUCCEEDED else value
+
+
+JobPhase = Annotated[
+    PodMigrationJobPhase,
+    BeforeValidator(_read_phase),
+    # The API server accepts the old spelling too, so a job stored with it stays valid.
+    WithJsonSchema({"type": "string", "enum": [*map(str, PodMigrationJobPhase), LEGACY_SUCCEEDED]}),
+]
+"""A job's phase; `Succeeded` reads as `Succeed`."""
 
 
 class PodMigrationJobConditionType(StrEnum):
@@ -93,6 +114,8 @@ class PodMigrationJobReason(StrEnum):
     FORBIDDEN_TEMPLATE = "ForbiddenTemplate"
     """reservationOptions.template asks for more than the pod has; the message names the
     field."""
+    FORBIDDEN_PREEMPTION = "ForbiddenPreemption"
+    """reservationOptions.preemptionOptions is set: Berth's Reservations never preempt."""
     COMPLETE = "Complete"
     """The migration succeeded (`status.status` and the last event)."""
     # Berth's: the reasons of conditions that hold (status True)
@@ -118,7 +141,8 @@ class PodMigrationJobReason(StrEnum):
 
 
 class PodMigrationJobPreemptionOptions(ApiModel):
-    """Reserved for preemption settings; it has no fields yet."""
+    """Reserved for preemption settings; it has no fields yet. Berth never preempts: a
+    ReservationFirst job that sets it fails with ForbiddenPreemption."""
 
 
 def _required(reference: str, field: str) -> Rule:
@@ -208,16 +232,17 @@ _TERMINAL = ", ".join(f"'{phase}'" for phase in sorted(TERMINAL_PHASES))
 class PodMigrationJobStatus(ApiModel):
     """Where the job stands, written by the controller (or by a user aborting it)."""
 
-    phase: PodMigrationJobPhase = Field(
+    phase: JobPhase = Field(
         default=PodMigrationJobPhase.PENDING,
         json_schema_extra=cel(
             Rule(
                 f"!(oldSelf in [{_TERMINAL}]) || self == oldSelf",
-                "phase cannot change once it is Succeeded, Failed or Aborted",
-            )
+                "phase cannot change once it is Succeed, Failed or Aborted",
+            ),
         ),
     )
-    """Pending, Running, Succeeded, Failed or Aborted; set Failed or Aborted to abort."""
+    """Pending, Running, Succeed, Failed or Aborted; set Failed or Aborted to abort.
+    Succeeded, written by earlier Berth releases, means Succeed."""
     status: str | None = None
     """The step the job is at, e.g. ReservationCreated or Complete."""
     reason: str | None = None
@@ -248,5 +273,11 @@ class PodMigrationJob(ApiModel):
     metadata: KubeObject = Field(default_factory=dict)
     spec: PodMigrationJobSpec
     """Which pod to move and how."""
-    status: PodMigrationJobStatus = Field(default_factory=PodMigrationJobStatus)
+    status: PodMigrationJobStatus = Field(
+        # The API server drops a created object's status (a subresource); defaulting it
+        # to {} on every read gives a job its phase Pending until the controller writes,
+        # as the seeds' `status: {phase: Pending}` says.
+        default_factory=PodMigrationJobStatus,
+        json_schema_extra={"default": {}},
+    )
     """Written by the controller."""

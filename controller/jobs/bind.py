@@ -135,7 +135,7 @@ def _bound(view: JobView, status: Object, owner: Object) -> Object:
 def _complete(
     view: JobView, status: Object, owner: Object, *, rsv: str, news: tuple[Event, ...]
 ) -> Plan:
-    """The replacement is bound and Ready: the job Succeeded."""
+    """The replacement is bound and Ready: the job Succeed."""
     metadata = owner["metadata"]
     status = with_condition(
         status,
@@ -146,7 +146,7 @@ def _complete(
         now=view.now,
     )
     status.update(
-        phase=PodMigrationJobPhase.SUCCEEDED,
+        phase=PodMigrationJobPhase.SUCCEED,
         status=Reason.COMPLETE,
         reason="",
         message="",
@@ -155,7 +155,7 @@ def _complete(
     done = Event(
         view.job,
         Reason.COMPLETE,
-        f'Bind Pod "{metadata["namespace"]}/{metadata["name"]}" in Reservation {rsv!r}',
+        f'Bind Pod "{metadata["namespace"]}/{metadata["name"]}" in Reservation "{rsv}"',
     )
     return step(view, status, *news, done)
 

@@ -88,7 +88,7 @@ def evicted(view: JobView, status: Object) -> tuple[Object, tuple[Event, ...]]:
 
 
 def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bool) -> Plan:
-    """An EvictDirectly job: evict at once; Succeeded when the pod is gone."""
+    """An EvictDirectly job: evict at once; Succeed when the pod is gone."""
     if not evicting:
         if pod_gone(view) or view.pod is None:
             return fail(
@@ -109,9 +109,7 @@ def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bo
     if not pod_gone(view):
         return still_evicting(view, status, expired=expired)
     status, news = evicted(view, status)
-    status.update(
-        phase=PodMigrationJobPhase.SUCCEEDED, status=Reason.COMPLETE, reason="", message=""
-    )
+    status.update(phase=PodMigrationJobPhase.SUCCEED, status=Reason.COMPLETE, reason="", message="")
     return step(
         view,
         status,

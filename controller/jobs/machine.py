@@ -10,6 +10,7 @@ from berth.api import (
     PodMigrationJobMode,
     PodMigrationJobPhase,
     PodMigrationJobReason,
+    go_form,
     keys,
 )
 from berth.kube.client import PODMIGRATIONJOBS
@@ -36,8 +37,9 @@ def decide(view: JobView) -> Plan:
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
         return _forget_admission(view).then(*release(view, status).actions)
-    if not view.job["spec"].get("mode"):
-        return _record_mode(view)
+    recorded = _spec_to_record(view)
+    if recorded:
+        return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), {"spec": recorded}))
     due = deadline(view.job, view.job["spec"].get("ttl"), view.args.default_job_ttl)
     if phase != Phase.RUNNING:
         return _pending(view, status, due=due)
@@ -74,12 +76,21 @@ def _pending(view: JobView, status: Object, *, due: datetime) -> Plan:
     )
 
 
-def _record_mode(view: JobView) -> Plan:
-    """Record defaultJobMode as the mode of a job that sets none, before anything else:
-    arbitration then judges the job by the mode it runs in, and a later change of the
-    configuration never switches a job's mode halfway."""
-    mode = PodMigrationJobMode(view.args.default_job_mode).value
-    return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), {"spec": {"mode": mode}}))
+def _spec_to_record(view: JobView) -> Object:
+    """What the controller writes into a job's spec before anything else (nothing, once
+    written). defaultJobMode as the mode of a job that sets none: arbitration then judges
+    the job by the mode it runs in, and a later change of the configuration never switches
+    a job's mode halfway. The ttl in the form Go prints it (`5m` becomes `5m0s`, the same
+    duration), as a Go controller writes the job back, so `kubectl get pmj` shows the TTL
+    as the PodMigrationJob documentation does."""
+    spec = view.job["spec"]
+    recorded: Object = {}
+    if not spec.get("mode"):
+        recorded["mode"] = PodMigrationJobMode(view.args.default_job_mode).value
+    ttl = spec.get("ttl")
+    if ttl and go_form(ttl) != ttl:
+        recorded["ttl"] = go_form(ttl)
+    return recorded
 
 
 NOT_ADMITTED_MESSAGE = (

@@ -43,20 +43,19 @@ CONSUMABLE_SETTLE = timedelta(seconds=1)
 have seen it open when the replacement, created right after the eviction, claims it."""
 
 
+PREEMPTION_REFUSED = (
+    "reservationOptions.preemptionOptions is set, but Berth never lets a Reservation "
+    "preempt other pods (its placeholder runs with preemptionPolicy Never); remove "
+    "preemptionOptions, or free the capacity; nothing was created or evicted"
+)
+
+
 def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     """Reserve, wait for the place, then open it and evict."""
-    if expired:
-        return fail(
-            view,
-            status,
-            reason=Reason.TIMEOUT,
-            message="TTL expired before the pod was evicted; nothing was evicted "
-            "and the reservation is released",
-        )
-    if pod_gone(view) or view.pod is None:
-        return fail(
-            view, status, reason=Reason.MISSING_POD, message=f"pod {pod_key(view)} no longer exists"
-        )
+    ended = _cannot_go_on(view, status, expired=expired)
+    if ended is not None:
+        return ended
+    assert view.pod is not None
     reservation = view.reservation
     if reservation is None:
         return _create_reservation(view, status)
@@ -84,6 +83,26 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     if view.job["spec"].get("paused"):
         return step(view, status, *news).again_in(WAIT_POLL)
     return _open_then_evict(view, status, news)
+
+
+def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | None:
+    """The end of a job that asks for preemption, ran out of time, or lost its pod, before
+    anything was evicted; None if it goes on."""
+    if "preemptionOptions" in (view.job["spec"].get("reservationOptions") or {}):
+        return fail(view, status, reason=Reason.FORBIDDEN_PREEMPTION, message=PREEMPTION_REFUSED)
+    if expired:
+        return fail(
+            view,
+            status,
+            reason=Reason.TIMEOUT,
+            message="TTL expired before the pod was evicted; nothing was evicted "
+            "and the reservation is released",
+        )
+    if pod_gone(view) or view.pod is None:
+        return fail(
+            view, status, reason=Reason.MISSING_POD, message=f"pod {pod_key(view)} no longer exists"
+        )
+    return None
 
 
 def _create_reservation(view: JobView, status: Object) -> Plan:
@@ -134,7 +153,8 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
                 {"spec": {"reservationOptions": {"reservationRef": {"name": name}}}},
             ),
             write_status(view, status),
-            Event(view.job, Type.RESERVATION_CREATED, f"Successfully create Reservation {name!r}"),
+            # The event messages of the design's quick start, word for word (Go's %q quotes).
+            Event(view.job, Type.RESERVATION_CREATED, f'Successfully create Reservation "{name}"'),
         )
         .again_in(WAIT_POLL)
     )
@@ -176,7 +196,7 @@ def _scheduled(
     status.update(nodeName=node, status=Type.RESERVATION_SCHEDULED, reason="", message="")
     return status, (
         Event(
-            view.job, Type.RESERVATION_SCHEDULED, f"Assigned Reservation {name!r} to node {node!r}"
+            view.job, Type.RESERVATION_SCHEDULED, f'Assigned Reservation "{name}" to node "{node}"'
         ),
     )
 

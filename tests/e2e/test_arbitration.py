@@ -46,9 +46,7 @@ def sampling(sample: Callable[[], Any]) -> Iterator[list[Any]]:
 
 def finished(cluster: Cluster, names: list[str]) -> list[dict[str, Any]] | None:
     jobs = [job_of(cluster, name) for name in names]
-    done = [
-        j for j in jobs if j.get("status", {}).get("phase") in ("Succeeded", "Failed", "Aborted")
-    ]
+    done = [j for j in jobs if j.get("status", {}).get("phase") in ("Succeed", "Failed", "Aborted")]
     return jobs if len(done) == len(jobs) else None
 
 
@@ -100,8 +98,8 @@ def test_thirty_jobs_never_take_more_than_the_pdb_allows(cluster: Cluster, names
                 what="a wave of ten jobs to finish",
                 timeout=240,
             )
-    assert [j["status"]["phase"] for j in results] == ["Succeeded"] * 30, [
-        j["status"] for j in results if j["status"]["phase"] != "Succeeded"
+    assert [j["status"]["phase"] for j in results] == ["Succeed"] * 30, [
+        j["status"] for j in results if j["status"]["phase"] != "Succeed"
     ]
     assert len(samples) > 50
     assert max(samples) <= 1, f"{max(samples)} pods were unavailable at once"
@@ -147,7 +145,7 @@ def test_per_node_limit_holds_and_says_why(
         jobs = cluster.wait(
             lambda: finished(cluster, names), what="the 12 jobs to finish", timeout=240
         )
-    assert [j["status"]["phase"] for j in jobs] == ["Succeeded"] * 12
+    assert [j["status"]["phase"] for j in jobs] == ["Succeed"] * 12
     assert max(samples) <= 2, f"{max(samples)} migrations ran on one node at once"
     assert "MaxMigratingPerNode" in reasons, reasons
 
@@ -171,7 +169,7 @@ def test_rollout_in_progress_holds_the_job(cluster: Cluster, namespace: str) -> 
     # replaced, so it ends as MissingPod (or, if the round saw the pod still going, as
     # forbidden because it is terminating) rather than migrating a pod that is gone.
     job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to be released"
+        lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to be released"
     )
     outcome = (job["status"]["reason"], job["status"].get("message", ""))
     assert outcome[0] in ("MissingPod", "Complete", "") or outcome == (
@@ -211,17 +209,17 @@ def test_priority_threshold_reads_the_named_priority_class(
             cluster.apply(manifest)
             names.append(name)
         low_job = cluster.wait(
-            lambda: phase_is(cluster, names[0], "Succeeded", "Failed"),
+            lambda: phase_is(cluster, names[0], "Succeed", "Failed"),
             what="the job of the low-priority pod",
             timeout=120,
         )
         high_job = cluster.wait(
-            lambda: phase_is(cluster, names[1], "Succeeded", "Failed"),
+            lambda: phase_is(cluster, names[1], "Succeed", "Failed"),
             what="the job of the pod at the threshold",
         )
     finally:
         cluster.kubectl("delete", "priorityclass", threshold, "--ignore-not-found")
-    assert low_job["status"]["phase"] == "Succeeded", low_job["status"]
+    assert low_job["status"]["phase"] == "Succeed", low_job["status"]
     assert (high_job["status"]["phase"], high_job["status"]["reason"]) == (
         "Failed",
         "ForbiddenMigratePod",
@@ -255,11 +253,11 @@ def test_dry_run_decides_and_creates_nothing(
 
     restart_controller("dryRun: false\nevictQPS: 0\n")
     done = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        lambda: phase_is(cluster, name, "Succeed", "Failed"),
         what="the job, once dryRun is off",
         timeout=120,
     )
-    assert (done["status"]["phase"], done["status"]["status"]) == ("Succeeded", "Complete")
+    assert (done["status"]["phase"], done["status"]["status"]) == ("Succeed", "Complete")
 
 
 def test_node_fit_holds_a_job_until_another_node_fits(
@@ -289,9 +287,9 @@ def test_node_fit_holds_a_job_until_another_node_fits(
         for node in others:
             cluster.kubectl("uncordon", node)
     done = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        lambda: phase_is(cluster, name, "Succeed", "Failed"),
         what="the job, once another node fits",
         timeout=120,
     )
-    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["phase"] == "Succeed", done["status"]
     assert done["status"]["nodeName"] in others

@@ -60,6 +60,25 @@ def test_deployment_pods_are_scheduled_and_ready(cluster: Cluster, namespace: st
         assert pod["spec"]["schedulerName"] == "default-scheduler"
 
 
+def test_koord_scheduler_pods_are_scheduled_by_the_same_kube_scheduler(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.apply(
+        deployment("koord", cpu="100m", spec_extra={"schedulerName": "koord-scheduler"}),
+        namespace,
+    )
+    [pod] = cluster.wait(
+        lambda: ready_pods(cluster, namespace, "app=koord", 1), what="the koord-scheduler pod"
+    )
+    selector = f"involvedObject.name={pod['metadata']['name']},reason=Scheduled"
+    [event] = cluster.wait(
+        lambda: cluster.get("events", "-n", namespace, "--field-selector", selector)["items"],
+        what="the Scheduled event",
+    )
+    # kube-scheduler records events as the profile that scheduled the pod.
+    assert event["reportingComponent"] == "koord-scheduler"
+
+
 def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str) -> None:
     cluster.apply(deployment("web", replicas=3, cpu="100m"), namespace)
     before = cluster.wait(

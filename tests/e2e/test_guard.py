@@ -87,9 +87,7 @@ def test_a_privileged_reservation_template_gets_nothing(
         },
     )
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Failed", "Succeeded"), what="the job to end"
-    )
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed", "Succeed"), what="the job to end")
     assert job["status"]["reason"] == "ForbiddenTemplate", job["status"]
     assert field in job["status"]["message"]
     assert still_there(cluster, namespace, "web", pod["metadata"]["uid"])
@@ -114,9 +112,7 @@ def test_a_job_in_kube_system_is_refused_before_eviction(
     pod = cluster.wait(lambda: ready_pods(cluster, "kube-system", app, 1), what="the pod")[0]
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Failed", "Succeeded"), what="the job to end"
-    )
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed", "Succeed"), what="the job to end")
     assert job["status"]["reason"] == "ForbiddenMigratePod", job["status"]
     assert "kube-system" in job["status"]["message"]
     assert still_there(cluster, "kube-system", app, pod["metadata"]["uid"])
@@ -164,7 +160,7 @@ def test_an_eviction_written_through_the_status_subresource_evicts_nothing(
         "-p", json.dumps({"status": {"conditions": conditions}}),
     )  # fmt: skip
     ended = cluster.wait(
-        lambda: phase_is(cluster, name, "Failed", "Succeeded"), what="the job to end"
+        lambda: phase_is(cluster, name, "Failed", "Succeed"), what="the job to end"
     )
     assert ended["status"]["reason"] == "NotAdmitted", ended["status"]
     assert still_there(cluster, namespace, "web", pod["metadata"]["uid"])

@@ -98,11 +98,11 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
     with capsys.disabled():
         print(f"\nleader killed; standby leading after {time.monotonic() - killed:.1f}s")
     job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        lambda: phase_is(cluster, name, "Succeed", "Failed"),
         what="the standby to finish the migration",
         timeout=60,
     )
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert job["status"]["phase"] == "Succeed", job["status"]
     assert leader_pid(cluster) != first
     repeated = [reason for reason, count in Counter(events(cluster, name)).items() if count > 1]
     assert not repeated, f"steps recorded twice: {repeated}"

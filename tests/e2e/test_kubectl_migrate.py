@@ -37,7 +37,7 @@ def test_migrate_pod_to_a_node_waits_and_lands_there(cluster: Cluster, namespace
         cluster, "pod", pod["metadata"]["name"], "-n", namespace, "--to", target, "--wait"
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Succeeded" in result.stdout
+    assert "Succeed" in result.stdout
     assert "Complete" in result.stdout
     (new,) = ready_pods(cluster, namespace, "web", 1)
     assert new["spec"]["nodeName"] == target

@@ -78,11 +78,11 @@ async def test_a_migration_moves_the_controllers_counters(cluster: Cluster, name
     before = await scrape_controller(cluster)
     name, manifest = job_manifest(pod)
     await cluster.aapply(manifest)
-    await cluster.await_(lambda: phase_is(cluster, name, "Succeeded"), what="the migration")
+    await cluster.await_(lambda: phase_is(cluster, name, "Succeed"), what="the migration")
     after = await scrape_controller(cluster)
     for metric, labels in [
         ("berth_evictions_total", {"policy": "Eviction", "result": "evicted"}),
-        ("berth_jobs_finished_total", {"phase": "Succeeded"}),
+        ("berth_jobs_finished_total", {"phase": "Succeed"}),
         ("berth_job_phase_duration_seconds_count", {"phase": "Running"}),
         ("berth_job_phase_duration_seconds_count", {"phase": "Pending"}),
     ]:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from berth.api import keys
 from berth.resources import pod_requests
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
@@ -27,54 +30,160 @@ from tests.e2e.migrate import (
 
 pytestmark = pytest.mark.e2e
 
-SEEDS = Path(__file__).resolve().parents[1] / "data" / "seed_quickstart"
+SEEDS = Path(__file__).resolve().parent / "seed_quickstart"
 SEED_POD = "pod-demo-5f9b977566-c7lvk"
 
+# Seed 002, "Use PodMigrationJob > Quick Start", `kubectl get podmigrationjob
+# migrationjob-demo` and `kubectl describe podmigrationjob migrationjob-demo`, verbatim.
+SEED_GET = """\
+NAME                PHASE     STATUS     AGE   NODE     RESERVATION                            PODNAMESPACE   POD                         NEWPOD                      TTL
+migrationjob-demo   Succeed   Complete   37s   node-1   d56659ab-ba16-47a2-821d-22d6ba49258e   default        pod-demo-5f9b977566-c7lvk   pod-demo-5f9b977566-nxjdf   5m0s
+"""  # noqa: E501
+SEED_EVENTS = """\
+  Normal  ReservationCreated    8m33s  koord-descheduler  Successfully create Reservation "d56659ab-ba16-47a2-821d-22d6ba49258e"
+  Normal  ReservationScheduled  8m33s  koord-descheduler  Assigned Reservation "d56659ab-ba16-47a2-821d-22d6ba49258e" to node "node-1"
+  Normal  Evicting              8m33s  koord-descheduler  Try to evict Pod "default/pod-demo-5f9b977566-c7lvk"
+  Normal  EvictComplete         8m     koord-descheduler  Pod "default/pod-demo-5f9b977566-c7lvk" has been evicted
+  Normal  Complete              8m     koord-descheduler  Bind Pod "default/pod-demo-5f9b977566-nxjdf" in Reservation "d56659ab-ba16-47a2-821d-22d6ba49258e"
+"""  # noqa: E501
+SEED_RESERVATION = "d56659ab-ba16-47a2-821d-22d6ba49258e"
+SEED_NEW_POD = "pod-demo-5f9b977566-nxjdf"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
-def describe_events(cluster: Cluster, name: str) -> list[str]:
-    """The Reason column of `kubectl describe pmj`, top to bottom."""
+
+def describe_events(cluster: Cluster, name: str) -> list[tuple[str, str, str, str]]:
+    """Type, Reason, From and Message of each event `kubectl describe pmj` lists, top to
+    bottom (Age left out)."""
     text = cluster.kubectl("describe", "pmj", name).stdout
-    lines = text.split("Events:", 1)[1].splitlines()[3:]
-    return [line.split()[1] for line in lines if line.strip()]
+    return event_rows(text.split("Events:", 1)[1].splitlines()[3:])
 
 
-def test_seed_quick_start(cluster: Cluster) -> None:
-    deployment_yaml = (SEEDS / "pod-demo.yaml").read_text()
-    cluster.kubectl(
-        "create", "-f", "-", input=deployment_yaml.replace("koord-scheduler", "default-scheduler")
-    )
-    try:
-        old = cluster.wait(lambda: ready_pods(cluster, "default", "pod-demo", 1), what="pod-demo")[
-            0
-        ]
-        job_yaml = (SEEDS / "migrationjob-demo.yaml").read_text()
-        cluster.kubectl(
-            "create", "-f", "-", input=job_yaml.replace(SEED_POD, old["metadata"]["name"])
-        )
-        job = cluster.wait(
-            lambda: phase_is(cluster, "migrationjob-demo", "Succeeded", "Failed"),
-            what="the migration to end",
-        )
-        assert (job["status"]["phase"], job["status"]["status"]) == ("Succeeded", "Complete")
-        header, row = cluster.kubectl("get", "pmj", "migrationjob-demo").stdout.splitlines()
-        columns = dict(zip(header.split(), row.split(), strict=True))
-        assert columns["PODNAMESPACE"] == "default"
-        assert columns["POD"] == old["metadata"]["name"]
-        assert columns["RESERVATION"] == job["metadata"]["uid"]
-        new = cluster.get("pod", columns["NEWPOD"], "-n", "default")
-        assert new["spec"]["nodeName"] == columns["NODE"] != old["spec"]["nodeName"]
-        assert new["metadata"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"]
-        assert describe_events(cluster, "migrationjob-demo") == [
-            "ReservationCreated",
-            "ReservationScheduled",
-            "Evicting",
-            "EvictComplete",
-            "Complete",
-        ]
-        assert not any(leftovers(cluster, "default").values())
-    finally:
+def event_rows(lines: list[str]) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for line in lines:
+        if line.strip():
+            kind, reason, _age, source, message = line.split(maxsplit=4)
+            rows.append((kind, reason, source, message))
+    return rows
+
+
+@pytest.fixture
+def seed_quick_start(cluster: Cluster) -> Iterator[None]:
+    """The quick start's objects (the Deployment in `default`, the job) gone before and
+    after the test."""
+
+    def clean() -> None:
         cluster.kubectl("delete", "pmj", "migrationjob-demo", "--ignore-not-found")
-        cluster.kubectl("delete", "deployment", "pod-demo", "-n", "default", "--ignore-not-found")
+        cluster.kubectl(
+            "delete", "deployment", "pod-demo", "-n", "default", "--ignore-not-found",
+            "--cascade=foreground",
+        )  # fmt: skip
+        cluster.kubectl("delete", "pod", SEED_POD, "-n", "default", "--ignore-not-found")
+        cluster.wait(lambda: not pods(cluster, "default", "app=pod-demo"), what="no pod-demo")
+
+    clean()
+    yield
+    clean()
+
+
+def seed_pod_of_the_deployment(cluster: Cluster) -> dict[str, Any]:
+    """Make the quick start's Deployment own a pod named as in the seed's output.
+
+    A Deployment names its pods `<name>-<template hash>-<random>`, so the name the seed's
+    job refers to (pod-demo-5f9b977566-c7lvk) comes from another cluster. To apply both
+    documents unchanged, the Deployment is created once to learn its template hash, deleted,
+    and a pod of its template with that name and the hash label is created; the Deployment,
+    created again, then adopts that pod as its one replica (a ReplicaSet adopts the orphan
+    pods its selector matches) instead of making one."""
+    deployment_yaml = (SEEDS / "pod-demo.yaml").read_text()
+    created = cluster.kubectl("create", "-f", "-", input=deployment_yaml)
+    assert created.stdout.strip() == "deployment.apps/pod-demo created"
+    [replica_set] = cluster.wait(
+        lambda: cluster.get("replicasets", "-n", "default", "-l", "app=pod-demo")["items"],
+        what="the ReplicaSet of pod-demo",
+    )
+    template_hash = replica_set["metadata"]["labels"]["pod-template-hash"]
+    cluster.kubectl("delete", "deployment", "pod-demo", "-n", "default", "--cascade=foreground")
+    cluster.wait(lambda: not pods(cluster, "default", "app=pod-demo"), what="no pod-demo")
+    template = yaml.safe_load(deployment_yaml)["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": SEED_POD,
+            "namespace": "default",
+            "labels": {**template["metadata"]["labels"], "pod-template-hash": template_hash},
+        },
+        "spec": template["spec"],
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+    cluster.wait(lambda: ready_pods(cluster, "default", "pod-demo", 1), what=SEED_POD)
+    created = cluster.kubectl("create", "-f", "-", input=deployment_yaml)
+    assert created.stdout.strip() == "deployment.apps/pod-demo created"
+
+    def adopted() -> dict[str, Any] | None:
+        found = ready_pods(cluster, "default", "pod-demo", 1)
+        owners = found[0]["metadata"].get("ownerReferences") or [] if found else []
+        return found[0] if [o["name"] for o in owners] == [f"pod-demo-{template_hash}"] else None
+
+    old: dict[str, Any] = cluster.wait(adopted, what="the Deployment to adopt " + SEED_POD)
+    assert old["metadata"]["name"] == SEED_POD
+    return old
+
+
+@pytest.mark.usefixtures("seed_quick_start")
+def test_seed_quick_start_verbatim(cluster: Cluster) -> None:
+    """Seed 002's quick start with its two documents applied as they are: the Deployment's
+    pod is scheduled by `koord-scheduler` (a profile of Berth's kube-scheduler), the job
+    migrates it, and `kubectl get` and `kubectl describe` print what the seed shows, up to
+    what differs on every run (age, node, Reservation UID, new pod name) and the events'
+    source (Berth's controller, not koord-descheduler)."""
+    old = seed_pod_of_the_deployment(cluster)
+    assert old["spec"]["schedulerName"] == "koord-scheduler"
+    created = cluster.kubectl(
+        "create", "-f", "-", input=(SEEDS / "migrationjob-demo.yaml").read_text()
+    )
+    assert (
+        created.stdout.strip()
+        == "podmigrationjob.scheduling.koordinator.sh/migrationjob-demo created"
+    )
+    job = cluster.wait(
+        lambda: phase_is(cluster, "migrationjob-demo", "Succeed", "Failed"),
+        what="the migration to end",
+    )
+    assert (job["status"]["phase"], job["status"]["status"]) == ("Succeed", "Complete"), job
+
+    header, row = cluster.kubectl("get", "podmigrationjob", "migrationjob-demo").stdout.splitlines()
+    seed_header, seed_row = SEED_GET.splitlines()
+    assert header.split() == seed_header.split()
+    printed = dict(zip(header.split(), row.split(), strict=True))
+    reservation, node, new_pod = printed["RESERVATION"], printed["NODE"], printed["NEWPOD"]
+    this_run = {"37s": printed["AGE"], "node-1": node, SEED_RESERVATION: reservation}
+    this_run[SEED_NEW_POD] = new_pod
+    assert row.split() == [this_run.get(word, word) for word in seed_row.split()]
+
+    assert reservation == job["metadata"]["uid"]
+    assert UUID.fullmatch(reservation)
+    new = cluster.get("pod", new_pod, "-n", "default")
+    assert new["metadata"]["ownerReferences"] == old["metadata"]["ownerReferences"]
+    assert new["spec"]["schedulerName"] == "koord-scheduler"
+    assert new["spec"]["nodeName"] == node != old["spec"]["nodeName"]
+    assert json.loads(new["metadata"]["annotations"][keys.RESERVATION_ALLOCATED])["name"] == (
+        reservation
+    )
+
+    expected = [
+        (kind, reason, "berth-controller", message)
+        for kind, reason, _source, message in event_rows(SEED_EVENTS.splitlines())
+    ]
+    for seed_value, value in (
+        (SEED_RESERVATION, reservation),
+        ('"node-1"', f'"{node}"'),
+        (SEED_NEW_POD, new_pod),
+    ):
+        expected = [(k, r, s, m.replace(seed_value, value)) for k, r, s, m in expected]
+    assert describe_events(cluster, "migrationjob-demo") == expected
+    assert not any(leftovers(cluster, "default").values())
 
 
 def test_reservation_ref_uses_the_given_reservation(cluster: Cluster, namespace: str) -> None:
@@ -110,9 +219,9 @@ spec:
         )
         cluster.apply(manifest)
         job = cluster.wait(
-            lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the migration to end"
+            lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the migration to end"
         )
-        assert job["status"]["phase"] == "Succeeded", job["status"]
+        assert job["status"]["phase"] == "Succeed", job["status"]
         assert job["status"]["nodeName"] == target
         assert condition(job, "ReservationCreated") == {}
         reservations = [r["metadata"]["name"] for r in cluster.get("reservations")["items"]]
@@ -241,9 +350,7 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
         what="the competing pods to be placed or refused",
     )
     cluster.kubectl("delete", "pdb", "hold", "-n", namespace)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
     replacement = cluster.wait(
         lambda: [
             p
@@ -256,7 +363,7 @@ def contention_round(cluster: Cluster, namespace: str, *, mode: str) -> str:
     cluster.kubectl("delete", "pmj", name, "--wait=false")
     node = replacement["spec"].get("nodeName")
     if mode == "ReservationFirst":
-        assert job["status"]["phase"] == "Succeeded", job["status"]
+        assert job["status"]["phase"] == "Succeed", job["status"]
         assert job["status"]["nodeName"] == target
         assert target not in flood_nodes, "a competing pod took the reserved place"
     if node is None:

@@ -81,10 +81,10 @@ def test_controller_killed_mid_migration_is_picked_up_by_the_next_one(
         kill(cluster, "berth-controller")
     cluster.local.start_controller(name="berth-controller")
     job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"),
+        lambda: phase_is(cluster, name, "Succeed", "Failed"),
         what="the job to end after the restart",
     )
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert job["status"]["phase"] == "Succeed", job["status"]
     new = cluster.get("pod", job["status"]["podRef"]["name"], "-n", namespace)
     assert new["spec"]["nodeName"] == job["status"]["nodeName"]
     cluster.wait(
@@ -102,9 +102,7 @@ def test_webhook_down_never_blocks_pods_and_the_job_says_why(
     kill(cluster, "berth-webhook")
     name, manifest = job_manifest(pod, ttl="60s")
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
     assert (job["status"]["phase"], job["status"]["reason"]) == ("Failed", "ReservationNotUsed")
     assert "webhook" in job["status"]["message"]
     # The replacement was created anyway (failurePolicy Ignore) and runs ungated.

@@ -51,10 +51,8 @@ def test_delete_policy_deletes_even_where_a_pdb_forbids_eviction(
     )
     name, manifest = job_manifest(pod)
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    assert job["status"]["phase"] == "Succeed", job["status"]
     assert condition(job, "Eviction")["reason"] == "EvictComplete"
 
 
@@ -81,10 +79,8 @@ def test_soft_eviction_only_marks_the_pod_and_waits_for_its_removal(
     assert job_of(cluster, name)["status"]["phase"] == "Running"
     # Whoever honours soft evictions now removes the pod; the migration completes.
     cluster.kubectl("delete", "pod", pod["metadata"]["name"], "-n", namespace, "--wait=false")
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    assert job["status"]["phase"] == "Succeed", job["status"]
 
 
 async def test_delete_options_grace_period_reaches_the_pod(
@@ -112,9 +108,9 @@ async def test_delete_options_grace_period_reaches_the_pod(
     finally:
         await kube.close()
     job = await cluster.await_(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
+        lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end"
     )
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert job["status"]["phase"] == "Succeed", job["status"]
 
 
 def test_statefulset_pod_keeps_its_name_and_lands_in_its_reservation(
@@ -151,10 +147,8 @@ def test_statefulset_pod_keeps_its_name_and_lands_in_its_reservation(
     assert old["metadata"]["name"] == "db-0"
     name, manifest = job_manifest(old)
     cluster.apply(manifest)
-    job = cluster.wait(
-        lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the job to end"
-    )
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    assert job["status"]["phase"] == "Succeed", job["status"]
     new = cluster.get("pod", "db-0", "-n", namespace)
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     assert job["status"]["podRef"]["uid"] == new["metadata"]["uid"]
@@ -185,11 +179,11 @@ def test_two_migrations_of_one_deployment_get_different_reservations(
         names.append(name)
     jobs = [
         cluster.wait(
-            functools.partial(phase_is, cluster, n, "Succeeded", "Failed"), what=f"job {n} to end"
+            functools.partial(phase_is, cluster, n, "Succeed", "Failed"), what=f"job {n} to end"
         )
         for n in names
     ]
-    assert [j["status"]["phase"] for j in jobs] == ["Succeeded", "Succeeded"], [
+    assert [j["status"]["phase"] for j in jobs] == ["Succeed", "Succeed"], [
         j["status"] for j in jobs
     ]
     new_pods = [cluster.get("pod", j["status"]["podRef"]["name"], "-n", namespace) for j in jobs]

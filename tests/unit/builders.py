@@ -77,7 +77,7 @@ def job(
     *,
     pod_name: str = "web-1",
     mode: str = "ReservationFirst",
-    ttl: str = "5m",
+    ttl: str = "5m0s",  # as the controller records it (a user's `5m` is rewritten first)
     phase: str | None = "Running",
     paused: bool = False,
     conditions: list[Object] | None = None,

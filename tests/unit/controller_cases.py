@@ -105,6 +105,8 @@ def rsv_plan(
     owner: dict[str, Any] | None = None,
     strays: tuple[dict[str, Any], ...] = (),
     now: datetime = T0,
+    priority_class: dict[str, Any] | None = None,
+    priority_class_known: bool = False,
 ) -> Plan:
     return reservations.decide(
         reservations.ReservationView(
@@ -117,5 +119,7 @@ def rsv_plan(
             now=now,
             image="pause",
             strays=strays,
+            priority_class=priority_class,
+            priority_class_known=priority_class_known,
         )
     )

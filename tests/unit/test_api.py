@@ -1,6 +1,6 @@
 """The API models: the quick-start YAML round-trips, Go durations, the API's vocabulary.
 
-tests/data/seed_quickstart holds the YAML of the PodMigrationJob documentation's quick
+tests/e2e/seed_quickstart holds the YAML of the PodMigrationJob documentation's quick
 start, verbatim; every job there must read into the models and come back out unchanged,
 except that a Go duration prints in Go's canonical form (`5m` -> `5m0s`).
 """
@@ -22,6 +22,8 @@ from pydantic import ValidationError
 
 from berth.api import (
     API_VERSION,
+    SUCCEEDED_PHASES,
+    TERMINAL_PHASES,
     ConditionStatus,
     ObjectReference,
     PodMigrationJob,
@@ -35,12 +37,13 @@ from berth.api import (
     ReservationPhase,
     ReservationReason,
     format_duration,
+    go_form,
     keys,
     parse_duration,
 )
 from berth.api.duration import DURATION_PATTERN
 
-SEEDS = Path(__file__).resolve().parents[1] / "data" / "seed_quickstart"
+SEEDS = Path(__file__).resolve().parents[1] / "e2e" / "seed_quickstart"
 JOBS = sorted(SEEDS.glob("migrationjob-*.yaml"))
 MAX_GO_DURATION = timedelta(microseconds=(2**63 - 1) // 1000)
 
@@ -85,6 +88,19 @@ def test_quick_start_job_reads_as_typed_values(
         namespace="default", name="pod-demo-5f9b977566-c7lvk"
     )
     assert job.status.phase is PodMigrationJobPhase.PENDING
+
+
+@pytest.mark.parametrize("written", ["Succeed", "Succeeded"])
+def test_succeeded_reads_as_succeed(written: str) -> None:
+    """`Succeed` is the design's spelling; jobs stored by earlier Berth releases say
+    `Succeeded` and still read as succeeded."""
+    job = PodMigrationJob.model_validate(
+        {"spec": {"podRef": {"namespace": "a", "name": "b"}}, "status": {"phase": written}}
+    )
+    assert job.status.phase is PodMigrationJobPhase.SUCCEED
+    assert job.to_wire()["status"]["phase"] == "Succeed"
+    assert written in SUCCEEDED_PHASES
+    assert written in TERMINAL_PHASES
 
 
 def test_reservation_ref_and_delete_options() -> None:
@@ -229,6 +245,29 @@ def test_format_duration(value: timedelta, text: str) -> None:
     assert format_duration(value) == text
 
 
+@pytest.mark.parametrize(
+    ("text", "printed"),
+    [
+        ("5m", "5m0s"),
+        ("5m0s", "5m0s"),
+        ("1.5h", "1h30m0s"),
+        ("0", "0s"),
+        ("1500ns", "1.5µs"),  # exact: no rounding to microseconds
+        ("7ns", "7ns"),
+        ("-90s", "-1m30s"),
+    ],
+)
+def test_go_form_prints_a_duration_as_go_writes_it_back(text: str, printed: str) -> None:
+    assert go_form(text) == printed
+
+
+@given(st.from_regex(DURATION_PATTERN, fullmatch=True))
+def test_go_form_keeps_the_duration(text: str) -> None:
+    if _parse_error(text) is None:
+        assert parse_duration(go_form(text)) == parse_duration(text)
+        assert go_form(go_form(text)) == go_form(text)
+
+
 @given(st.timedeltas(min_value=-MAX_GO_DURATION, max_value=MAX_GO_DURATION))
 def test_durations_round_trip(value: timedelta) -> None:
     text = format_duration(value)
@@ -254,7 +293,7 @@ def _parse_error(text: str) -> str | None:
     ("enum", "values"),
     [
         (PodMigrationJobMode, ["ReservationFirst", "EvictDirectly"]),
-        (PodMigrationJobPhase, ["Pending", "Running", "Succeeded", "Failed", "Aborted"]),
+        (PodMigrationJobPhase, ["Pending", "Running", "Succeed", "Failed", "Aborted"]),
         (
             PodMigrationJobConditionType,
             ["ReservationCreated", "ReservationScheduled", "Preemption", "Eviction",
@@ -266,7 +305,7 @@ def _parse_error(text: str) -> str | None:
              "MissingReservation", "Preempting", "PreemptComplete", "Evicting", "FailedEvict",
              "EvictComplete", "WaitForPodBindReservation", "WaitForBoundPodReady",
              "ReservationExpired", "ReservationNotUsed", "ForbiddenMigratePod", "NotAdmitted",
-             "ForbiddenTemplate", "Complete",
+             "ForbiddenTemplate", "ForbiddenPreemption", "Complete",
              "Created", "Scheduled", "Bound", "Ready", "BlockedByPDB", "DryRun", "NodeFit",
              "RolloutInProgress", "ExpectedReplicas", "MaxMigratingPerWorkload",
              "MaxUnavailablePerWorkload", "MaxMigratingPerNode", "MaxMigratingPerNamespace",

@@ -3,6 +3,8 @@ placeholder for a Reservation."""
 
 from __future__ import annotations
 
+import pytest
+
 from berth.api import keys
 from berth.resources import parse_quantity, pod_requests
 from controller import build
@@ -132,3 +134,54 @@ def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> N
     assert ph["spec"]["terminationGracePeriodSeconds"] == 0
     assert ph["spec"]["containers"][0]["ports"] == [{"containerPort": 80, "hostPort": 8080}]
     assert ph["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_placeholder_under_a_non_preempting_class_drops_its_own_preemption_policy() -> None:
+    source = pod(node="node-0")
+    source["spec"].update(
+        priorityClassName="high", priority=1000, preemptionPolicy="PreemptLowerPriority"
+    )
+    rsv = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m")
+    rsv["metadata"]["uid"] = "uid-rsv"
+    assert build.placeholder_for(rsv, image="pause")["spec"]["priorityClassName"] == "high"
+    never = build.non_preempting_class(build.placeholder_priority(rsv, {}, 0))
+    spec = build.placeholder_for(rsv, image="pause", priority_class=never["metadata"]["name"])[
+        "spec"
+    ]
+    # Admission fills priority and preemptionPolicy (Never) from the class.
+    assert spec["priorityClassName"] == "berth-non-preempting-1000"
+    assert "priority" not in spec
+    assert "preemptionPolicy" not in spec
+    assert (never["value"], never["preemptionPolicy"], never["globalDefault"]) == (
+        1000,
+        "Never",
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("priority", "name", "value"),
+    [
+        (0, "berth-non-preempting-0", 0),
+        (-5, "berth-non-preempting-minus5", -5),
+        # System-critical pods: a class outside the system ones may go no higher.
+        (2_000_001_000, "berth-non-preempting-1000000000", 1_000_000_000),
+    ],
+)
+def test_non_preempting_class_names_its_value(priority: int, name: str, value: int) -> None:
+    never = build.non_preempting_class(priority)
+    assert (never["metadata"]["name"], never["value"]) == (name, value)
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ({"priority": 7, "priorityClassName": "high"}, 7),
+        ({"priorityClassName": "high"}, 1000),
+        ({"priorityClassName": "gone"}, 0),
+        ({}, 50),  # the global default class's value
+    ],
+)
+def test_placeholder_priority(template: dict[str, object], expected: int) -> None:
+    rsv = {"spec": {"template": {"spec": template}}}
+    assert build.placeholder_priority(rsv, {"high": 1000}, 50) == expected

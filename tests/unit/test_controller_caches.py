@@ -10,6 +10,7 @@ from berth.kube.client import Kube
 from berth.kube.informer import Informer
 from berth.resources import parse_quantity
 from berth.settings import MigrationControllerArgs
+from controller import build
 from controller.caches import Caches
 from tests.unit.builders import job, node, pod, reservation
 
@@ -65,3 +66,21 @@ async def test_a_pods_events_bring_in_the_jobs_that_migrate_it() -> None:
     added.clear()
     await watch(cache.pods, "MODIFIED", pod("web-1"))
     assert added == ["job/job-1"]
+
+
+async def test_a_reservation_view_names_the_non_preempting_class_of_its_pods_priority() -> None:
+    cache, _ = caches()
+    rsv = reservation()
+    view = cache.reservation_view(rsv)
+    assert view.priority_class is not None
+    assert view.priority_class["metadata"]["name"] == "berth-non-preempting-0"
+    assert not view.priority_class_known
+    # No priority in the template: the global default class's, as admission gives it.
+    default = {"metadata": {"name": "normal", "uid": "u1"}, "value": 10, "globalDefault": True}
+    await watch(cache.priority_classes, "ADDED", default)
+    assert cache.reservation_view(rsv).priority_class == build.non_preempting_class(10)
+    rsv["spec"]["template"]["spec"]["priority"] = 1000
+    await watch(cache.priority_classes, "ADDED", build.non_preempting_class(1000))
+    view = cache.reservation_view(rsv)
+    assert view.priority_class == build.non_preempting_class(1000)
+    assert view.priority_class_known

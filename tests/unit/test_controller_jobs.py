@@ -66,7 +66,59 @@ def test_a_job_without_a_mode_first_gets_the_default_mode_recorded(
     assert patch.patch == {"spec": {"mode": default}}
 
 
+@pytest.mark.parametrize(
+    ("ttl", "recorded"),
+    [("5m", "5m0s"), ("1.5h", "1h30m0s"), ("90s", "1m30s"), ("0", "0s"), ("1500ns", "1.5µs")],
+)
+@pytest.mark.parametrize("phase", ["Pending", "Running"])
+def test_a_ttl_is_first_recorded_as_go_prints_it(phase: str, ttl: str, recorded: str) -> None:
+    plan = view_plan(job_obj=job(phase=phase, ttl=ttl), pod_obj=pod())
+    assert kinds(plan) == ["Patch:podmigrationjobs"]
+    patch = plan.actions[0]
+    assert isinstance(patch, Patch)
+    assert patch.patch == {"spec": {"ttl": recorded}}
+
+
+def test_mode_and_ttl_are_recorded_in_one_patch() -> None:
+    modeless = job(phase="Pending", ttl="5m")
+    del modeless["spec"]["mode"]
+    patch = view_plan(job_obj=modeless, pod_obj=pod()).actions[0]
+    assert isinstance(patch, Patch)
+    assert patch.patch == {"spec": {"mode": "ReservationFirst", "ttl": "5m0s"}}
+
+
+@pytest.mark.parametrize("phase", ["Succeed", "Succeeded", "Failed", "Aborted"])
+def test_a_finished_job_keeps_its_ttl_as_written(phase: str) -> None:
+    plan = view_plan(job_obj=job(phase=phase, ttl="5m"), pod_obj=pod())
+    assert "Patch:podmigrationjobs" not in kinds(plan)
+
+
+def test_a_job_stored_as_succeeded_by_an_earlier_release_is_finished() -> None:
+    """`Succeeded` (Berth's former spelling) is terminal: the job releases what it held,
+    as a `Succeed` job does, and is never run again."""
+    held = reservation(phase="Available", node="node-1")
+    old, new = (
+        view_plan(job_obj=job(phase=phase, conditions=EVICTING), pod_obj=None, rsv=held)
+        for phase in ("Succeeded", "Succeed")
+    )
+    assert kinds(old) == kinds(new)
+    assert "Evict" not in kinds(old)
+
+
 # ----- ReservationFirst, before the eviction ----------------------------------------------
+
+
+@pytest.mark.parametrize("options", [{}, {"reservationRef": {"name": "rsv-0"}}])
+def test_preemption_options_refuse_the_job_before_anything_is_created(
+    options: dict[str, Any],
+) -> None:
+    asking = job()
+    asking["spec"]["reservationOptions"] = {**options, "preemptionOptions": {}}
+    plan = view_plan(job_obj=asking, pod_obj=pod())
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "ForbiddenPreemption")
+    assert "preemptionOptions" in status["message"]
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ForbiddenPreemption"]
 
 
 def test_running_job_creates_its_reservation_and_records_it() -> None:
@@ -378,7 +430,7 @@ def test_evict_directly_evicts_then_succeeds_when_the_pod_is_gone() -> None:
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:Evicting", "Evict"]
     direct["status"]["conditions"] = EVICTING
     done = view_plan(job_obj=direct, pod_obj=None)
-    assert (status_of(done)["phase"], status_of(done)["status"]) == ("Succeeded", "Complete")
+    assert (status_of(done)["phase"], status_of(done)["status"]) == ("Succeed", "Complete")
 
 
 # ----- ReservationFirst, after the eviction -----------------------------------------------
@@ -393,7 +445,7 @@ def test_bound_and_ready_owner_completes_the_job() -> None:
         owner=new,
     )
     status = status_of(plan)
-    assert (status["phase"], status["status"]) == ("Succeeded", "Complete")
+    assert (status["phase"], status["status"]) == ("Succeed", "Complete")
     assert status["podRef"]["name"] == "web-2"
     assert cond(status, "PodBoundReservation")["status"] == "True"
     assert cond(status, "BoundPodReady")["status"] == "True"

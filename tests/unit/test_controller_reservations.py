@@ -9,7 +9,7 @@ import pytest
 
 from berth.api import keys
 from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
-from controller import reservations
+from controller import build, reservations
 from controller.actions import Create, Delete, Event, Patch, Record, UpdateStatus
 from tests.unit.builders import later, placeholder, pod, reservation
 from tests.unit.controller_cases import (
@@ -68,6 +68,20 @@ def test_a_stray_never_makes_the_reservation_available() -> None:
     statuses = [a.obj["status"] for a in plan.actions if isinstance(a, UpdateStatus)]
     assert statuses
     assert all(status["phase"] == "Pending" for status in statuses)
+
+
+def test_a_placeholder_runs_under_its_non_preempting_class_created_first() -> None:
+    never = build.non_preempting_class(1000)
+    plan = rsv_plan(reservation(), priority_class=never)
+    assert kinds(plan) == ["Create:priorityclasses", "Create:pods"]
+    create_class, create_pod = plan.actions
+    assert isinstance(create_class, Create)
+    assert isinstance(create_pod, Create)
+    assert create_class.body == never
+    assert create_pod.body["spec"]["priorityClassName"] == "berth-non-preempting-1000"
+    # Once the caches hold the class, only the placeholder is created.
+    known = rsv_plan(reservation(), priority_class=never, priority_class_known=True)
+    assert kinds(known) == ["Create:pods"]
 
 
 def test_reservation_without_template_namespace_places_its_placeholder_by_its_owner() -> None:

@@ -192,6 +192,7 @@ def test_conditions_are_a_map_by_type(file: str) -> None:
     [
         (PMJ_FILE, ".spec.paused", False),
         (PMJ_FILE, ".status.phase", "Pending"),
+        (PMJ_FILE, ".status", {}),  # so a job reads as Pending before the controller writes
         (RESERVATION_FILE, ".spec.allocateOnce", True),
         (RESERVATION_FILE, ".status.phase", "Pending"),
     ],
@@ -235,7 +236,7 @@ def test_every_rule_message_names_its_field(file: str) -> None:
         (PMJ_FILE, ".spec.reservationOptions.reservationRef", ["reservationRef.name is required"]),
         (PMJ_FILE, ".spec.reservationOptions.template.spec", ["set ttl or expires, not both"]),
         (PMJ_FILE, ".status.phase",
-         ["phase cannot change once it is Succeeded, Failed or Aborted"]),
+         ["phase cannot change once it is Succeed, Failed or Aborted"]),
         (RESERVATION_FILE, ".spec",
          ["set ttl or expires, not both", "template is required",
           "owners must list at least one owner"]),

@@ -34,10 +34,13 @@ def test_token_kubeconfig_authenticates_with_the_token_alone() -> None:
 def test_scheduler_config_lists_extenders_only_when_given() -> None:
     plain = render.scheduler_config(kubeconfig_path=Path("/k"))
     assert "extenders" not in plain
-    assert plain["profiles"] == [{"schedulerName": "default-scheduler"}]
+    assert plain["profiles"] == [
+        {"schedulerName": "default-scheduler"},
+        {"schedulerName": "koord-scheduler"},
+    ]
     extender = {"urlPrefix": "http://127.0.0.1:1", "filterVerb": "filter"}
     with_extender = render.scheduler_config(
-        kubeconfig_path=Path("/k"), scheduler_name="x", extenders=[extender]
+        kubeconfig_path=Path("/k"), scheduler_names=["x"], extenders=[extender]
     )
     assert with_extender["extenders"] == [extender]
     assert with_extender["profiles"] == [{"schedulerName": "x"}]

@@ -102,7 +102,7 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("apps", "deployments"): READ,
         ("apps", "statefulsets"): READ,
         ("policy", "poddisruptionbudgets"): READ,
-        ("scheduling.k8s.io", "priorityclasses"): READ,
+        ("scheduling.k8s.io", "priorityclasses"): READ | {"create"},
         ("", "events"): {"create"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update"},
         ("", "secrets"): {"get", "create"},

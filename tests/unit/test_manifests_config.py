@@ -15,6 +15,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from berth.settings import DEFAULT_SCHEDULER_NAMES
 from tests.unit.manifests import (
     MANIFESTS,
     NAMESPACE,
@@ -63,8 +64,8 @@ def test_controller_config_writes_out_every_key_with_the_design_defaults() -> No
     assert set(config) == SEED_KEYS | BERTH_KEYS
     assert set(config["namespaces"]) == {"include", "exclude"}
     assert set(config["arbitrationArgs"]) == {"enabled", "interval"}
-    # Where the design departs from the seeds: a vanilla scheduler.
-    assert config["schedulerNames"] == ["default-scheduler"]
+    # Where the design departs from the seeds: a vanilla scheduler, with both names.
+    assert config["schedulerNames"] == ["default-scheduler", "koord-scheduler"]
     assert config["defaultJobMode"] == "ReservationFirst"
     assert config["dryRun"] is False
 
@@ -245,6 +246,13 @@ def test_scheduler_config_calls_the_extender_service() -> None:
     assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     assert url.port == service["spec"]["ports"][0]["port"]
     assert extender["tlsConfig"].keys() == {"caData"}
+
+
+def test_scheduler_config_runs_a_profile_per_default_scheduler_name() -> None:
+    config = yaml.safe_load((SCHEDULER / "kube-scheduler-config.yaml").read_text())
+    # Same plugins in each (the defaults): kube-scheduler gives the extenders to every profile.
+    assert config["profiles"] == [{"schedulerName": name} for name in DEFAULT_SCHEDULER_NAMES]
+    assert DEFAULT_SCHEDULER_NAMES == ("default-scheduler", "koord-scheduler")
 
 
 # --- image ------------------------------------------------------------------

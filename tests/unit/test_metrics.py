@@ -70,8 +70,10 @@ def test_jobs_by_phase_counts_every_phase_and_a_job_without_status_as_pending() 
     metrics.observe_jobs(jobs)
     assert {
         phase: sample("berth_jobs", phase=phase)
-        for phase in ("Pending", "Running", "Succeeded", "Failed", "Aborted")
-    } == {"Pending": 2, "Running": 1, "Succeeded": 0, "Failed": 1, "Aborted": 0}
+        for phase in ("Pending", "Running", "Succeed", "Failed", "Aborted")
+    } == {"Pending": 2, "Running": 1, "Succeed": 0, "Failed": 1, "Aborted": 0}
+    metrics.observe_jobs([job("e", phase="Succeed"), job("f", phase="Succeeded")])
+    assert sample("berth_jobs", phase="Succeed") == 2  # Succeeded: earlier releases' spelling
     metrics.observe_jobs(jobs[2:3])
     assert sample("berth_jobs", phase="Pending") == 0
     assert sample("berth_jobs", phase="Running") == 1
@@ -131,8 +133,8 @@ def finished(phase: str, reason: str) -> dict[str, float]:
         ),
         pytest.param(
             job(conditions=STARTED),
-            job(phase="Succeeded", conditions=STARTED),
-            timed("Running", 30) | finished("Succeeded", ""),
+            job(phase="Succeed", conditions=STARTED),
+            timed("Running", 30) | finished("Succeed", ""),
             id="succeeded: time since the first step",
         ),
         pytest.param(

@@ -43,7 +43,8 @@ SEED_TABLE: list[tuple[str, Any]] = [
     ("objectLimiters", None),
     ("defaultJobMode", "ReservationFirst"),
     ("defaultJobTTL", "5m"),
-    ("schedulerNames", ["default-scheduler"]),  # Berth's one change: ["koord-scheduler"] there
+    # Berth's one change (["koord-scheduler"] there): the two profiles of its kube-scheduler
+    ("schedulerNames", ["default-scheduler", "koord-scheduler"]),
     ("evictQPS", 10),
     ("evictBurst", 1),
     ("evictionPolicy", "Eviction"),

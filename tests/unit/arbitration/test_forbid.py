@@ -132,9 +132,9 @@ NEVER = str(keys.EVICTION_COST_NEVER)
             id="namespaces.exclude",
         ),
         pytest.param(
-            tweak(spec__schedulerName="koord-scheduler"),
+            tweak(spec__schedulerName="volcano"),
             {},
-            "pod's scheduler koord-scheduler is not in schedulerNames (default-scheduler)",
+            "pod's scheduler volcano is not in schedulerNames (default-scheduler, koord-scheduler)",
             id="schedulerNames",
         ),
     ],
@@ -190,8 +190,11 @@ def test_forbidden_pods_fail(change: Tweak, args: dict[str, Any], message: str) 
         ),
         pytest.param(tweak(), {"namespaces": {"include": ["default"]}}, id="namespaces.include"),
         pytest.param(
-            tweak(spec__schedulerName="koord-scheduler"),
-            {"schedulerNames": ["default-scheduler", "koord-scheduler"]},
+            tweak(spec__schedulerName="koord-scheduler"), {}, id="koord-scheduler by default"
+        ),
+        pytest.param(
+            tweak(spec__schedulerName="volcano"),
+            {"schedulerNames": ["default-scheduler", "volcano"]},
             id="schedulerNames lists it",
         ),
         pytest.param(annotate({keys.EVICTION_COST: "100"}), {}, id="finite eviction cost"),
@@ -205,5 +208,5 @@ def test_pods_the_configuration_allows_are_admitted(change: Tweak, args: dict[st
 
 
 def test_evict_directly_needs_no_reservation_scheduler() -> None:
-    target = tweaked(pods_of()[0], tweak(spec__schedulerName="koord-scheduler"))
+    target = tweaked(pods_of()[0], tweak(spec__schedulerName="volcano"))
     assert one(target, mode="EvictDirectly").verdict == "admit"

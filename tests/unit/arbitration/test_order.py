@@ -98,7 +98,7 @@ def test_sort_order(first: Tweak, second: Tweak, setting: dict[str, str]) -> Non
     if "failed" in setting:
         history.append(running("old-1", a, phase="Failed"))
     if "migrated" in setting:
-        history.append(running("old-2", others[0], phase="Succeeded"))
+        history.append(running("old-2", others[0], phase="Succeed"))
     if "migrating" in setting:
         in_flight.append(running("run-1", others[1]))
         in_flight[0]["metadata"]["annotations"][keys.SOURCE_NODE] = "node-9"
