@@ -72,8 +72,14 @@ class ReservationView:
     """The pod recorded in status.currentOwners, if it still exists."""
     now: datetime
     image: str
-from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
-from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
+    strays: tuple[Object, ...] = ()
+    """Pods, not terminating, whose controller reference names it but that are not its
+    placeholder."""
+    priority_class: Object | None = None
+    """The non-preempting PriorityClass its placeholder runs under
+    (`build.non_preempting_class`); None keeps the pod's own class."""
+    priority_class_known: bool = False
+    """Whether the caches hold `priority_class` already (else it is created first)."""
 
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
