@@ -158,6 +158,33 @@ def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
     assert kinds(go)[-1] == "Evict"
 
 
+def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> None:
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    unopened = reservation(phase="Available", node="node-1")
+    plan = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=unopened, labelled=False)
+    assert plan.actions == []
+    assert plan.requeue_after
+    opened = reservation(
+        phase="Available",
+        node="node-1",
+        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"},
+    )
+    # Opened, settled, but the label is gone: no eviction until it is back.
+    plan = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(5), labelled=False)
+    assert plan.actions == []
+    go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(5), labelled=True)
+    assert kinds(go)[-1] == "Evict"
+
+
 def test_paused_job_waits_with_its_reservation() -> None:
     plan = view_plan(
         job_obj=job(paused=True), pod_obj=pod(), rsv=reservation(phase="Available", node="node-1")
