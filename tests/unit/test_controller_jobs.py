@@ -372,6 +372,38 @@ def test_ttl_after_eviction_fails_and_says_what_happened() -> None:
     assert "after the pod was evicted" in status["message"]
 
 
+def test_a_replacement_the_scheduler_refuses_is_reported_until_the_ttl() -> None:
+    owner = pod("web-2", node=None)
+    owner["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu.",
+            }
+        ],
+    }
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    waiting = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner))
+    bound = cond(waiting, "PodBoundReservation")
+    assert (bound["status"], bound["reason"]) == ("False", "WaitForPodBindReservation")
+    assert "web-2 does not fit on node-1" in bound["message"]
+    assert "3 Insufficient cpu" in bound["message"]
+    ended = status_of(
+        view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner, now=later(301))
+    )
+    assert (ended["phase"], ended["reason"]) == ("Failed", "Timeout")
+    assert "3 Insufficient cpu" in ended["message"]
+    # Just ungated, not tried yet: its condition still says it was gated.
+    owner["status"]["conditions"][0].update(
+        reason="SchedulingGated", message="Scheduling is blocked due to non-empty scheduling gates"
+    )
+    plain = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner))
+    assert "waiting for a replacement pod" in cond(plain, "PodBoundReservation")["message"]
+
+
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
     evicting = [
         *EVICTING,
