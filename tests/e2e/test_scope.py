@@ -336,16 +336,14 @@ def high_priority(cluster: Cluster) -> Iterator[str]:
         yield name
 
 
-async def test_a_pod_of_higher_priority_takes_a_place_in_handover_and_the_job_says_so(
+async def test_a_pod_of_higher_priority_and_a_place_in_handover(
     cluster: Cluster, namespace: str, scope: Scope, high_priority: str
 ) -> None:
     """The hole of the default scope: the scheduler counts a nominated pod only against
     pods of equal or lower priority. A pod of higher priority that fits takes the place
     the placeholder left; the replacement stays Pending, the job reports why until its
-    TTL, then fails, and nothing stays gated. (In the strict scope the extender refuses
-    it the place: tests/e2e/test_extender.py.)"""
-    if scope == Scope.STRICT:
-        pytest.skip("the strict scope's extender keeps the place from any priority")
+    TTL, then fails, and nothing stays gated. In the strict scope the extender refuses
+    that pod the place, and the migration completes."""
     # The pod to migrate runs on node-0; node-1 has exactly the Reservation's 3 CPU.
     pinned = {"nodeSelector": {"kubernetes.io/hostname": "node-0"}}
     await cluster.aapply(deployment("web", spec_extra=pinned), namespace)
@@ -366,27 +364,56 @@ async def test_a_pod_of_higher_priority_takes_a_place_in_handover_and_the_job_sa
         await cluster.aapply(
             json.dumps(pod("vip", cpu="3", priority_class=high_priority)), namespace
         )
-        node = await cluster.await_(
-            lambda: bound_node(cluster, namespace, "vip"), what="the pod of higher priority"
-        )
-        assert node == "node-1"
-        await lift(cluster, namespace, "owner")
-
-        def reported() -> dict[str, Any] | None:
-            bound = condition(job_of(cluster, name), "PodBoundReservation")
-            return bound if "does not fit on node-1" in bound.get("message", "") else None
-
-        waiting = await cluster.await_(reported, what="the job to report the replacement")
-        assert waiting["reason"] == "WaitForPodBindReservation"
-        assert "Insufficient cpu" in waiting["message"]
-        job = await cluster.await_(
-            lambda: phase_is(cluster, name, "Succeeded", "Failed"),
-            what="the job's TTL",
-            timeout=90,
-        )
-        assert (job["status"]["phase"], job["status"]["reason"]) == ("Failed", "Timeout")
-        assert "does not fit on node-1" in job["status"]["message"]
-        assert await asyncio.to_thread(bound_node, cluster, namespace, "owner") is None
+        if scope == Scope.STRICT:
+            await place_kept_from_any_priority(cluster, namespace, name, reservation)
+        else:
+            await place_taken_and_job_reports_it(cluster, namespace, name)
     finally:
         await cluster.akubectl("delete", "reservation", reservation, check=False)
     assert not any(leftovers(cluster, namespace).values())
+
+
+async def place_taken_and_job_reports_it(cluster: Cluster, namespace: str, job: str) -> None:
+    node = await cluster.await_(
+        lambda: bound_node(cluster, namespace, "vip"), what="the pod of higher priority"
+    )
+    assert node == "node-1"
+    await lift(cluster, namespace, "owner")
+
+    def reported() -> dict[str, Any] | None:
+        bound = condition(job_of(cluster, job), "PodBoundReservation")
+        return bound if "does not fit on node-1" in bound.get("message", "") else None
+
+    waiting = await cluster.await_(reported, what="the job to report the replacement")
+    assert waiting["reason"] == "WaitForPodBindReservation"
+    assert "Insufficient cpu" in waiting["message"]
+    ended = await cluster.await_(
+        lambda: phase_is(cluster, job, "Succeeded", "Failed"), what="the job's TTL", timeout=90
+    )
+    assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "Timeout")
+    assert "does not fit on node-1" in ended["status"]["message"]
+    assert await asyncio.to_thread(bound_node, cluster, namespace, "owner") is None
+
+
+async def place_kept_from_any_priority(
+    cluster: Cluster, namespace: str, job: str, reservation: str
+) -> None:
+    reason = f"held for Reservation {reservation} in handover"
+
+    def refused() -> bool:
+        events = cluster.get("events", "-n", namespace, "--field-selector=involvedObject.name=vip")[
+            "items"
+        ]
+        return any(e["reason"] == "FailedScheduling" and reason in e["message"] for e in events)
+
+    await cluster.await_(refused, what="the extender to refuse the pod the place")
+    await lift(cluster, namespace, "owner")
+    node = await cluster.await_(
+        lambda: bound_node(cluster, namespace, "owner"), what="the owner to be bound"
+    )
+    assert node == "node-1"
+    ended = await cluster.await_(
+        lambda: phase_is(cluster, job, "Succeeded", "Failed"), what="the migration"
+    )
+    assert ended["status"]["phase"] == "Succeeded", ended["status"]
+    assert await asyncio.to_thread(bound_node, cluster, namespace, "vip") is None
