@@ -99,8 +99,8 @@ ARBITRATION_ROUND_DURATION = Histogram(
 
 RECONCILE_ERRORS = Counter(
     "berth_reconcile_errors_total",
-    "Reconcile passes that failed, by the kind of object: job (PodMigrationJob) or rsv "
-    "(Reservation).",
+    "Reconcile passes that failed, by the kind of object: job (PodMigrationJob), rsv "
+    "(Reservation) or ns (a namespace's berth.sh/migrating label).",
     ["kind"],
 )
 

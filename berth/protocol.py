@@ -13,16 +13,22 @@ written on the objects themselves and read back with these functions:
    `berth.sh/reservation=R` (for people and selectors only). Reservations are written
    only by Berth, so the record is the controller's word. When the placeholder is bound,
    R is Available on that node.
-2. Just before evicting, the controller annotates R `berth.sh/consumable: "true"`.
+2. Just before evicting, the controller labels R's namespace `berth.sh/migrating: "true"`
+   (the webhook's namespaceSelector requires it) and annotates R
+   `berth.sh/consumable: "true"`.
 3. The webhook, on a matching pod CREATE, writes a fresh token into R's `berth.sh/claim`
    (conditional on R's resourceVersion, so one pod wins) and the same token on the pod,
-   with the scheduling gate and a required node affinity to R's node.
+   with the scheduling gate, a required node affinity to R's node and Berth's extended
+   resource (so that kube-scheduler asks the extender about it).
 4. The controller finds the gated pod carrying R's token, and if it is the only one and
    a pod of R's owner workload in R's namespace, records it in `R.status.currentOwners`,
-   deletes the placeholder, and once it is gone removes the gate. A claim no acceptable
-   pod takes within `CLAIM_BOUND` is released for another replacement.
-5. The extender lets R's recorded owner (and no other pod) use R's node, and keeps R's
-   capacity for it between the placeholder's deletion and the owner's binding.
+   sets its `status.nominatedNodeName` to R's node, deletes the placeholder, and once it
+   is gone removes the gate. A claim no acceptable pod takes within `CLAIM_BOUND` is
+   released for another replacement.
+5. kube-scheduler keeps R's capacity for the nominated owner from pods of equal or lower
+   priority between the placeholder's deletion and the owner's binding; the extender
+   lets R's recorded owner (and no other pod) use R's node, and, for the pods it is
+   asked about (every pod in the strict scope), keeps R's capacity for it too.
 
 Objects are the API server's dicts; these functions are pure.
 """

@@ -4,7 +4,9 @@ A placeholder must hold exactly what the scheduler will charge for the pod it st
 for, and the extender must charge pods the same way, so both use `pod_requests`, which
 follows kube-scheduler's rules: init containers run one at a time, restartable init
 containers (sidecars) keep running beside the app, pod overhead is added, and pod-level
-resources, where set, replace the container sum.
+resources, where set, replace the container sum. Berth's own extended resource
+(`keys.RESERVATION_RESOURCE`) is no capacity: the scheduler is configured to ignore it, and
+so is this math.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from berth.api import keys
 
 Resources = dict[str, Decimal]
 
@@ -123,6 +127,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
             if name in {"cpu", "memory", "hugepages-1Gi", "hugepages-2Mi"}
         }
     )
+    requests.pop(keys.RESERVATION_RESOURCE, None)
     return add(requests, parse_resources(spec.get("overhead")))
 
 

@@ -26,7 +26,7 @@ from berth.settings import MigrationControllerArgs
 from controller.admission import Admission
 from controller.caches import Caches
 from controller.executor import Executor
-from controller.queue import WorkQueue, job_key, reservation_key
+from controller.queue import WorkQueue, job_key, namespace_key, reservation_key
 from controller.reconcile import Reconciler, work
 from controller.signing import admission_key
 
@@ -60,6 +60,13 @@ class Controller:
                 self.queue.add(job_key(job["metadata"]["name"]))
             for reservation in self.caches.reservations.values():
                 self.queue.add(reservation_key(reservation["metadata"]["name"]))
+            # Which namespaces must carry berth.sh/migrating, from what the API server
+            # holds: those with Reservations, and those labelled (by an earlier leader).
+            for name in {
+                *self.caches.reservations.indexes["namespace"],
+                *self.caches.labelled_namespaces(),
+            }:
+                self.queue.add(namespace_key(name))
             tasks += [
                 asyncio.create_task(work(self.queue, self.reconciler.reconcile))
                 for _ in range(self.args.max_concurrent_reconciles)

@@ -123,9 +123,15 @@ def _containers_for_requests(spec: Mapping[str, Any]) -> Object:
 
     def strip(container: Mapping[str, Any]) -> Object:
         kept: Object = {"name": container["name"]}
-        requests = (container.get("resources") or {}).get("requests")
+        requests = {
+            name: value
+            for name, value in ((container.get("resources") or {}).get("requests") or {}).items()
+            # A pod bound to an earlier Reservation carries Berth's marker, which holds no
+            # capacity: the placeholder gets its own.
+            if name != keys.RESERVATION_RESOURCE
+        }
         if requests:
-            kept["resources"] = {"requests": dict(requests)}
+            kept["resources"] = {"requests": requests}
         ports = [p for p in container.get("ports") or [] if p.get("hostPort")]
         if ports:
             kept["ports"] = ports
@@ -244,7 +250,13 @@ def placeholder_for(
     container: Object = {
         "name": "reserve",
         "image": image,
-        "resources": {"requests": requests} if requests else {},
+        # Berth's marker makes kube-scheduler call the extender for this pod (and only
+        # Berth's pods carry it); requests and limits equal, as the API requires of an
+        # extended resource.
+        "resources": {
+            "requests": {**requests, keys.RESERVATION_RESOURCE: "1"},
+            "limits": {keys.RESERVATION_RESOURCE: "1"},
+        },
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

@@ -16,6 +16,7 @@ from berth import protocol
 from berth.api import keys
 from berth.kube.client import (
     DEPLOYMENTS,
+    NAMESPACES,
     NODES,
     PDBS,
     PODMIGRATIONJOBS,
@@ -31,8 +32,9 @@ from berth.kube.informer import IndexFunc, Informer, object_key
 from berth.ledger import Ledger
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
-from controller import build, jobs, reservations
-from controller.queue import job_key, reservation_key
+from controller import build, jobs, namespaces, reservations
+from controller.actions import Plan
+from controller.queue import job_key, namespace_key, reservation_key
 
 Object = dict[str, Any]
 
@@ -66,6 +68,8 @@ class Caches:
             indexes={
                 "claim": lambda r: _single(protocol.claim_of(r)),
                 "job": lambda r: _single(protocol.annotations_of(r).get(keys.JOB)),
+                # Where its replacement pod is created.
+                "namespace": lambda r: [protocol.placeholder_namespace(r)],
             },
             handler=self._on_reservation,
         )
@@ -89,6 +93,7 @@ class Caches:
         self.pdbs = Informer(kube, PDBS)
         self.nodes = Informer(kube, NODES, handler=self._on_node)
         self.priority_classes = Informer(kube, PRIORITYCLASSES)
+        self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace)
         self.ledger = Ledger() if args.node_fit else None
         """Free capacity per node, kept up to date by the watches; only nodeFit reads it."""
         self.informers = [
@@ -101,8 +106,15 @@ class Caches:
             self.pdbs,
             self.nodes,
             self.priority_classes,
+            self.namespaces,
         ]
-        self._by_plural = {informer.resource.plural: informer for informer in self.informers}
+        # Not namespaces: a job acts on the berth.sh/migrating label only once the watch
+        # shows it, never on the controller's own write (`controller.namespaces`).
+        self._by_plural = {
+            informer.resource.plural: informer
+            for informer in self.informers
+            if informer is not self.namespaces
+        }
 
     def synced(self) -> bool:
         return all(informer.synced.is_set() for informer in self.informers)
@@ -128,6 +140,20 @@ class Caches:
         if self.ledger is not None:
             self.ledger.on_reservation(kind, reservation)
         self._enqueue_reservation(reservation)
+        # Its namespace may need the label now, or no longer.
+        self.enqueue(namespace_key(protocol.placeholder_namespace(reservation)))
+
+    def _on_namespace(self, _kind: str, namespace: Object) -> None:
+        """A namespace Berth labelled, or one where Reservations wait: its label is looked
+        at again, and the jobs of those Reservations see it."""
+        name = namespace["metadata"]["name"]
+        waiting = self.reservations.by_index("namespace", name)
+        if waiting or keys.MIGRATING_LABEL in protocol.labels_of(namespace):
+            self.enqueue(namespace_key(name))
+        for reservation in waiting:
+            job = protocol.annotations_of(reservation).get(keys.JOB)
+            if job:
+                self.enqueue(job_key(job))
 
     def _on_pod(self, kind: str, pod: Object) -> None:
         if self.ledger is not None:
@@ -153,6 +179,20 @@ class Caches:
             self.enqueue(job_key(job))
 
     # ----- views ----------------------------------------------------------------------
+
+    def labelled_namespaces(self) -> list[str]:
+        """Namespaces that carry the berth.sh/migrating label, whoever wrote it."""
+        return [
+            name
+            for name, namespace in self.namespaces.store.items()
+            if keys.MIGRATING_LABEL in protocol.labels_of(namespace)
+        ]
+
+    def namespace_plan(self, name: str) -> Plan:
+        """The label's next step on namespace `name` (`controller.namespaces`)."""
+        return namespaces.decide(
+            self.namespaces.get(name), self.reservations.by_index("namespace", name)
+        )
 
     def pod_by_uid(self, uid: str) -> Object | None:
         found = self.pods.by_index("uid", uid)
@@ -249,6 +289,10 @@ class Caches:
             job=job,
             pod=pod,
             reservation=reservation,
+            namespace_labelled=reservation is not None
+            and namespaces.is_labelled(
+                self.namespaces.get(protocol.placeholder_namespace(reservation))
+            ),
             owner=self.owner(reservation),
             workload_uid=self.workload_uid(pod),
             now=datetime.now(UTC),

@@ -1,8 +1,8 @@
 """The work queue: the keys of the objects the controller must look at again.
 
-A key names an object, never an event (`job/<name>` or `rsv/<name>`): the reconcile reads
-the latest state of the object whatever made the key come in, so adding a key that
-already waits changes nothing.
+A key names an object, never an event (`job/<name>`, `rsv/<name>` or `ns/<name>`): the
+reconcile reads the latest state of the object whatever made the key come in, so adding a
+key that already waits changes nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 
 JOB = "job"
 RESERVATION = "rsv"
+NAMESPACE = "ns"
 
 BACKOFF_BASE = 2.0
 """A key whose pass raised waits this, doubled with each failure in a row..."""
@@ -26,8 +27,12 @@ def reservation_key(name: str) -> str:
     return f"{RESERVATION}/{name}"
 
 
+def namespace_key(name: str) -> str:
+    return f"{NAMESPACE}/{name}"
+
+
 def split(key: str) -> tuple[str, str]:
-    """`(kind, name)` of a key: kind is JOB or RESERVATION."""
+    """`(kind, name)` of a key: kind is JOB, RESERVATION or NAMESPACE."""
     kind, name = key.split("/", 1)
     return kind, name
 

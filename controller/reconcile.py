@@ -1,9 +1,9 @@
 """Reconcile: one pass over the object a key names, and the workers that run the passes.
 
 A pass reads the object and what it depends on from the caches, asks the pure decision
-(`controller.jobs` or `controller.reservations`) for a plan, runs the plan, and says when
-to look again. Nothing is kept between passes: a restarted controller picks up every
-object where the API server shows it.
+(`controller.jobs`, `controller.reservations` or `controller.namespaces`) for a plan, runs
+the plan, and says when to look again. Nothing is kept between passes: a restarted
+controller picks up every object where the API server shows it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from controller import jobs, reservations
 from controller.actions import Plan, UpdateStatus
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
-from controller.queue import RESERVATION, WorkQueue, split
+from controller.queue import NAMESPACE, RESERVATION, WorkQueue, split
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,10 @@ class Reconciler:
         """One pass over the object `key` names. Returns the seconds after which to look
         again if nothing else happens, or None to wait for the next event about it."""
         kind, name = split(key)
-        ran = await (self._reservation(name) if kind == RESERVATION else self._job(name))
+        if kind == NAMESPACE:
+            ran = await self._namespace(name)
+        else:
+            ran = await (self._reservation(name) if kind == RESERVATION else self._job(name))
         if ran is None:  # the object is gone
             return None
         plan, outcome = ran
@@ -53,6 +56,12 @@ class Reconciler:
         if reservation is None:
             return None
         plan = reservations.decide(self.caches.reservation_view(reservation))
+        return plan, await self.executor.run(plan)
+
+    async def _namespace(self, name: str) -> tuple[Plan, Outcome] | None:
+        if self.caches.namespaces.get(name) is None:
+            return None
+        plan = self.caches.namespace_plan(name)
         return plan, await self.executor.run(plan)
 
     async def _job(self, name: str) -> tuple[Plan, Outcome] | None:

@@ -8,10 +8,11 @@ creation and the record, or a pod made to pass for one). Strays are deleted, wit
 UID as precondition and a Warning event on them: they hold nothing for the Reservation,
 and every component counts them as the ordinary pods they are until they are gone. Available: the
 placeholder is bound to a node, so that capacity is held. Then the handover (see
-berth.protocol): the pod that claimed it is recorded as owner, the placeholder is
-deleted, and once it is gone the owner's scheduling gate is removed. Succeeded: the
-owner is bound to the node. Failed: expired or released; its placeholder is deleted
-and any pod still gated on it is let go, so no pod ever stays gated on a dead Reservation.
+berth.protocol and `handover_step`): the pod that claimed it is recorded as owner, the
+owner is nominated to the node, the placeholder is deleted, and once it is gone the
+owner's scheduling gate is removed. Succeeded: the owner is bound to the node. Failed:
+expired or released; its placeholder is deleted and any pod still gated on it is let go,
+so no pod ever stays gated on a dead Reservation.
 
 A claim token is no credential: a pod may carry one copied from the Reservation or from
 another pod. The claimer is recorded only if it is the one pod carrying the token, in the
@@ -30,6 +31,7 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from berth import protocol
@@ -312,8 +314,74 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     return plan.again_in(_seconds_until(view))
 
 
+class Step(StrEnum):
+    """The next step of a handover, for an owner recorded but not bound yet."""
+
+    NOMINATE = "nominate"
+    """Set the owner's status.nominatedNodeName to the node, and see it written."""
+    FREE = "free"
+    """Delete the placeholder (the owner is nominated), and see it gone."""
+    UNGATE = "ungate"
+    """Remove Berth's gate: the placeholder is gone, the owner nominated."""
+    NOMINATE_AND_UNGATE = "nominate-and-ungate"
+    """The placeholder is gone but the owner is not nominated (a handover begun by a
+    Berth without this step): nominate, then ungate, in that order."""
+    RENOMINATE = "renominate"
+    """Ungated, unbound, and no longer nominated: the scheduler clears the nomination of
+    a pod that fails to fit, which it may try once before its cache shows the placeholder
+    gone. Nominate it again."""
+    WAIT = "wait"
+    """Nothing to do until the scheduler binds the owner."""
+
+
+def handover_step(*, placeholder: bool, nominated: bool, gated: bool) -> Step:
+    """What to do next for an unbound owner, given whether the placeholder still exists,
+    whether the owner is nominated to the Reservation's node and whether it is gated.
+
+    The order comes from kube-scheduler (v1.36) itself:
+
+    - Pods other than Berth's never reach the extender (managedResources), so once the
+      placeholder is gone nothing but the scheduler's own accounting keeps them off the
+      node. It counts a pending pod's nominatedNodeName against pods of equal or lower
+      priority (framework/runtime/framework.go, addGENominatedPods). So the owner is
+      nominated before the placeholder goes.
+    - The nominator takes a nomination written by someone else from the pod's update
+      event, gated or not (backend/queue/scheduling_queue.go, PriorityQueue.Update, the
+      unschedulablePods branch, UpdateNominatedPod); a gated pod seen first by a starting
+      scheduler is not nominated until its next update (moveToActiveQ returns before
+      nominator.addNominatedPod for a gated pod), and the ungating is that update.
+    - The gate comes off only once the placeholder is gone: a nominated pod that fails to
+      fit, with no preemption victims, loses its nomination (framework/preemption/
+      preemption.go, Evaluator.Preempt, NewPostFilterResultWithNominatedNode("")), and one
+      that fits after preempting could evict a pod of lower priority from the node that is
+      only full because of its own placeholder.
+    """
+    if placeholder:
+        return Step.FREE if nominated else Step.NOMINATE
+    if gated:
+        return Step.UNGATE if nominated else Step.NOMINATE_AND_UNGATE
+    return Step.WAIT if nominated else Step.RENOMINATE
+
+
+def nominate(pod: Mapping[str, Any], node: str | None) -> Patch:
+    """Set (or, with None, clear) the pod's status.nominatedNodeName."""
+    metadata = pod["metadata"]
+    return Patch(
+        PODS,
+        metadata["name"],
+        {"status": {"nominatedNodeName": node}},
+        namespace=metadata["namespace"],
+        subresource="status",
+    )
+
+
+def nominated_node(pod: Mapping[str, Any]) -> str | None:
+    return (pod.get("status") or {}).get("nominatedNodeName") or None
+
+
 def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
-    """Owner recorded: free the place for it, then let it be scheduled there."""
+    """Owner recorded: nominate it to the node, free the place, then let it be scheduled
+    there (`handover_step`)."""
     owner, node = view.owner, protocol.node_of(view.reservation)
     if owner is None:
         status["phase"] = ReservationPhase.FAILED
@@ -338,7 +406,21 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
             now=view.now,
         )
         return plan.then(_status(view, status))
-    if view.placeholder is not None:
+    step = handover_step(
+        placeholder=view.placeholder is not None,
+        nominated=node is not None and nominated_node(owner) == node,
+        gated=protocol.is_gated(owner),
+    )
+    released = Event(
+        view.reservation,
+        Reason.RESERVATION_HANDOVER,
+        f"Released the place on {node} to pod {owner['metadata']['name']}",
+    )
+    if step in (Step.NOMINATE, Step.RENOMINATE):
+        # The pod's update event brings this Reservation back once the cache shows it.
+        return plan.then(nominate(owner, node)).again_in(HANDOVER_POLL)
+    if step == Step.FREE:
+        assert view.placeholder is not None
         placeholder = view.placeholder["metadata"]
         return plan.then(
             Delete(
@@ -349,15 +431,10 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
                 grace_period_seconds=0,
             )
         ).again_in(HANDOVER_POLL)
-    if protocol.is_gated(owner):
-        plan.then(
-            ungate(owner),
-            Event(
-                view.reservation,
-                Reason.RESERVATION_HANDOVER,
-                f"Released the place on {node} to pod {owner['metadata']['name']}",
-            ),
-        )
+    if step == Step.NOMINATE_AND_UNGATE:
+        plan.then(nominate(owner, node), ungate(owner), released)
+    elif step == Step.UNGATE:
+        plan.then(ungate(owner), released)
     return plan.again_in(_seconds_until(view))
 
 
@@ -387,6 +464,16 @@ def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
                     type="Warning",
                 ),
             )
+    owner, node = view.owner, protocol.node_of(view.reservation)
+    if (
+        released
+        and owner is not None
+        and not owner["spec"].get("nodeName")
+        and node is not None
+        and nominated_node(owner) == node
+    ):
+        # The node is no longer kept for it: other pods need not yield to it there.
+        plan.then(nominate(owner, None))
     return plan
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from devtools.binaries import BuildError, ensure_binaries
 from devtools.cluster import ClusterSpec, LocalCluster
 from devtools.processes import ClusterError
+from devtools.render import Scope
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -26,10 +27,12 @@ def _up(args: argparse.Namespace) -> int:
         node_cpu=args.node_cpu,
         node_memory=args.node_memory,
         node_pods=args.node_pods,
+        scope=Scope(args.scope),
     )
     cluster.up(spec)
     for component in cluster.components:
         print(f"{component.name:<24} pid {component.pid:<8} port {component.port}")
+    print(f"scope: {cluster.scope}")
     print(f"logs: {cluster.logs}")
     print(_export_line(cluster))
     return 0
@@ -85,6 +88,7 @@ def _status(args: argparse.Namespace) -> int:
             f"{component.name:<24} pid {component.pid:<8} port {component.port:<6} "
             f"{state}  {seen[:60]}"
         )
+    print(f"scope: {cluster.scope}")
     print(f"kubeconfig: {cluster.kubeconfig}")
     return 0 if all(healthy for _, healthy, _ in report) else 1
 
@@ -131,4 +135,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             )
             sub.add_argument(
                 "--node-pods", type=int, default=110, help="pod capacity of each node (default 110)"
+            )
+            sub.add_argument(
+                "--scope",
+                choices=[scope.value for scope in Scope],
+                default=Scope.DEFAULT.value,
+                help="which pods reach Berth's extender and webhook: `default`, only those "
+                "of a migration (managedResources, namespaceSelector); `strict`, every pod, "
+                "as manifests/strict (default: default)",
             )

@@ -47,6 +47,8 @@ class ClusterSpec:
     extenders: list[dict[str, Any]] = field(default_factory=list)
     berth: bool = True
     """Also run Berth's own components against the cluster."""
+    scope: render.Scope = render.Scope.DEFAULT
+    """Which pods reach Berth's extender and webhook."""
 
 
 class LocalCluster(Processes):
@@ -68,6 +70,7 @@ class LocalCluster(Processes):
                 f"(kubeconfig {self.kubeconfig}); run `berth dev down` first"
             )
         self.binaries = ensure_binaries()
+        self.scope = render.Scope(spec.scope)
         self._reset_dirs()
         try:
             self._write_pki()
@@ -80,7 +83,11 @@ class LocalCluster(Processes):
             extenders = list(spec.extenders)
             if spec.berth:
                 extenders.append(self._berth_extender(self.start_extender(name="berth-extender")))
-            self.start_scheduler(name="kube-scheduler", extenders=extenders)
+            self.start_scheduler(
+                name="kube-scheduler",
+                extenders=extenders,
+                ignored_resources=render.ignored_resources(render.Scope(self.scope)),
+            )
             self._start_kwok()
             self._create_nodes(spec)
             if spec.berth:
@@ -223,6 +230,7 @@ class LocalCluster(Processes):
         name: str,
         scheduler_name: str | None = None,
         extenders: list[dict[str, Any]] | None = None,
+        ignored_resources: list[str] | None = None,
     ) -> Component:
         """Start a kube-scheduler (more than one may run, each with its own profile names):
         one profile named `scheduler_name`, or else the profiles of Berth's default
@@ -233,6 +241,7 @@ class LocalCluster(Processes):
             kubeconfig_path=self.kubeconfig,
             scheduler_names=[scheduler_name] if scheduler_name else DEFAULT_SCHEDULER_NAMES,
             extenders=extenders,
+            ignored_resources=ignored_resources,
         )
         config_path.write_text(yaml.safe_dump(config))
         return self._spawn(
@@ -374,19 +383,13 @@ class LocalCluster(Processes):
         return webhook
 
     def _berth_extender(self, extender: Component) -> dict[str, Any]:
-        """The scheduler's extender entry for Berth, as manifests/scheduler recommends."""
-        return {
-            "urlPrefix": f"https://127.0.0.1:{extender.port}",
-            "filterVerb": "filter",
-            "prioritizeVerb": "prioritize",
-            "preemptVerb": "preempt",
-            "weight": 5,
-            "nodeCacheCapable": True,
-            "ignorable": True,
-            "httpTimeout": "3s",
-            "enableHTTPS": True,
-            "tlsConfig": {"caData": base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()},
-        }
+        """The scheduler's extender entry for Berth, as the manifests of this cluster's
+        scope recommend."""
+        return render.berth_extender(
+            url=f"https://127.0.0.1:{extender.port}",
+            ca_bundle=base64.b64encode((self.pki / "ca.crt").read_bytes()).decode(),
+            scope=render.Scope(self.scope),
+        )
 
     def register_webhooks(self) -> None:
         """Point the MutatingWebhookConfiguration at every running webhook replica. With no
@@ -404,7 +407,10 @@ class LocalCluster(Processes):
             "-",
             input=yaml.safe_dump(
                 render.webhook_configuration(
-                    urls=urls, ca_bundle=ca, skip_namespaces=["kube-system", BERTH_NAMESPACE]
+                    urls=urls,
+                    ca_bundle=ca,
+                    skip_namespaces=["kube-system", BERTH_NAMESPACE],
+                    scope=render.Scope(self.scope),
                 )
             ),
         )

@@ -80,6 +80,8 @@ class Processes:
         self.state_file = self.state_dir / "state.json"
         self.components: list[Component] = []
         self.binaries: Binaries | None = None
+        self.scope = "default"
+        """Which pods reach Berth's extender and webhook (`devtools.render.Scope`)."""
         # Children started by this process, so they can be reaped rather than left as zombies.
         self._processes: dict[int, subprocess.Popen[bytes]] = {}
         self._load_state()
@@ -92,11 +94,13 @@ class Processes:
         state = json.loads(self.state_file.read_text())
         self.components = [Component(**item) for item in state["components"]]
         self.binaries = Binaries(Path(state["bin_dir"]))
+        self.scope = str(state.get("scope", "default"))
 
     def _save_state(self) -> None:
         assert self.binaries is not None
         state = {
             "bin_dir": str(self.binaries.bin_dir),
+            "scope": self.scope,
             "components": [asdict(component) for component in self.components],
         }
         self.state_file.write_text(json.dumps(state, indent=2))

@@ -7,13 +7,26 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from berth.api import keys
 from berth.settings import DEFAULT_SCHEDULER_NAMES
 
 # kwok manages exactly the nodes that carry this annotation.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+class Scope(StrEnum):
+    """Which pods pass through Berth's extender and webhook (README, "Scope")."""
+
+    DEFAULT = "default"
+    """Only Berth's own: the extender is called for pods requesting Berth's extended
+    resource (`managedResources`), the webhook for pod creations in namespaces labelled
+    `berth.sh/migrating` (`namespaceSelector`)."""
+    STRICT = "strict"
+    """Every pod, as manifests/strict configures it."""
 
 
 def _b64(data: bytes) -> str:
@@ -58,21 +71,63 @@ def scheduler_config(
     kubeconfig_path: Path,
     scheduler_names: Sequence[str] = DEFAULT_SCHEDULER_NAMES,
     extenders: list[dict[str, Any]] | None = None,
+    ignored_resources: list[str] | None = None,
 ) -> dict[str, Any]:
     """A KubeSchedulerConfiguration with one profile per name (each with the default
-    plugins) and, optionally, HTTP extenders. kube-scheduler gives its extenders to every
-    profile, so each name is scheduled with Berth's extender."""
+    plugins), optionally HTTP extenders, and extended resources NodeResourcesFit leaves
+    unchecked. kube-scheduler gives its extenders to every profile, so each name is
+    scheduled with Berth's extender."""
+
+    def profile(name: str) -> dict[str, Any]:
+        if not ignored_resources:
+            return {"schedulerName": name}
+        return {
+            "schedulerName": name,
+            "pluginConfig": [
+                {"name": "NodeResourcesFit", "args": {"ignoredResources": list(ignored_resources)}}
+            ],
+        }
+
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig_path)},
         # One scheduler per profile name here: no election, no waiting for a lease.
         "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": name} for name in scheduler_names],
+        "profiles": [profile(name) for name in scheduler_names],
     }
     if extenders:
         config["extenders"] = extenders
     return config
+
+
+def berth_extender(*, url: str, ca_bundle: str | None, scope: Scope) -> dict[str, Any]:
+    """The scheduler's extender entry for Berth, as manifests/scheduler (default scope) or
+    manifests/strict (strict scope) configure it. Without `ca_bundle`, plain HTTP."""
+    entry: dict[str, Any] = {
+        "urlPrefix": url,
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "preemptVerb": "preempt",
+        "weight": 5,
+        "nodeCacheCapable": True,
+        "ignorable": True,
+        "httpTimeout": "3s",
+    }
+    if ca_bundle is not None:
+        entry.update(enableHTTPS=True, tlsConfig={"caData": ca_bundle})
+    if scope == Scope.DEFAULT:
+        entry["managedResources"] = [
+            {"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}
+        ]
+    return entry
+
+
+def ignored_resources(scope: Scope) -> list[str]:
+    """What the scheduler's NodeResourcesFit must be told to ignore: in the strict scope no
+    managedResources entry says it, yet placeholders and bound pods request Berth's
+    extended resource, which no node advertises."""
+    return [keys.RESERVATION_RESOURCE] if scope == Scope.STRICT else []
 
 
 def fake_node(*, name: str, cpu: str, memory: str, pods: int) -> dict[str, Any]:
@@ -95,11 +150,23 @@ def fake_node(*, name: str, cpu: str, memory: str, pods: int) -> dict[str, Any]:
     }
 
 
+def namespace_selector(*, skip_namespaces: list[str], scope: Scope) -> dict[str, Any]:
+    """Which namespaces' pod creations reach the webhook: never the skipped ones, and in
+    the default scope only those the controller labelled for a migration."""
+    expressions: list[dict[str, Any]] = [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": skip_namespaces}
+    ]
+    if scope == Scope.DEFAULT:
+        expressions.append({"key": keys.MIGRATING_LABEL, "operator": "In", "values": ["true"]})
+    return {"matchExpressions": expressions}
+
+
 def webhook_configuration(
-    *, urls: list[str], ca_bundle: str, skip_namespaces: list[str]
+    *, urls: list[str], ca_bundle: str, skip_namespaces: list[str], scope: Scope = Scope.DEFAULT
 ) -> dict[str, Any]:
     """Berth's MutatingWebhookConfiguration for webhook replicas reached by URL (the local
-    cluster); the same settings as manifests/webhook, which goes through a Service."""
+    cluster); the same settings as manifests/webhook (default scope) or manifests/strict,
+    which go through a Service."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -119,15 +186,9 @@ def webhook_configuration(
                         "scope": "Namespaced",
                     }
                 ],
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "NotIn",
-                            "values": skip_namespaces,
-                        }
-                    ]
-                },
+                "namespaceSelector": namespace_selector(
+                    skip_namespaces=skip_namespaces, scope=scope
+                ),
                 # Placeholders never need binding; skipping them saves a call per reservation.
                 "objectSelector": {
                     "matchExpressions": [

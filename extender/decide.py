@@ -17,6 +17,10 @@ nodes, so the extender adds exactly what the scheduler cannot know:
   placeholder, because the scheduler's victim sets are minimal: what is left would no
   longer make room, and those pods would be evicted for nothing.
 
+In the default scope kube-scheduler asks only about pods that request Berth's extended
+resource (its `managedResources`): placeholders and bound replacements. In the strict
+scope it asks about every pod, and the handover hold then applies to all of them.
+
 `answer` turns a request body into a status and a result. A body it cannot read is a
 result with `Error` set for filter (HTTP 200: the scheduler then fails this scheduling
 attempt, or skips the extender if it is `ignorable`, and logs the message), and an HTTP

@@ -171,8 +171,10 @@ def pod_of(request: Mapping[str, Any]) -> Object:
 
 def bind_patch(pod: Object, *, reservation: Object, token: str) -> Patch:
     """The JSONPatch that binds `pod` to the claimed `reservation`: Berth's scheduling
-    gate, a required node affinity to the Reservation's node, and the binding annotations.
-    Only what is missing is added, so a patched pod yields an empty patch."""
+    gate, a required node affinity to the Reservation's node, the binding annotations, and
+    Berth's extended resource on the first container (so that kube-scheduler asks the
+    extender about this pod). Only what is missing is added, so a patched pod yields an
+    empty patch."""
     node = reservation["status"]["nodeName"]
     allocated = orjson.dumps(
         {"name": reservation["metadata"]["name"], "uid": reservation["metadata"]["uid"]}
@@ -181,7 +183,55 @@ def bind_patch(pod: Object, *, reservation: Object, token: str) -> Patch:
         *_annotations_patch(pod, {keys.RESERVATION_ALLOCATED: allocated, keys.CLAIM: token}),
         *_gate_patch(pod),
         *_affinity_patch(pod, node),
+        *_resource_patch(pod),
     ]
+
+
+MARKER = "1"
+"""How much of `keys.RESERVATION_RESOURCE` a bound pod requests: its presence is what
+counts."""
+
+
+def _resource_patch(pod: Object) -> Patch:
+    """Request Berth's extended resource in the first container, in requests and limits
+    alike (the API requires them equal for an extended resource). The kubelet admits the
+    pod on a node that does not advertise it (see the README, "Scope")."""
+    containers = pod["spec"].get("containers") or []
+    if not containers:
+        return []
+    path = "/spec/containers/0/resources"
+    resources = containers[0].get("resources")
+    if not resources:
+        return [
+            {
+                "op": "add",
+                "path": path,
+                "value": {
+                    "requests": {keys.RESERVATION_RESOURCE: MARKER},
+                    "limits": {keys.RESERVATION_RESOURCE: MARKER},
+                },
+            }
+        ]
+    patch: Patch = []
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if not values:
+            patch.append(
+                {
+                    "op": "add",
+                    "path": f"{path}/{part}",
+                    "value": {keys.RESERVATION_RESOURCE: MARKER},
+                }
+            )
+        elif values.get(keys.RESERVATION_RESOURCE) != MARKER:
+            patch.append(
+                {
+                    "op": "add",
+                    "path": f"{path}/{part}/{_escape(keys.RESERVATION_RESOURCE)}",
+                    "value": MARKER,
+                }
+            )
+    return patch
 
 
 def _annotations_patch(pod: Object, wanted: Mapping[str, str]) -> Patch:

@@ -25,11 +25,23 @@ DESCHEDULER_EVICT: Final = "descheduler.alpha.kubernetes.io/evict"
 RESERVATION_GATE: Final = "berth.sh/reservation"
 """Scheduling gate that holds a replacement pod until its Reservation's capacity is free."""
 
+RESERVATION_RESOURCE: Final = "berth.sh/reservation"
+"""Extended resource that only Berth's own pods request (one, in requests and limits): the
+placeholders and the replacement pods the webhook binds. kube-scheduler calls Berth's
+extender only for pods that request it (`managedResources` in the scheduler's
+configuration, with `ignoredByScheduler`, so no node needs to advertise it); it stands for
+no capacity, and Berth's own resource math leaves it out."""
+
 RESERVATION_LABEL: Final = "berth.sh/reservation"
 """Label on a placeholder pod; the value is the name of the Reservation it holds capacity for."""
 
 CLAIM: Final = "berth.sh/claim"
 """Annotation the webhook writes on a Reservation and on the replacement pod that claimed it."""
+
+MIGRATING_LABEL: Final = "berth.sh/migrating"
+"""Namespace label, "true" while a Reservation waits there for its replacement pod: the
+webhook's namespaceSelector requires it, so pod creations elsewhere never call the
+webhook. The controller alone writes and removes it."""
 
 CONSUMABLE: Final = "berth.sh/consumable"
 """Reservation annotation, "true" once the pod it was made for is being evicted: from then

@@ -64,6 +64,7 @@ PODMIGRATIONJOBS = Resource(
     "scheduling.koordinator.sh", "v1alpha1", "podmigrationjobs", namespaced=False
 )
 RESERVATIONS = Resource("scheduling.koordinator.sh", "v1alpha1", "reservations", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 
 
 class KubeError(Exception):

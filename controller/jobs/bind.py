@@ -29,7 +29,13 @@ from controller.jobs.view import (
     source_uid,
     step,
 )
-from controller.status import condition, reference, same_condition, with_condition
+from controller.status import (
+    condition,
+    reference,
+    same_condition,
+    scheduling_message,
+    with_condition,
+)
 
 Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
@@ -100,6 +106,14 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         node = protocol.node_of(reservation) if reservation else None
         kind, reason = Type.POD_BOUND_RESERVATION, Reason.WAIT_FOR_POD_BIND_RESERVATION
         waiting = f"waiting for a replacement pod to bind Reservation {rsv!r} on {node}"
+        refused = _refused(owner) if owner is not None else None
+        if owner is not None and refused:
+            # Handed over, yet the scheduler does not place it: e.g. a pod of higher
+            # priority took the place once the placeholder was gone (README, "Scope").
+            waiting = (
+                f"replacement pod {owner['metadata']['name']} does not fit on {node}, "
+                f"where Reservation {rsv!r} held its place: {refused}"
+            )
     if expired:
         return fail(
             view,
@@ -114,6 +128,17 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         )
         status["status"] = reason
     return step(view, status, *news).again_in(WAIT_POLL)
+
+
+def _refused(owner: Object) -> str | None:
+    """The scheduler's reason for not placing an ungated owner, once it has tried (the
+    PodScheduled condition a gated pod carries says only that it is gated)."""
+    if protocol.is_gated(owner):
+        return None
+    scheduled = condition(owner.get("status") or {}, "PodScheduled") or {}
+    if scheduled.get("status") != "False" or scheduled.get("reason") != "Unschedulable":
+        return None
+    return scheduling_message(owner) or None
 
 
 def _bound(view: JobView, status: Object, owner: Object) -> Object:

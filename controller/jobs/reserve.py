@@ -202,9 +202,14 @@ def _scheduled(
 
 
 def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> Plan:
-    """Open the Reservation to the replacement, wait a moment, then record Evicting and
-    evict."""
+    """Once the replacement's namespace shows the berth.sh/migrating label (so that the
+    webhook is called for pods created there), open the Reservation to the replacement,
+    wait a moment, then record Evicting and evict, the label still in place."""
     assert view.reservation is not None
+    if not view.namespace_labelled:
+        # controller.namespaces labels it, the Reservation being Available; the
+        # namespace's watch event brings this job back.
+        return step(view, status, *news).again_in(WAIT_POLL)
     annotations = protocol.annotations_of(view.reservation)
     if annotations.get(keys.CONSUMABLE) != "true":
         opening = Patch(

@@ -35,6 +35,9 @@ class JobView:
     args: MigrationControllerArgs
     admission_key: bytes
     """The key admission marks are signed with (`controller.jobs.marker`)."""
+    namespace_labelled: bool = False
+    """The namespace where the replacement will be created carries berth.sh/migrating, as
+    the controller's namespace watch shows it (`controller.namespaces`)."""
     siblings: tuple[Object, ...] = ()
     """Pods of the migrated pod's controller, to spot a replacement that bypassed the
     Reservation (created while the webhook was unreachable)."""

@@ -3,11 +3,13 @@
 The cluster is started through the real `berth dev up` command and stopped with
 `berth dev down`, so every session also exercises the CLI; teardown checks that no
 process is left behind. When an e2e test fails, the tail of every component's log
-is attached to its report.
+is attached to its report. `BERTH_E2E_SCOPE=strict` runs the session's cluster in the
+strict scope (`berth dev up --scope strict`); the default scope otherwise.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from kubernetes_asyncio import client, config
 from berth.kube.client import Kube
 from devtools.cluster import LocalCluster
 from devtools.processes import pid_alive, tail
+from devtools.render import Scope
 from tests.e2e.kube import Cluster
 
 BERTH = [sys.executable, "-m", "cli.berth"]
@@ -30,7 +33,14 @@ BERTH = [sys.executable, "-m", "cli.berth"]
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     state_dir = tmp_path_factory.mktemp("cluster")
     up = subprocess.run(
-        [*BERTH, "dev", "up", f"--state-dir={state_dir}", "--nodes=3"],
+        [
+            *BERTH,
+            "dev",
+            "up",
+            f"--state-dir={state_dir}",
+            "--nodes=3",
+            f"--scope={os.environ.get('BERTH_E2E_SCOPE', 'default')}",
+        ],
         capture_output=True,
         text=True,
     )
@@ -50,6 +60,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         left = [pid for pid in pids if pid_alive(pid)]
         assert down.returncode == 0, down.stderr
         assert not left, f"berth dev down left processes behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def scope(cluster: Cluster) -> Scope:
+    """Which pods the session's cluster sends through Berth's extender and webhook."""
+    return Scope(cluster.local.scope)
 
 
 @pytest.fixture(scope="session")

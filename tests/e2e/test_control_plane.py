@@ -9,14 +9,19 @@ import uuid
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from berth.protocol import is_ready
+from devtools import render
+from devtools.render import Scope
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import deployment
 
 pytestmark = pytest.mark.e2e
+
+BERTH = [sys.executable, "-m", "cli.berth"]
 
 
 def ready_pods(cluster: Cluster, namespace: str, selector: str, count: int) -> list[dict[str, Any]]:
@@ -37,6 +42,29 @@ def test_up_prints_the_line_to_paste_and_refuses_a_second_up(cluster: Cluster) -
     )
     assert again.returncode == 1
     assert "already runs" in again.stderr
+
+
+def test_up_configures_scheduler_and_webhook_for_its_scope(cluster: Cluster, scope: Scope) -> None:
+    assert f"scope: {scope}" in cluster.up_output
+    status = subprocess.run(
+        [*BERTH, "dev", "status", f"--state-dir={cluster.local.state_dir}"],
+        capture_output=True,
+        text=True,
+    )
+    assert f"scope: {scope}" in status.stdout
+    config = yaml.safe_load((cluster.local.state_dir / "kube-scheduler.yaml").read_text())
+    [extender] = config["extenders"]
+    assert extender == render.berth_extender(
+        url=extender["urlPrefix"], ca_bundle=extender["tlsConfig"]["caData"], scope=scope
+    )
+    ignored = render.ignored_resources(scope)
+    assert config["profiles"][0].get("pluginConfig", []) == (
+        [{"name": "NodeResourcesFit", "args": {"ignoredResources": ignored}}] if ignored else []
+    )
+    for hook in cluster.get("mutatingwebhookconfiguration", "berth")["webhooks"]:
+        assert hook["namespaceSelector"] == render.namespace_selector(
+            skip_namespaces=["kube-system", "berth-system"], scope=scope
+        )
 
 
 def test_fake_nodes_are_ready(cluster: Cluster) -> None:

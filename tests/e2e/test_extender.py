@@ -7,6 +7,11 @@ Reservations through the session's Berth controller, which creates their placeho
 and does the handover once the test records an owner in `status.currentOwners` (the
 step the webhook's claim leads to). The owner also carries a gate of the test's own, so
 that it stays unbound, and the Reservation in handover, for as long as the test needs.
+
+This scheduler calls the extender for every pod, as in the strict scope
+(manifests/strict): there, capacity in handover is refused to pods of any priority,
+while the replacement's nomination alone keeps it from pods of equal or lower priority
+(tests/e2e/test_scope.py covers the default scope).
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +29,22 @@ import aiohttp
 import pytest
 
 from berth.api import keys
-from berth.resources import parse_quantity, pod_requests
 from devtools.processes import free_port
+from tests.e2e.capacity import (
+    NODES,
+    bound_node,
+    hand_over,
+    lift,
+    pod,
+    priority_class,
+    reserve,
+    shape_free_cpu,
+)
 from tests.e2e.kube import Cluster
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-NODES = ["node-0", "node-1", "node-2"]
-PAUSE = "registry.k8s.io/pause:3.10"
-TEST_GATE = "berth.sh/test-hold"
 
 
 @dataclass(frozen=True)
@@ -94,8 +104,14 @@ async def scheduling(cluster: Cluster, extender_log: Path) -> AsyncIterator[Sche
             "ignorable": False,
             "httpTimeout": "5s",
         }
+        # No managedResources: the strict scope, the extender is asked about every pod.
+        # Berth's pods request its extended resource, which NodeResourcesFit must ignore.
         scheduler = await asyncio.to_thread(
-            cluster.local.start_scheduler, name=name, scheduler_name=name, extenders=[extender]
+            cluster.local.start_scheduler,
+            name=name,
+            scheduler_name=name,
+            extenders=[extender],
+            ignored_resources=[keys.RESERVATION_RESOURCE],
         )
         yield Scheduling(scheduler_name=name, extender_url=url)
     finally:
@@ -113,137 +129,6 @@ def show_extender_log(extender_log: Path) -> Iterator[None]:
         print(extender_log.read_text()[-4000:])
 
 
-def pod(
-    name: str,
-    *,
-    cpu: str,
-    node: str | None = None,
-    scheduler: str | None = None,
-    gates: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}],
-        "terminationGracePeriodSeconds": 0,
-    }
-    if node:
-        spec["nodeName"] = node
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    if gates:
-        spec["schedulingGates"] = [{"name": gate} for gate in gates]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def cpu_in_use(cluster: Cluster) -> dict[str, Decimal]:
-    """CPU requested on each node by pods bound there, other tests' leftovers included."""
-    used = {node: Decimal(0) for node in NODES}
-    for item in cluster.get("pods", "--all-namespaces")["items"]:
-        node = item["spec"].get("nodeName")
-        if node in used and item["status"].get("phase") not in ("Succeeded", "Failed"):
-            used[node] += pod_requests(item["spec"]).get("cpu", Decimal(0))
-    return used
-
-
-async def shape_free_cpu(cluster: Cluster, namespace: str, free: dict[str, str]) -> None:
-    """Fill each node with one pinned pod so that exactly `free` CPU is left on it."""
-
-    def settled() -> bool:  # pods of earlier tests still terminating would free CPU later
-        return not any(
-            item["metadata"].get("deletionTimestamp")
-            for item in cluster.get("pods", "--all-namespaces")["items"]
-        )
-
-    await cluster.await_(settled, what="terminating pods to be gone")
-    used = await asyncio.to_thread(cpu_in_use, cluster)
-    for node, left in free.items():
-        fill = Decimal(8) - used[node] - parse_quantity(left)
-        assert fill >= 0, f"{node} has only {8 - used[node]} CPU free"
-        if fill:
-            await cluster.aapply(
-                json.dumps(pod(f"fill-{node}", cpu=f"{int(fill * 1000)}m", node=node)), namespace
-            )
-
-
-async def reserve(
-    cluster: Cluster, namespace: str, name: str, *, node: str, cpu: str, scheduler: str
-) -> None:
-    """A Reservation whose placeholder the controller creates; pinned to `node`."""
-    await cluster.aapply(
-        json.dumps(
-            {
-                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-                "kind": "Reservation",
-                "metadata": {"name": name},
-                "spec": {
-                    "template": {
-                        "metadata": {"namespace": namespace},
-                        "spec": {
-                            "schedulerName": scheduler,
-                            "nodeSelector": {"kubernetes.io/hostname": node},
-                            "containers": [
-                                {
-                                    "name": "app",
-                                    "image": PAUSE,
-                                    "resources": {"requests": {"cpu": cpu}},
-                                }
-                            ],
-                        },
-                    },
-                    "owners": [{"object": {"name": "owner", "namespace": namespace}}],
-                    "ttl": "10m",
-                },
-            }
-        )
-    )
-
-    def available() -> bool:
-        status = cluster.get("reservation", name).get("status", {})
-        return bool(status.get("phase") == "Available" and status.get("nodeName") == node)
-
-    await cluster.await_(available, what=f"Reservation {name} to be Available on {node}")
-
-
-async def hand_over(
-    cluster: Cluster, namespace: str, reservation: str, *, cpu: str, scheduler: str
-) -> dict[str, Any]:
-    """Create the owner, gated, and record it as the controller does after a claim; the
-    controller then deletes the placeholder and removes Berth's gate. The test's own gate
-    keeps the owner unbound: the Reservation stays in handover until the test lifts it."""
-    await cluster.aapply(
-        json.dumps(
-            pod("owner", cpu=cpu, scheduler=scheduler, gates=(keys.RESERVATION_GATE, TEST_GATE))
-        ),
-        namespace,
-    )
-    owner = await cluster.aget("pod", "owner", "-n", namespace)
-    reference = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": "owner",
-        "namespace": namespace,
-        "uid": owner["metadata"]["uid"],
-    }
-    await cluster.akubectl(
-        "patch",
-        "reservation",
-        reservation,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": {"currentOwners": [reference]}}),
-    )
-
-    def handed_over() -> bool:
-        gates = cluster.get("pod", "owner", "-n", namespace)["spec"].get("schedulingGates")
-        placeholders = cluster.get(
-            "pods", "-n", namespace, f"-l={keys.RESERVATION_LABEL}={reservation}"
-        )["items"]
-        return gates == [{"name": TEST_GATE}] and not placeholders
-
-    await cluster.await_(handed_over, what="the controller to hand the Reservation over")
-    return owner
-
-
 async def extender_filter(scheduling: Scheduling, pod: dict[str, Any]) -> dict[str, Any]:
     """Ask the extender directly, as the scheduler would."""
     async with (
@@ -255,11 +140,6 @@ async def extender_filter(scheduling: Scheduling, pod: dict[str, Any]) -> dict[s
     ):
         result: dict[str, Any] = await response.json()
         return result
-
-
-def bound_node(cluster: Cluster, namespace: str, name: str) -> str | None:
-    node: str | None = cluster.get("pod", name, "-n", namespace)["spec"].get("nodeName")
-    return node
 
 
 async def test_owner_lands_on_its_reservation_node(
@@ -285,16 +165,8 @@ async def test_owner_lands_on_its_reservation_node(
             return bool((await extender_filter(scheduling, owner))["NodeNames"] == ["node-0"])
 
         await cluster.await_(known_as_owner, what="the extender to see the recorded owner")
-        await cluster.akubectl(
-            "patch",
-            "pod",
-            "owner",
-            "-n",
-            namespace,
-            "--type=json",
-            "-p",
-            '[{"op": "remove", "path": "/spec/schedulingGates"}]',
-        )
+        assert owner["status"].get("nominatedNodeName") == "node-0"
+        await lift(cluster, namespace, "owner")
         node = await cluster.await_(
             lambda: bound_node(cluster, namespace, "owner"), what="the owner to be bound"
         )
@@ -303,11 +175,19 @@ async def test_owner_lands_on_its_reservation_node(
         await cluster.akubectl("delete", "reservation", reservation, check=False)
 
 
+@pytest.fixture
+def high_priority(cluster: Cluster) -> Iterator[str]:
+    with priority_class(cluster, value=1000) as name:
+        yield name
+
+
 async def test_capacity_in_handover_is_refused_to_other_pods(
-    cluster: Cluster, namespace: str, scheduling: Scheduling
+    cluster: Cluster, namespace: str, scheduling: Scheduling, high_priority: str
 ) -> None:
     # node-1: 6 CPU free as the scheduler counts once the placeholder is gone, 4 of them
-    # held for the owner. node-0 and node-2: 1 CPU free.
+    # held for the owner. node-0 and node-2: 1 CPU free. The competitor's priority is
+    # above the owner's, so the scheduler's own accounting of the owner's nomination
+    # does not keep it off node-1: the extender's hold does.
     await shape_free_cpu(cluster, namespace, {"node-0": "1", "node-1": "6.1", "node-2": "1"})
     await cluster.aapply(json.dumps(pod("nudge", cpu="100m", node="node-1")), namespace)
     reservation = f"{namespace}-held"
@@ -323,7 +203,12 @@ async def test_capacity_in_handover_is_refused_to_other_pods(
         await hand_over(
             cluster, namespace, reservation, cpu="4", scheduler=scheduling.scheduler_name
         )
-        competitor = pod("competitor", cpu="3", scheduler=scheduling.scheduler_name)
+        competitor = pod(
+            "competitor",
+            cpu="3",
+            scheduler=scheduling.scheduler_name,
+            priority_class=high_priority,
+        )
         competitor["metadata"]["namespace"] = namespace
 
         async def held() -> bool:

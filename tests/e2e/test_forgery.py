@@ -19,12 +19,11 @@ import pytest
 
 from berth.api import API_VERSION, keys
 from berth.protocol import claim_of, is_gated, owner_uids, phase
+from tests.e2e.capacity import PAUSE, pod
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
-    PAUSE,
     Scheduling,
     extender_log,
-    pod,
     scheduling,
     show_extender_log,
 )

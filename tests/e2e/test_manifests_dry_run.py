@@ -8,6 +8,7 @@ control plane has no cert-manager CRDs; tools/certcheck covers them offline.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,41 @@ def test_full_overlay_adds_only_the_cert_manager_objects(cluster: Cluster) -> No
         "issuer.cert-manager.io",
         "certificate.cert-manager.io",
     }
+
+
+@pytest.mark.usefixtures("berth_namespace")
+def test_the_strict_component_composes_with_an_install(cluster: Cluster, tmp_path: Path) -> None:
+    """manifests/strict added to an install, as its comment says: the same objects, the
+    webhook called in every namespace but the control plane's and Berth's."""
+    install = MANIFESTS / "without-cert-manager"
+    overlay = tmp_path / "strict-install"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                # kustomize takes relative paths only.
+                "resources": [os.path.relpath(install, overlay)],
+                "components": [os.path.relpath(MANIFESTS / "strict", overlay)],
+            }
+        )
+    )
+    strict, default = rendered(cluster, overlay), rendered(cluster, install)
+    assert {name_of(obj) for obj in strict} == {name_of(obj) for obj in default}
+    [hook] = next(o for o in strict if o["kind"] == "MutatingWebhookConfiguration")["webhooks"]
+    [default_hook] = next(o for o in default if o["kind"] == "MutatingWebhookConfiguration")[
+        "webhooks"
+    ]
+    assert {**hook, "namespaceSelector": None} == {**default_hook, "namespaceSelector": None}
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", NAMESPACE],
+            }
+        ]
+    }
+    result = cluster.kubectl("apply", "--dry-run=server", "-k", str(overlay), "-o", "name")
+    assert set(result.stdout.split()) == {name_of(obj) for obj in strict}

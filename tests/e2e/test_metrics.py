@@ -1,68 +1,58 @@
-"""The session's webhook and extender count the requests a new pod makes, on `/metrics`.
+"""The session's webhook and extender count the requests of a migration, on `/metrics`.
 
 Both serve it over HTTPS with the certificate the cluster's CA signed, on the port they
 serve the API server and kube-scheduler from, so a scrape here is the one Prometheus
-makes. A Deployment's pod passes the webhook on creation and the extender on scheduling.
+makes. A migration's replacement passes the webhook on creation, and it and the
+placeholder pass the extender on scheduling (in the default scope, only they do: see
+test_scope.py).
 """
 
 from __future__ import annotations
 
-import ssl
-
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.e2e.kube import Cluster, pods
+from devtools.render import Scope
+from tests.e2e.kube import Cluster
 from tests.e2e.migrate import deployment, job_manifest, phase_is, ready_pods
+from tests.e2e.scrape import scrape, total
 
 pytestmark = pytest.mark.e2e
 
 
-async def scrape(cluster: Cluster, component: str) -> list[Sample]:
-    port = next(c.port for c in cluster.local.components if c.name == component)
-    context = ssl.create_default_context(cafile=cluster.local.pki / "ca.crt")
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"https://127.0.0.1:{port}/metrics", ssl=context) as response,
-    ):
-        assert response.status == 200
-        assert response.content_type == "text/plain"
-        text = await response.text()
-    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
-
-
-def total(samples: list[Sample], name: str, **labels: str) -> float:
-    """The sum of the samples `name` that carry `labels` (and any others)."""
-    return sum(s.value for s in samples if s.name == name and labels.items() <= s.labels.items())
-
-
 MOVED = [
-    ("berth-webhook", "berth_webhook_requests_total", {"result": "skipped"}),
+    ("berth-webhook", "berth_webhook_requests_total", {"result": "claimed"}),
     ("berth-webhook", "berth_webhook_request_duration_seconds_count", {}),
     ("berth-extender", "berth_extender_requests_total", {"verb": "filter", "result": "ok"}),
     ("berth-extender", "berth_extender_request_duration_seconds_count", {"verb": "filter"}),
 ]
-"""What a pod with no Reservation moves, by component: the webhook lets it through
-untouched, the extender passes it a node."""
+"""What a migration moves, by component: the webhook binds the replacement, the extender
+filters nodes for the placeholder and the replacement."""
+
+MOVED_IN_STRICT_SCOPE = [
+    ("berth-webhook", "berth_webhook_requests_total", {"result": "skipped"}),
+]
+"""In the strict scope, the first pod (no Reservation) also passes the webhook."""
 
 
-async def test_webhook_and_extender_count_the_requests_of_a_new_pod(
-    cluster: Cluster, namespace: str
+async def test_webhook_and_extender_count_the_requests_of_a_migration(
+    cluster: Cluster, namespace: str, scope: Scope
 ) -> None:
-    components = {component for component, _, _ in MOVED}
+    moved = MOVED + (MOVED_IN_STRICT_SCOPE if scope == Scope.STRICT else [])
+    components = {component for component, _, _ in moved}
     before = {component: await scrape(cluster, component) for component in components}
     await cluster.aapply(deployment("web"), namespace)
-    await cluster.await_(
-        lambda: any(pod["spec"].get("nodeName") for pod in pods(cluster, namespace, "app=web")),
-        what="the pod of Deployment web to be scheduled",
-    )
+    pod = (await cluster.await_(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod"))[
+        0
+    ]
+    name, manifest = job_manifest(pod)
+    await cluster.aapply(manifest)
+    await cluster.await_(lambda: phase_is(cluster, name, "Succeeded"), what="the migration")
     after = {component: await scrape(cluster, component) for component in components}
-    for component, name, labels in MOVED:
-        assert total(after[component], name, **labels) > total(before[component], name, **labels), (
-            f"{component}: {name}{labels}"
-        )
+    for component, metric, labels in moved:
+        assert total(after[component], metric, **labels) > total(
+            before[component], metric, **labels
+        ), f"{component}: {metric}{labels}"
 
 
 async def scrape_controller(cluster: Cluster) -> list[Sample]:

@@ -44,7 +44,11 @@ CLUSTER_WIDE: dict[str, Grants] = {
         (f"reservations.{KOORD}/finalizers", ""): {"update"},
         # Placeholders (create/delete), ungating and SoftEviction (patch), Delete policy.
         ("pods", ""): READ | {"create", "patch", "delete"},
+        # The replacement's nomination to the reserved node at handover.
+        ("pods/status", ""): {"patch"},
         ("pods/eviction", ""): {"create"},
+        # The berth.sh/migrating label the webhook's namespaceSelector requires.
+        ("namespaces", ""): READ | {"patch"},
         # Arbitration's caches.
         ("nodes", ""): READ,
         ("replicasets.apps", ""): READ,

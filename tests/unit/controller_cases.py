@@ -78,12 +78,14 @@ def view(
     rsv: dict[str, Any] | None = None,
     owner: dict[str, Any] | None = None,
     now: datetime = T0,
+    labelled: bool = True,
 ) -> jobs.JobView:
     return jobs.JobView(
         job=job_obj or job(),
         pod=pod_obj,
         reservation=rsv,
         owner=owner,
+        namespace_labelled=labelled,
         workload_uid="uid-deploy",
         now=now,
         args=ARGS,

@@ -117,6 +117,29 @@ def test_job_template_narrows_the_pods_placement() -> None:
     ]
 
 
+def test_placeholder_requests_berths_marker_so_the_scheduler_calls_the_extender() -> None:
+    rsv = build.reservation_for(job=job(), pod=pod(), workload_uid=None, ttl="5m")
+    rsv["metadata"]["uid"] = "uid-rsv"
+    [container] = build.placeholder_for(rsv, image="pause")["spec"]["containers"]
+    marker = {keys.RESERVATION_RESOURCE: "1"}
+    assert container["resources"]["limits"] == marker
+    assert container["resources"]["requests"].items() >= marker.items()
+    # The marker holds no capacity: the Reservation's allocatable leaves it out.
+    assert keys.RESERVATION_RESOURCE not in build.allocatable_of(rsv)
+
+
+def test_a_pod_bound_before_leaves_its_marker_out_of_the_new_reservation() -> None:
+    source = pod()
+    source["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "500m", keys.RESERVATION_RESOURCE: "1"},
+        "limits": {keys.RESERVATION_RESOURCE: "1"},
+    }
+    rsv = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m")
+    [container] = rsv["spec"]["template"]["spec"]["containers"]
+    assert container["resources"] == {"requests": {"cpu": "500m"}}
+    assert build.allocatable_of(rsv) == {"cpu": "500m"}
+
+
 def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> None:
     source = pod()
     source["spec"]["initContainers"] = [

@@ -280,6 +280,33 @@ def test_a_pod_forbidden_since_admission_is_never_evicted(
     )
 
 
+def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> None:
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    unopened = reservation(phase="Available", node="node-1")
+    plan = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=unopened, labelled=False)
+    assert plan.actions == []
+    assert plan.requeue_after
+    opened = reservation(
+        phase="Available",
+        node="node-1",
+        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"},
+    )
+    # Opened, settled, but the label is gone: no eviction until it is back.
+    plan = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(5), labelled=False)
+    assert plan.actions == []
+    go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(5), labelled=True)
+    assert kinds(go)[-1] == "Evict"
+
+
 def test_paused_job_waits_with_its_reservation() -> None:
     plan = view_plan(
         job_obj=job(paused=True), pod_obj=pod(), rsv=reservation(phase="Available", node="node-1")
@@ -475,6 +502,38 @@ def test_ttl_after_eviction_fails_and_says_what_happened() -> None:
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
     assert "after the pod was evicted" in status["message"]
+
+
+def test_a_replacement_the_scheduler_refuses_is_reported_until_the_ttl() -> None:
+    owner = pod("web-2", node=None)
+    owner["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu.",
+            }
+        ],
+    }
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    waiting = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner))
+    bound = cond(waiting, "PodBoundReservation")
+    assert (bound["status"], bound["reason"]) == ("False", "WaitForPodBindReservation")
+    assert "web-2 does not fit on node-1" in bound["message"]
+    assert "3 Insufficient cpu" in bound["message"]
+    ended = status_of(
+        view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner, now=later(301))
+    )
+    assert (ended["phase"], ended["reason"]) == ("Failed", "Timeout")
+    assert "3 Insufficient cpu" in ended["message"]
+    # Just ungated, not tried yet: its condition still says it was gated.
+    owner["status"]["conditions"][0].update(
+        reason="SchedulingGated", message="Scheduling is blocked due to non-empty scheduling gates"
+    )
+    plain = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner))
+    assert "waiting for a replacement pod" in cond(plain, "PodBoundReservation")["message"]
 
 
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:

@@ -112,21 +112,93 @@ def test_claimer_is_recorded_as_owner() -> None:
     assert status_of(plan)["currentOwners"][0]["uid"] == "uid-web-2"
 
 
-def test_handover_deletes_the_placeholder_first_then_ungates() -> None:
+Step = reservations.Step
+
+
+@pytest.mark.parametrize(
+    ("placeholder_exists", "nominated", "gated", "expected"),
+    [
+        # The placeholder holds the node: nominate the owner first, then free the place.
+        (True, False, True, Step.NOMINATE),
+        (True, True, True, Step.FREE),
+        # Never ungated while the placeholder is there (it would fail to fit and lose its
+        # nomination, or preempt a pod of lower priority): free the place first.
+        (True, True, False, Step.FREE),
+        (True, False, False, Step.NOMINATE),
+        # The place is free: lift the gate of a nominated owner, nominating it first if
+        # it is not.
+        (False, True, True, Step.UNGATE),
+        (False, False, True, Step.NOMINATE_AND_UNGATE),
+        # Ungated: the scheduler binds it; if it cleared the nomination, set it again.
+        (False, True, False, Step.WAIT),
+        (False, False, False, Step.RENOMINATE),
+    ],
+)
+def test_handover_step_order(
+    placeholder_exists: bool, nominated: bool, gated: bool, expected: reservations.Step
+) -> None:
+    assert (
+        reservations.handover_step(placeholder=placeholder_exists, nominated=nominated, gated=gated)
+        == expected
+    )
+
+
+def nominated(owner: dict[str, Any], node: str | None = "node-1") -> dict[str, Any]:
+    return {**owner, "status": {**owner.get("status", {}), "nominatedNodeName": node}}
+
+
+def test_handover_nominates_then_deletes_the_placeholder_then_ungates() -> None:
     rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
     owner = pod("web-2", node=None, gates=[keys.RESERVATION_GATE, "other/gate"])
+    owner["status"] = {"phase": "Pending"}
+
     first = rsv_plan(rsv, ph=placeholder(), owner=owner)
-    assert kinds(first) == ["Delete:pods"]
-    delete = first.actions[0]
+    assert kinds(first) == ["Patch:pods"]
+    nominate = first.actions[0]
+    assert isinstance(nominate, Patch)
+    assert (nominate.subresource, nominate.json_patch) == ("status", False)
+    assert nominate.patch == {"status": {"nominatedNodeName": "node-1"}}
+    assert (nominate.name, nominate.namespace) == ("web-2", "default")
+
+    second = rsv_plan(rsv, ph=placeholder(), owner=nominated(owner))
+    assert kinds(second) == ["Delete:pods"]
+    delete = second.actions[0]
     assert isinstance(delete, Delete)
     assert delete.uid
     assert delete.grace_period_seconds == 0
-    second = rsv_plan(rsv, ph=None, owner=owner)
-    assert kinds(second) == ["Patch:pods", "Event:ReservationHandover"]
-    ungate = second.actions[0]
+
+    third = rsv_plan(rsv, ph=None, owner=nominated(owner))
+    assert kinds(third) == ["Patch:pods", "Event:ReservationHandover"]
+    ungate = third.actions[0]
     assert isinstance(ungate, Patch)
     assert ungate.json_patch
+    assert ungate.subresource is None
     assert ungate.patch[-1] == {"op": "remove", "path": "/spec/schedulingGates/0"}
+
+
+def test_an_owner_nominated_elsewhere_is_nominated_to_the_reservations_node() -> None:
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    owner = nominated(pod("web-2", node=None, gates=[keys.RESERVATION_GATE]), "node-2")
+    plan = rsv_plan(rsv, ph=placeholder(), owner=owner)
+    assert kinds(plan) == ["Patch:pods"]
+    assert plan.actions[0].patch == {"status": {"nominatedNodeName": "node-1"}}  # type: ignore[union-attr]
+
+
+def test_an_owner_whose_nomination_the_scheduler_cleared_is_nominated_again() -> None:
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    ungated = pod("web-2", node=None)
+    assert kinds(rsv_plan(rsv, ph=None, owner=nominated(ungated, None))) == ["Patch:pods"]
+    assert kinds(rsv_plan(rsv, ph=None, owner=nominated(ungated))) == []
+
+
+def test_a_released_reservation_clears_the_nomination_it_set() -> None:
+    failed = reservation(phase="Failed", node="node-1", owners=["web-2"])
+    owner = nominated(pod("web-2", node=None, gates=[keys.RESERVATION_GATE]))
+    plan = rsv_plan(failed, ph=None, owner=owner)
+    assert kinds(plan) == ["Patch:pods", "Event:ReservationReleased", "Patch:pods"]
+    clear = plan.actions[-1]
+    assert isinstance(clear, Patch)
+    assert (clear.subresource, clear.patch) == ("status", {"status": {"nominatedNodeName": None}})
 
 
 def test_bound_owner_makes_the_reservation_succeeded() -> None:

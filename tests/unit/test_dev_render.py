@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from berth.api import keys
+from berth.settings import DEFAULT_SCHEDULER_NAMES
 from devtools import binaries, render
+from devtools.render import Scope
 
 
 def test_kubeconfig_embeds_certificates_and_selects_its_context() -> None:
@@ -79,3 +82,52 @@ def test_webhook_configuration_has_one_entry_per_replica_and_never_blocks() -> N
         assert hook["failurePolicy"] == "Ignore"
         assert hook["sideEffects"] == "NoneOnDryRun"
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+
+
+def test_default_scope_calls_the_extender_for_berths_pods_only() -> None:
+    entry = render.berth_extender(url="https://127.0.0.1:1", ca_bundle="Q0E=", scope=Scope.DEFAULT)
+    assert entry["managedResources"] == [
+        {"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}
+    ]
+    assert entry["tlsConfig"] == {"caData": "Q0E="}
+    assert entry["enableHTTPS"] is True
+    assert render.ignored_resources(Scope.DEFAULT) == []
+
+
+def test_strict_scope_calls_the_extender_for_every_pod_and_ignores_the_marker() -> None:
+    entry = render.berth_extender(url="http://127.0.0.1:1", ca_bundle=None, scope=Scope.STRICT)
+    assert "managedResources" not in entry
+    assert "enableHTTPS" not in entry
+    config = render.scheduler_config(
+        kubeconfig_path=Path("/k"),
+        extenders=[entry],
+        ignored_resources=render.ignored_resources(Scope.STRICT),
+    )
+    assert config["profiles"] == [
+        {
+            "schedulerName": name,
+            "pluginConfig": [
+                {
+                    "name": "NodeResourcesFit",
+                    "args": {"ignoredResources": [keys.RESERVATION_RESOURCE]},
+                }
+            ],
+        }
+        for name in DEFAULT_SCHEDULER_NAMES
+    ]
+
+
+def test_webhook_namespace_selector_requires_the_migrating_label_in_the_default_scope() -> None:
+    skip = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+    migrating = {"key": keys.MIGRATING_LABEL, "operator": "In", "values": ["true"]}
+    default = render.webhook_configuration(
+        urls=["https://127.0.0.1:1/m"], ca_bundle="Q0E=", skip_namespaces=["kube-system"]
+    )
+    strict = render.webhook_configuration(
+        urls=["https://127.0.0.1:1/m"],
+        ca_bundle="Q0E=",
+        skip_namespaces=["kube-system"],
+        scope=Scope.STRICT,
+    )
+    assert default["webhooks"][0]["namespaceSelector"] == {"matchExpressions": [skip, migrating]}
+    assert strict["webhooks"][0]["namespaceSelector"] == {"matchExpressions": [skip]}

@@ -15,7 +15,9 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from berth.api import keys
 from berth.settings import DEFAULT_SCHEDULER_NAMES
+from devtools import render
 from tests.unit.manifests import (
     MANIFESTS,
     NAMESPACE,
@@ -92,15 +94,21 @@ def test_webhook_configuration_never_blocks_pod_creation() -> None:
     assert hook["sideEffects"] == "NoneOnDryRun"
     assert hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["matchPolicy"] == "Equivalent"
+    # Only namespaces the controller labelled for a migration, never the control plane's
+    # or Berth's own; the local cluster registers the same selector.
     assert hook["namespaceSelector"] == {
         "matchExpressions": [
             {
                 "key": "kubernetes.io/metadata.name",
                 "operator": "NotIn",
                 "values": ["kube-system", NAMESPACE],
-            }
+            },
+            {"key": keys.MIGRATING_LABEL, "operator": "In", "values": ["true"]},
         ]
     }
+    assert hook["namespaceSelector"] == render.namespace_selector(
+        skip_namespaces=["kube-system", NAMESPACE], scope=render.Scope.DEFAULT
+    )
     service = hook["clientConfig"]["service"]
     assert service == {
         "name": "berth-webhook",
@@ -239,7 +247,14 @@ def test_scheduler_config_calls_the_extender_service() -> None:
         "ignorable": True,
         "enableHTTPS": True,
         "httpTimeout": "3s",
+        # Called only for the pods that request Berth's extended resource.
+        "managedResources": [{"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}],
     }
+    # The local cluster configures its scheduler the same way.
+    local = render.berth_extender(
+        url=extender["urlPrefix"], ca_bundle="x", scope=render.Scope.DEFAULT
+    )
+    assert {**local, "tlsConfig": extender["tlsConfig"]} == extender
     # The URL names the extender's Service and port.
     url = urlsplit(extender["urlPrefix"])
     service = one(objects(MANIFESTS / "extender"), "Service", "berth-extender")
@@ -253,6 +268,46 @@ def test_scheduler_config_runs_a_profile_per_default_scheduler_name() -> None:
     # Same plugins in each (the defaults): kube-scheduler gives the extenders to every profile.
     assert config["profiles"] == [{"schedulerName": name} for name in DEFAULT_SCHEDULER_NAMES]
     assert DEFAULT_SCHEDULER_NAMES == ("default-scheduler", "koord-scheduler")
+
+
+STRICT = MANIFESTS / "strict"
+
+
+def test_strict_scheduler_config_calls_the_extender_for_every_pod() -> None:
+    default = yaml.safe_load((SCHEDULER / "kube-scheduler-config.yaml").read_text())
+    strict = yaml.safe_load((STRICT / "kube-scheduler-config.yaml").read_text())
+    [extender] = strict["extenders"]
+    assert "managedResources" not in extender
+    assert extender == {
+        key: value for key, value in default["extenders"][0].items() if key != "managedResources"
+    }
+    # Berth's pods still request the resource no node advertises: NodeResourcesFit must
+    # leave it unchecked, as managedResources' ignoredByScheduler does in the default scope.
+    assert [profile["schedulerName"] for profile in strict["profiles"]] == list(
+        DEFAULT_SCHEDULER_NAMES
+    )
+    for profile in strict["profiles"]:
+        assert profile["pluginConfig"] == [
+            {"name": "NodeResourcesFit", "args": {"ignoredResources": [keys.RESERVATION_RESOURCE]}}
+        ]
+    assert render.ignored_resources(render.Scope.STRICT) == [keys.RESERVATION_RESOURCE]
+    local = render.berth_extender(
+        url=extender["urlPrefix"], ca_bundle="x", scope=render.Scope.STRICT
+    )
+    assert {**local, "tlsConfig": extender["tlsConfig"]} == extender
+
+
+def test_strict_component_calls_the_webhook_in_every_namespace() -> None:
+    component = kustomization(STRICT)
+    assert component["kind"] == "Component"
+    [patch] = component["patches"]
+    assert patch["target"] == {"kind": "MutatingWebhookConfiguration", "name": "berth"}
+    [operation] = yaml.safe_load(patch["patch"])
+    assert operation["op"] == "replace"
+    assert operation["path"] == "/webhooks/0/namespaceSelector"
+    assert operation["value"] == render.namespace_selector(
+        skip_namespaces=["kube-system", NAMESPACE], scope=render.Scope.STRICT
+    )
 
 
 # --- image ------------------------------------------------------------------

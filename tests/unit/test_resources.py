@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from berth.api import keys
 from berth.resources import fits, format_quantity, parse_quantity, pod_requests
 
 
@@ -94,3 +95,18 @@ def test_fits_names_what_is_short() -> None:
     assert fits({"cpu": Decimal("2"), "memory": Decimal(101)}, free) == ["cpu", "memory"]
     assert fits({"nvidia.com/gpu": Decimal(1)}, free) == ["nvidia.com/gpu"]
     assert fits({"nvidia.com/gpu": Decimal(0)}, free) == []
+
+
+def test_berths_marker_is_no_capacity() -> None:
+    spec = {
+        "containers": [
+            {
+                "name": "app",
+                "resources": {
+                    "requests": {"cpu": "1", keys.RESERVATION_RESOURCE: "1"},
+                    "limits": {keys.RESERVATION_RESOURCE: "1"},
+                },
+            }
+        ]
+    }
+    assert pod_requests(spec) == {"cpu": Decimal(1)}

@@ -176,3 +176,48 @@ def test_reinvocation_after_another_webhook_adds_a_term_pins_it_too() -> None:
         ]["nodeSelectorTerms"]
     ] == [[PIN], [PIN]]
     assert again["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
+
+
+MARKER = {keys.RESERVATION_RESOURCE: "1"}
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        pytest.param(None, {"requests": MARKER, "limits": MARKER}, id="no resources"),
+        pytest.param({}, {"requests": MARKER, "limits": MARKER}, id="empty resources"),
+        pytest.param(
+            {"requests": {"cpu": "200m"}},
+            {"requests": {"cpu": "200m", **MARKER}, "limits": MARKER},
+            id="requests only",
+        ),
+        pytest.param(
+            {"requests": {"cpu": "200m"}, "limits": {"memory": "1Gi"}},
+            {"requests": {"cpu": "200m", **MARKER}, "limits": {"memory": "1Gi", **MARKER}},
+            id="requests and limits",
+        ),
+        pytest.param(
+            {"requests": {keys.RESERVATION_RESOURCE: "3"}, "limits": {}},
+            {"requests": MARKER, "limits": MARKER},
+            id="another amount is set to one, in both",
+        ),
+    ],
+)
+def test_patch_requests_berths_marker_in_the_first_container(
+    resources: dict[str, Any] | None, expected: dict[str, Any]
+) -> None:
+    def setup(p: dict[str, Any]) -> None:
+        p["spec"]["containers"].append({"name": "sidecar", "image": "x"})
+        if resources is None:
+            p["spec"]["containers"][0].pop("resources", None)
+        else:
+            p["spec"]["containers"][0]["resources"] = copy.deepcopy(resources)
+
+    original = pod(setup)
+    patched = apply_patch(
+        original, bind_patch(original, reservation=reservation("r1"), token=TOKEN)
+    )
+    first, second = patched["spec"]["containers"]
+    assert first["resources"] == expected
+    assert "resources" not in second
+    assert bind_patch(patched, reservation=reservation("r1"), token=TOKEN) == []
