@@ -208,7 +208,7 @@ def test_a_pod_that_became_forbidden_before_its_eviction_is_not_evicted(
     cluster.kubectl("label", "pod", pod["metadata"]["name"], "-n", namespace, f"{FROZEN}=yes")
     cluster.kubectl("label", "node", target_node, f"{TARGET}={namespace}")
     ended = cluster.wait(
-        lambda: phase_is(cluster, name, "Failed", "Succeeded"), what="the job to end"
+        lambda: phase_is(cluster, name, "Failed", "Succeed"), what="the job to end"
     )
     assert (ended["status"]["phase"], ended["status"]["reason"]) == (
         "Failed",

@@ -47,7 +47,7 @@ async def test_webhook_and_extender_count_the_requests_of_a_migration(
     ]
     name, manifest = job_manifest(pod)
     await cluster.aapply(manifest)
-    await cluster.await_(lambda: phase_is(cluster, name, "Succeeded"), what="the migration")
+    await cluster.await_(lambda: phase_is(cluster, name, "Succeed"), what="the migration")
     after = {component: await scrape(cluster, component) for component in components}
     for component, metric, labels in moved:
         assert total(after[component], metric, **labels) > total(

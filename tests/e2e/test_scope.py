@@ -209,9 +209,9 @@ async def test_the_namespace_carries_the_label_from_before_the_eviction_until_th
         name, manifest = job_manifest(old)
         await cluster.aapply(manifest)
         job = await cluster.await_(
-            lambda: phase_is(cluster, name, "Succeeded", "Failed"), what="the migration"
+            lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the migration"
         )
-        assert job["status"]["phase"] == "Succeeded", job["status"]
+        assert job["status"]["phase"] == "Succeed", job["status"]
         assert condition(job, "Eviction")["reason"] == "EvictComplete"
         # The policy denied nothing in between: the eviction passed it, so the namespace
         # carried the label as the API server's admission saw it.
@@ -388,7 +388,7 @@ async def place_taken_and_job_reports_it(cluster: Cluster, namespace: str, job: 
     assert waiting["reason"] == "WaitForPodBindReservation"
     assert "Insufficient cpu" in waiting["message"]
     ended = await cluster.await_(
-        lambda: phase_is(cluster, job, "Succeeded", "Failed"), what="the job's TTL", timeout=90
+        lambda: phase_is(cluster, job, "Succeed", "Failed"), what="the job's TTL", timeout=90
     )
     assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "Timeout")
     assert "does not fit on node-1" in ended["status"]["message"]
@@ -413,7 +413,7 @@ async def place_kept_from_any_priority(
     )
     assert node == "node-1"
     ended = await cluster.await_(
-        lambda: phase_is(cluster, job, "Succeeded", "Failed"), what="the migration"
+        lambda: phase_is(cluster, job, "Succeed", "Failed"), what="the migration"
     )
-    assert ended["status"]["phase"] == "Succeeded", ended["status"]
+    assert ended["status"]["phase"] == "Succeed", ended["status"]
     assert await asyncio.to_thread(bound_node, cluster, namespace, "vip") is None
