@@ -313,14 +313,17 @@ class LocalCluster(Processes):
             for index in range(spec.nodes)
         ]
         if manifests:
-            asyncio.run(
-                nodes.create_and_wait(
-                    self.kubeconfig,
-                    manifests,
-                    timeout=nodes.wait_budget(spec.nodes),
-                    report=self.report,
+            try:
+                asyncio.run(
+                    nodes.create_and_wait(
+                        self.kubeconfig,
+                        manifests,
+                        timeout=nodes.wait_budget(spec.nodes),
+                        report=self.report,
+                    )
                 )
-            )
+            except ClusterError as error:
+                raise ClusterError(f"{error} (logs in {self.logs})") from error
         # Pods cannot be created in a namespace before its default ServiceAccount exists.
         wait_until(
             lambda: (

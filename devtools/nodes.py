@@ -110,11 +110,11 @@ def missing(names: Sequence[str], nodes: Mapping[str, Object]) -> str:
     if absent:
         parts.append(f"{len(absent)} not created ({sample(absent)})")
     if not_ready:
-        parts.append(f"{len(not_ready)} not Ready, which kwok does ({sample(not_ready)})")
+        parts.append(f"{len(not_ready)} not Ready, which kwok makes them ({sample(not_ready)})")
     if tainted:
         parts.append(
-            f"{len(tainted)} Ready but still tainted not-ready, which the node lifecycle "
-            f"controller of kube-controller-manager lifts ({sample(tainted)})"
+            f"{len(tainted)} Ready but still tainted not-ready, a taint kube-controller-manager "
+            f"lifts ({sample(tainted)})"
         )
     return "; ".join(parts)
 

@@ -58,7 +58,7 @@ def test_missing_names_each_stage_and_who_completes_it() -> None:
         "n4": node("n4"),
     }
     text = nodes.missing(["n1", "n2", "n3", "n4"], cluster)
-    assert text.startswith("1 not created (n3); 1 not Ready, which kwok does (n2); ")
+    assert text.startswith("1 not created (n3); 1 not Ready, which kwok makes them (n2); ")
     assert "1 Ready but still tainted not-ready" in text
     assert "kube-controller-manager" in text
     assert text.endswith("(n1)")
