@@ -187,6 +187,12 @@ class LocalCluster(Processes):
                 # setting blockOwnerDeletion needs the owner's finalizers (see manifests/rbac).
                 "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
                 "OwnerReferencesPermissionEnforcement",
+                # TaintNodesByCondition taints every new node not-ready until the node
+                # lifecycle controller sees it Ready and lifts the taint: two more requests
+                # per node, and thousands of nodes wait on the controller-manager. `up`
+                # waits until every node is Ready anyway, and a node that stops being Ready
+                # later is still tainted by the node lifecycle controller.
+                "--disable-admission-plugins=TaintNodesByCondition",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

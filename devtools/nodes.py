@@ -2,11 +2,11 @@
 
 A node is created through the API with a few connections in parallel (one `kubectl apply`
 of thousands of nodes is throttled by kubectl's own rate limit). It is *schedulable* once
-kwok has made it Ready and the node lifecycle controller of kube-controller-manager has
-lifted the `node.kubernetes.io/not-ready` taint the API server put on it at creation;
-only then does kube-scheduler place pods there. The wait follows the nodes with a watch
-(an informer), reports progress now and then, and gives up after a time that grows with
-the number of nodes, naming the nodes still missing and what they miss.
+kwok has made it Ready and it carries no not-ready taint (the node lifecycle controller of
+kube-controller-manager taints a node whose Ready condition is False or Unknown, and lifts
+the taint once it is Ready): kube-scheduler places pods there. The wait follows the nodes
+with a watch (an informer), reports progress now and then, and gives up after a time that
+grows with the number of nodes, naming the nodes still missing and what they miss.
 """
 
 from __future__ import annotations
