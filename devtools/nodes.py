@@ -136,7 +136,8 @@ class Throttle:
 async def create_and_wait(
     kubeconfig: Path, manifests: Sequence[Object], *, timeout: float, report: Report
 ) -> None:
-    """Create the nodes, then wait until every one is schedulable or `timeout` has passed."""
+    """Create the nodes and wait until every one is schedulable; fail after `timeout`
+    seconds, saying which nodes are missing what."""
     names = [node["metadata"]["name"] for node in manifests]
     kube = await Kube.connect(kubeconfig)
     # Cluster-scoped: the informer's keys are the node names.
