@@ -50,11 +50,32 @@ def test_scheduler_config_lists_extenders_only_when_given() -> None:
     assert with_extender["leaderElection"] == {"leaderElect": False}
 
 
+def test_scheduler_config_sets_the_client_rate_limits() -> None:
+    config = render.scheduler_config(kubeconfig_path=Path("/k"), qps=200, burst=400)
+    assert config["clientConnection"] == {"kubeconfig": "/k", "qps": 200, "burst": 400}
+    assert "percentageOfNodesToScore" not in config
+
+
 def test_fake_node_is_managed_by_kwok_with_the_requested_size() -> None:
     node = render.fake_node(name="node-7", cpu="4", memory="8Gi", pods=20)
     assert node["metadata"]["annotations"][render.KWOK_NODE_ANNOTATION] == "fake"
-    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-7"
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == "node-7"
+    # The beta labels a kubelet sets, so that no controller has to add them.
+    assert labels["beta.kubernetes.io/os"] == labels["kubernetes.io/os"]
+    assert labels["beta.kubernetes.io/arch"] == labels["kubernetes.io/arch"]
     assert node["status"]["allocatable"] == {"cpu": "4", "memory": "8Gi", "pods": "20"}
+
+
+def test_kwok_configuration_sets_parallelism_and_keeps_kwok_defaults() -> None:
+    config = render.kwok_configuration(parallelism=16)
+    assert config["kind"] == "KwokConfiguration"
+    options = config["options"]
+    for key in ("nodeLeaseParallelism", "nodePlayStageParallelism", "podPlayStageParallelism"):
+        assert options[key] == 16
+    # kwok defaults nothing once given a configuration: its defaults are spelled out.
+    assert options["podsOnNodeSyncParallelism"] == 1
+    assert options["enablePodsOnNodeSyncListPager"] is True
 
 
 def test_kubernetes_version_comes_from_the_kcp_module() -> None:
