@@ -1,0 +1,310 @@
+"""How long an arbitration round keeps the controller's event loop from anything else.
+
+The controller renews its Lease, answers probes and applies watch events on one event
+loop, so a round must never hold that loop for long. This runs the controller's own
+admission path (`controller.admission.Admission.admit_once`: the snapshot of the caches,
+`arbitrate`, the decisions written) on caches filled with the synthetic cluster of
+bench/arbitration.py, while two more coroutines share the loop: a ticker that asks to
+wake every millisecond and records how late it wakes (the stall it saw), and a watch
+that replaces pods in the caches at a steady rate, as the informers do.
+
+Writes go to an executor that answers at once, as an API server would after one round
+trip: each status write or patch is taken into the caches as the real executor's
+answer is (`Caches.assume`).
+
+Run: python bench/loop.py [--rounds 6] [--jobs 10000] [--nodes 5000] [--pods 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from arbitration import build
+
+from berth.kube.client import PODMIGRATIONJOBS, Kube, Resource
+from berth.kube.events import Recorder
+from berth.settings import MigrationControllerArgs
+from controller.actions import Patch, Plan, UpdateStatus
+from controller.admission import Admission
+from controller.caches import Caches
+from controller.executor import Executor, Outcome
+
+Object = dict[str, Any]
+
+TICK = 0.001
+"""How often the ticker asks to wake, in seconds."""
+
+
+def renewed(obj: Mapping[str, Any], **changes: Any) -> Object:
+    """The object as the API server returns it after a write: a new resourceVersion."""
+    metadata = obj["metadata"]
+    version = str(int(metadata.get("resourceVersion") or "1") + 1)
+    return {**obj, **changes, "metadata": {**metadata, "resourceVersion": version}}
+
+
+def replicaset(deployment: Mapping[str, Any]) -> Object:
+    """The ReplicaSet of a synthetic Deployment, as its pods name it."""
+    metadata = deployment["metadata"]
+    namespace, app = metadata["namespace"], metadata["name"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": f"{app}-7d9f",
+            "namespace": namespace,
+            "uid": f"uid-rs-{namespace}-{app}",
+            "resourceVersion": "1",
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": app,
+                    "uid": metadata["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"replicas": deployment["spec"]["replicas"]},
+        "status": {"availableReplicas": deployment["status"]["availableReplicas"]},
+    }
+
+
+def versioned(obj: Mapping[str, Any]) -> Object:
+    return {**obj, "metadata": {"resourceVersion": "1", **obj["metadata"]}}
+
+
+async def filled(caches: Caches, *, jobs: int, nodes: int, pods: int) -> tuple[Caches, list[str]]:
+    """The caches holding the synthetic cluster, as the watches would fill them; and the
+    keys of its pods."""
+    snapshot = build(jobs=jobs, nodes=nodes, pods=pods)
+    objects: list[tuple[str, Mapping[str, Any]]] = [
+        ("nodes", node) for node in snapshot.nodes.values()
+    ]
+    for workload in snapshot.workloads.values():
+        plural = "deployments" if workload["kind"] == "Deployment" else "statefulsets"
+        objects.append((plural, workload))
+        if workload["kind"] == "Deployment":
+            objects.append(("replicasets", replicaset(workload)))
+    objects += [("pods", pod) for pod in snapshot.pods.values()]
+    objects += [("poddisruptionbudgets", pdb) for pdb in snapshot.pdbs]
+    every_job = [*snapshot.pending, *snapshot.in_flight, *snapshot.history]
+    objects += [("podmigrationjobs", job) for job in every_job]
+    informers = {informer.resource.plural: informer for informer in caches.informers}
+    for plural, obj in objects:
+        await informers[plural]._apply("ADDED", versioned(obj))
+    for informer in caches.informers:
+        informer.synced.set()
+    return caches, list(snapshot.pods)
+
+
+class Answering(Executor):
+    """Carries out a plan as an API server that answers at once would: one round trip per
+    action, and every write taken into the caches as the real executor takes it."""
+
+    def __init__(self, caches: Caches) -> None:
+        super().__init__(cast(Kube, None), cast(Recorder, None), written=caches.assume)
+        self.caches = caches
+        self.plans = 0
+
+    async def run(self, plan: Plan) -> Outcome:
+        self.plans += 1
+        for action in plan.actions:
+            await asyncio.sleep(0)
+            if isinstance(action, UpdateStatus):
+                self._status(action.resource, action)
+            elif isinstance(action, Patch) and action.resource is PODMIGRATIONJOBS:
+                self._patched(action.resource, action)
+        return Outcome()
+
+    def _status(self, resource: Resource, action: UpdateStatus) -> None:
+        """The job as it is now (after the plan's own patch), with the status written."""
+        cached = self.caches.jobs.get(action.obj["metadata"]["name"]) or action.obj
+        self._written(resource, renewed(cached, status=action.obj["status"]))
+
+    def _patched(self, resource: Resource, action: Patch) -> None:
+        cached = self.caches.jobs.get(action.name)
+        if cached is None:
+            return
+        metadata = cached["metadata"]
+        annotations = {**(metadata.get("annotations") or {})}
+        annotations.update(action.patch["metadata"]["annotations"])
+        obj = {**cached, "metadata": {**metadata, "annotations": annotations}}
+        self._written(resource, renewed(obj))
+
+
+class Ticker:
+    """Asks to wake every `TICK` seconds and records how late each wake-up is."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        """(when it woke, how late), in seconds."""
+
+    async def run(self) -> None:
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(TICK)
+            woke = time.perf_counter()
+            self.samples.append((woke, woke - asked - TICK))
+
+    def between(self, start: float, end: float) -> list[float]:
+        """Lateness, in milliseconds, of the wake-ups whose wait overlaps [start, end]."""
+        return [late * 1000 for woke, late in self.samples if woke >= start and woke - late <= end]
+
+
+async def watch(caches: Caches, keys: list[str], *, per_second: float) -> None:
+    """Replace pods in the caches at a steady rate, as watch events do."""
+    if per_second <= 0:
+        return
+    rng = random.Random(3)
+    due = 0.0
+    last = time.perf_counter()
+    while True:
+        await asyncio.sleep(TICK)
+        now = time.perf_counter()
+        due += (now - last) * per_second
+        last = now
+        while due >= 1:
+            due -= 1
+            pod = caches.pods.get(rng.choice(keys))
+            if pod is not None:
+                await caches.pods._apply("MODIFIED", renewed(pod))
+
+
+@dataclass(frozen=True)
+class RoundFigures:
+    """One round, as the event loop saw it."""
+
+    round_ms: float
+    """From the start of `admit_once` to the end of its writes."""
+    longest_stall_ms: float
+    """The longest the loop kept the ticker waiting past its time."""
+    p99_stall_ms: float
+    ticks: int
+    writes: int
+
+
+async def measure(admission: Admission, ticker: Ticker, executor: Answering) -> RoundFigures:
+    gc.collect()
+    await asyncio.sleep(0.05)
+    plans = executor.plans
+    start = time.perf_counter()
+    await admission.admit_once()
+    end = time.perf_counter()
+    await asyncio.sleep(3 * TICK)  # the wake-up due at the end has come
+    stalls = sorted(ticker.between(start, end)) or [0.0]
+    return RoundFigures(
+        round_ms=(end - start) * 1000,
+        longest_stall_ms=stalls[-1],
+        p99_stall_ms=stalls[min(len(stalls) - 1, int(len(stalls) * 0.99))],
+        ticks=len(stalls),
+        writes=executor.plans - plans,
+    )
+
+
+@dataclass(frozen=True)
+class LoopFigures:
+    """Cold and steady rounds of one configuration."""
+
+    cold: RoundFigures
+    """The first round of a new leader: nothing read before, every job's status written."""
+    steady: list[RoundFigures]
+    """The rounds after the first two (the second reads again every job the first
+    wrote)."""
+
+    @property
+    def steady_longest_stall_ms(self) -> float:
+        return max(r.longest_stall_ms for r in self.steady)
+
+    @property
+    def steady_round_ms(self) -> float:
+        return statistics.median(r.round_ms for r in self.steady)
+
+
+async def rounds(
+    *,
+    jobs: int,
+    nodes: int,
+    pods: int,
+    count: int,
+    args: MigrationControllerArgs,
+    churn: float,
+    admission_type: type[Admission] = Admission,
+) -> LoopFigures:
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    caches, keys = await filled(caches, jobs=jobs, nodes=nodes, pods=pods)
+    executor = Answering(caches)
+    admission = admission_type(caches, executor, args, admitted=lambda _key: None)
+    ticker = Ticker()
+    tasks = [
+        asyncio.create_task(ticker.run()),
+        asyncio.create_task(watch(caches, keys, per_second=churn)),
+    ]
+    try:
+        figures = [await measure(admission, ticker, executor) for _ in range(count)]
+    finally:
+        for task in tasks:
+            task.cancel()
+    return LoopFigures(cold=figures[0], steady=figures[2:])
+
+
+def row(name: str, figures: RoundFigures | list[RoundFigures]) -> str:
+    many = figures if isinstance(figures, list) else [figures]
+    return (
+        f"{name:<34}{len(many):>7}"
+        f"{statistics.median(r.round_ms for r in many):>10.1f}"
+        f"{max(r.longest_stall_ms for r in many):>10.1f}"
+        f"{max(r.p99_stall_ms for r in many):>9.1f}"
+        f"{statistics.median(r.writes for r in many):>8.0f}"
+    )
+
+
+HEADER = f"{'rounds':<34}{'count':>7}{'round ms':>10}{'stall ms':>10}{'p99 ms':>9}{'writes':>8}"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=5_000)
+    parser.add_argument("--pods", type=int, default=50_000)
+    parser.add_argument("--churn", type=float, default=1000, help="pod updates a second")
+    options = parser.parse_args(argv)
+    print(
+        f"{options.jobs} jobs, {options.nodes} nodes, {options.pods} pods; "
+        f"{options.churn:g} pod updates a second; round ms is the median, stall ms the "
+        "longest and p99 ms the worst round's 99th percentile"
+    )
+    print(HEADER)
+    print("-" * len(HEADER))
+    configs = [
+        ("defaults", MigrationControllerArgs()),
+        (
+            "no rate limit, nodeFit",
+            MigrationControllerArgs.model_validate({"evictQPS": 0, "nodeFit": True}),
+        ),
+    ]
+    for name, args in configs:
+        figures = asyncio.run(
+            rounds(
+                jobs=options.jobs,
+                nodes=options.nodes,
+                pods=options.pods,
+                count=options.rounds,
+                args=args,
+                churn=options.churn,
+            )
+        )
+        print(row(f"{name} (cold)", figures.cold))
+        print(row(f"{name} (steady)", figures.steady))
+
+
+if __name__ == "__main__":
+    main()
