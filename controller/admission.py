@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,11 +50,14 @@ ADMISSION_WRITES = 16
 """Status writes of one arbitration round that may be in flight at once."""
 
 
+Write = tuple[arbitration.Decision, Plan]
+
+
 @dataclass(frozen=True)
 class Decided:
     """What a round decided, ready to write."""
 
-    writes: list[tuple[arbitration.Decision, Plan]]
+    writes: list[Write]
     """The decisions that change a job, each with its plan."""
     limiter: arbitration.LimiterState
     memo: arbitration.Memo
@@ -75,7 +79,8 @@ class Admission:
         """Told the key of each job admitted, to take its first step at once."""
         self.limiter = arbitration.LimiterState()
         self.memo: arbitration.Memo | None = None
-        """What the last arbitration round read, for the next (see arbitration.Memo)."""
+        """What the last arbitration round read, for the next (see arbitration.Memo).
+        Like `limiter`, read and replaced only on the admission thread (`_decide`)."""
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arbitration")
         """The admission thread: one round at a time, off the event loop."""
 
@@ -110,8 +115,11 @@ class Admission:
     async def off_loop(self, work: Callable[[], T]) -> T:
         """Run `work` on the admission thread; the event loop goes on meanwhile. `work`
         must read nothing the loop changes: a `Frozen` copy of the caches, not the caches.
-        """
-        return await asyncio.get_running_loop().run_in_executor(self.worker, work)
+        What `work` holds is let go of on that thread too: freeing a round's worth of
+        objects takes milliseconds."""
+        done = asyncio.get_running_loop().run_in_executor(self.worker, work)
+        del work
+        return await done
 
     async def release_stray_gates(self) -> None:
         """No pod stays gated by Berth unless a live Reservation holds its claim. Each pod
@@ -142,31 +150,32 @@ class Admission:
 
     async def admit_once(self) -> None:
         """One arbitration round: freeze the caches, decide off the loop, write."""
-        decide_round = partial(
-            decide,
-            self.caches.frozen(),
-            args=self.args,
-            limiter=self.limiter,
-            memo=self.memo,
-            now=datetime.now(UTC),
-        )
-        decided = await self.off_loop(decide_round)
+        writes = await self.off_loop(partial(self._decide, self.caches.frozen(), datetime.now(UTC)))
+        await self._write(writes)
+
+    def _decide(self, frozen: Frozen, now: datetime) -> deque[Write]:
+        """On the admission thread: a round, and what it hands on to the next. The memo a
+        round replaces is freed here (`_let_go`), and so are the round's decisions but
+        for those that are written."""
+        decided = decide(frozen, args=self.args, limiter=self.limiter, memo=self.memo, now=now)
         if decided is None:
-            return
-        self.memo = decided.memo
+            return deque()
+        replaced, self.memo = self.memo, decided.memo
+        _let_go(replaced)
         if not self.args.dry_run:  # a dry run starts no job, so it takes no token
             self.limiter = decided.limiter
-        await self._write(decided.writes)
+        return deque(decided.writes)
 
-    async def _write(self, writes: list[tuple[arbitration.Decision, Plan]]) -> None:
+    async def _write(self, writes: deque[Write]) -> None:
         """Write the decisions, `ADMISSION_WRITES` at a time: as many writers, each taking
-        the next decision left when it is done with one."""
-        left = iter(writes)
+        the next decision left when it is done with one, and letting go of it once
+        written, so that no step of the loop frees them all at once."""
         writers = min(ADMISSION_WRITES, len(writes))
-        await asyncio.gather(*(self._writer(left) for _ in range(writers)))
+        await asyncio.gather(*(self._writer(writes) for _ in range(writers)))
 
-    async def _writer(self, left: Iterator[tuple[arbitration.Decision, Plan]]) -> None:
-        for decision, plan in left:
+    async def _writer(self, left: deque[Write]) -> None:
+        while left:
+            decision, plan = left.popleft()
             try:
                 outcome = await self.executor.run(plan)
             except Exception as error:
@@ -235,6 +244,17 @@ def decide(
         if plan.actions:
             writes.append((decision, plan))
     return Decided(writes, result.limiter, result.memo)
+
+
+def _let_go(memo: arbitration.Memo | None) -> None:
+    """Free a memo no round reads any more one entry at a time. Freed at once, the
+    memo of 10,000 jobs read afresh is one step of the interpreter of some 10 ms, which
+    holds every thread, the event loop's included; entry by entry, the loop gets its
+    turn in between."""
+    for part in (memo.jobs, memo.facts, memo.workloads) if memo is not None else ():
+        if isinstance(part, dict):
+            while part:
+                part.popitem()
 
 
 def _observe(all_jobs: list[Object], all_reservations: list[Object]) -> None:
