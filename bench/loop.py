@@ -23,9 +23,9 @@ import gc
 import random
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from arbitration import build
 
@@ -38,6 +38,7 @@ from controller.caches import Caches
 from controller.executor import Executor, Outcome
 
 Object = dict[str, Any]
+T = TypeVar("T")
 
 TICK = 0.001
 """How often the ticker asks to wake, in seconds."""
@@ -102,6 +103,7 @@ async def filled(caches: Caches, *, jobs: int, nodes: int, pods: int) -> tuple[C
         await informers[plural]._apply("ADDED", versioned(obj))
     for informer in caches.informers:
         informer.synced.set()
+    gc.collect()
     return caches, list(snapshot.pods)
 
 
@@ -140,6 +142,15 @@ class Answering(Executor):
         self._written(resource, renewed(obj))
 
 
+class Inline(Admission):
+    """The round on the event loop itself, as the controller ran it before it had an
+    admission thread (the old memo and the frozen copy freed on the loop too): for
+    comparison."""
+
+    async def off_loop(self, work: Callable[[], T]) -> T:
+        return work()
+
+
 class Ticker:
     """Asks to wake every `TICK` seconds and records how late each wake-up is."""
 
@@ -176,6 +187,32 @@ async def watch(caches: Caches, keys: list[str], *, per_second: float) -> None:
             pod = caches.pods.get(rng.choice(keys))
             if pod is not None:
                 await caches.pods._apply("MODIFIED", renewed(pod))
+            if due % 10 < 1:
+                await asyncio.sleep(0)  # a watch stream hands over events a chunk at a time
+
+
+class Collections:
+    """The garbage collector's full collections, and how long each stopped every thread."""
+
+    def __init__(self) -> None:
+        self.full: list[tuple[float, float]] = []
+        """(when it ended, how long it took), in seconds."""
+        self._started = 0.0
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._started = now
+        elif info["generation"] == 2:
+            self.full.append((now, now - self._started))
+
+    def between(self, start: float, end: float) -> list[float]:
+        """How long, in milliseconds, each full collection that ended in [start, end] took."""
+        return [took * 1000 for ended, took in self.full if start <= ended <= end]
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._seen)
 
 
 @dataclass(frozen=True)
@@ -184,28 +221,37 @@ class RoundFigures:
 
     round_ms: float
     """From the start of `admit_once` to the end of its writes."""
+    cpu_ms: float
+    """CPU time the process spent meanwhile, on every thread (the ticker and the watch
+    included): unlike the wall clock, it does not grow when the machine is busy."""
     longest_stall_ms: float
     """The longest the loop kept the ticker waiting past its time."""
     p99_stall_ms: float
-    ticks: int
+    """The 99th percentile of the ticker's lateness during the round."""
     writes: int
+    """Plans the round carried out (status writes; an admitted job's patch with it)."""
+    full_collections_ms: list[float]
+    """How long each full garbage collection during the round took: it stops every
+    thread, the loop's included, whatever triggered it."""
 
 
-async def measure(admission: Admission, ticker: Ticker, executor: Answering) -> RoundFigures:
-    gc.collect()
+async def measure(
+    admission: Admission, ticker: Ticker, executor: Answering, collections: Collections
+) -> RoundFigures:
     await asyncio.sleep(0.05)
     plans = executor.plans
-    start = time.perf_counter()
+    cpu, start = time.process_time(), time.perf_counter()
     await admission.admit_once()
-    end = time.perf_counter()
+    end, cpu_end = time.perf_counter(), time.process_time()
     await asyncio.sleep(3 * TICK)  # the wake-up due at the end has come
     stalls = sorted(ticker.between(start, end)) or [0.0]
     return RoundFigures(
         round_ms=(end - start) * 1000,
+        cpu_ms=(cpu_end - cpu) * 1000,
         longest_stall_ms=stalls[-1],
         p99_stall_ms=stalls[min(len(stalls) - 1, int(len(stalls) * 0.99))],
-        ticks=len(stalls),
         writes=executor.plans - plans,
+        full_collections_ms=collections.between(start, end + 3 * TICK),
     )
 
 
@@ -219,14 +265,6 @@ class LoopFigures:
     """The rounds after the first two (the second reads again every job the first
     wrote)."""
 
-    @property
-    def steady_longest_stall_ms(self) -> float:
-        return max(r.longest_stall_ms for r in self.steady)
-
-    @property
-    def steady_round_ms(self) -> float:
-        return statistics.median(r.round_ms for r in self.steady)
-
 
 async def rounds(
     *,
@@ -236,37 +274,91 @@ async def rounds(
     count: int,
     args: MigrationControllerArgs,
     churn: float,
-    admission_type: type[Admission] = Admission,
+    inline: bool = False,
 ) -> LoopFigures:
+    """`count` rounds (at least 3) of a new leader on the synthetic cluster: on the
+    admission thread as the controller runs them, or `inline` on the event loop."""
     caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
     caches, keys = await filled(caches, jobs=jobs, nodes=nodes, pods=pods)
     executor = Answering(caches)
-    admission = admission_type(caches, executor, args, admitted=lambda _key: None)
-    ticker = Ticker()
+    admission = (Inline if inline else Admission)(
+        caches, executor, args, admitted=lambda _key: None
+    )
+    ticker, collections = Ticker(), Collections()
     tasks = [
         asyncio.create_task(ticker.run()),
         asyncio.create_task(watch(caches, keys, per_second=churn)),
     ]
     try:
-        figures = [await measure(admission, ticker, executor) for _ in range(count)]
+        figures = [
+            await measure(admission, ticker, executor, collections) for _ in range(max(count, 3))
+        ]
     finally:
         for task in tasks:
             task.cancel()
+        collections.close()
+        admission.worker.shutdown()
     return LoopFigures(cold=figures[0], steady=figures[2:])
+
+
+@dataclass(frozen=True)
+class LoopRow:
+    """The row of `make bench` for the event loop during arbitration rounds."""
+
+    name: str
+    """"arbitration round at 10,000 jobs / 5,000 nodes / 50,000 pods"."""
+    round_ms: float
+    """Median steady round, wall clock, from freezing the caches to the last write."""
+    cold_round_ms: float
+    """A new leader's first round, wall clock, writing every job's status."""
+    longest_block_ms: float
+    """The longest the event loop was kept from a timer due, over the cold and the
+    steady rounds."""
+    p99_block_ms: float
+    """The worst round's 99th percentile of it."""
+
+
+def arbitration_loop_row(*, rounds_run: int = 6, churn: float = 1000) -> LoopRow:
+    """Run the defaults on 10,000 jobs, 5,000 nodes and 50,000 pods (cold, then steady
+    rounds, with `churn` pod updates a second) and sum them up for `make bench`."""
+    figures = asyncio.run(
+        rounds(
+            jobs=10_000,
+            nodes=5_000,
+            pods=50_000,
+            count=rounds_run,
+            args=MigrationControllerArgs(),
+            churn=churn,
+        )
+    )
+    every = [figures.cold, *figures.steady]
+    return LoopRow(
+        name="arbitration round at 10,000 jobs / 5,000 nodes / 50,000 pods",
+        round_ms=statistics.median(r.round_ms for r in figures.steady),
+        cold_round_ms=figures.cold.round_ms,
+        longest_block_ms=max(r.longest_stall_ms for r in every),
+        p99_block_ms=max(r.p99_stall_ms for r in every),
+    )
 
 
 def row(name: str, figures: RoundFigures | list[RoundFigures]) -> str:
     many = figures if isinstance(figures, list) else [figures]
+    full = [ms for r in many for ms in r.full_collections_ms]
     return (
-        f"{name:<34}{len(many):>7}"
+        f"{name:<44}{len(many):>4}"
         f"{statistics.median(r.round_ms for r in many):>10.1f}"
+        f"{statistics.median(r.cpu_ms for r in many):>8.1f}"
         f"{max(r.longest_stall_ms for r in many):>10.1f}"
-        f"{max(r.p99_stall_ms for r in many):>9.1f}"
+        f"{max(r.p99_stall_ms for r in many):>8.1f}"
         f"{statistics.median(r.writes for r in many):>8.0f}"
+        f"{len(full):>5}{max(full, default=0.0):>8.1f}"
     )
 
 
-HEADER = f"{'rounds':<34}{'count':>7}{'round ms':>10}{'stall ms':>10}{'p99 ms':>9}{'writes':>8}"
+HEADER = (
+    f"{'rounds':<44}{'n':>4}{'round ms':>10}{'cpu ms':>8}{'stall ms':>10}{'p99 ms':>8}"
+    f"{'writes':>8}{'gc2':>5}{'gc2 ms':>8}"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -276,11 +368,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=5_000)
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--churn", type=float, default=1000, help="pod updates a second")
+    parser.add_argument(
+        "--thread-only", action="store_true", help="leave out the rounds run on the loop"
+    )
     options = parser.parse_args(argv)
     print(
-        f"{options.jobs} jobs, {options.nodes} nodes, {options.pods} pods; "
-        f"{options.churn:g} pod updates a second; round ms is the median, stall ms the "
-        "longest and p99 ms the worst round's 99th percentile"
+        f"{options.jobs} jobs, {options.nodes} nodes, {options.pods} pods, "
+        f"{options.churn:g} pod updates a second"
     )
     print(HEADER)
     print("-" * len(HEADER))
@@ -292,18 +386,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         ),
     ]
     for name, args in configs:
-        figures = asyncio.run(
-            rounds(
-                jobs=options.jobs,
-                nodes=options.nodes,
-                pods=options.pods,
-                count=options.rounds,
-                args=args,
-                churn=options.churn,
+        for inline in (False,) if options.thread_only else (False, True):
+            figures = asyncio.run(
+                rounds(
+                    jobs=options.jobs,
+                    nodes=options.nodes,
+                    pods=options.pods,
+                    count=options.rounds,
+                    args=args,
+                    churn=options.churn,
+                    inline=inline,
+                )
             )
-        )
-        print(row(f"{name} (cold)", figures.cold))
-        print(row(f"{name} (steady)", figures.steady))
+            mode = "on the loop" if inline else "thread"
+            print(row(f"{name}, {mode}, cold", figures.cold))
+            print(row(f"{name}, {mode}, steady", figures.steady))
 
 
 if __name__ == "__main__":
