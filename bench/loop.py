@@ -23,8 +23,9 @@ import gc
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from arbitration import build
@@ -152,22 +153,33 @@ class Inline(Admission):
 
 
 class Ticker:
-    """Asks to wake every `TICK` seconds and records how late each wake-up is."""
+    """Asks to wake every `TICK` seconds and records how late each wake-up is.
+
+    On a machine shared with other work, a wake-up can also be late because the process
+    waited for a core, which says nothing of the controller. So each wake-up also records
+    the CPU time the process spent while the ticker waited: the process cannot have kept
+    the ticker waiting for longer than it ran, so the lesser of the two is how long the
+    process itself blocked the loop, at most."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, float]] = []
-        """(when it woke, how late), in seconds."""
+        self.samples: list[tuple[float, float, float]] = []
+        """(when it woke, how late, CPU time the process spent meanwhile), in seconds."""
 
     async def run(self) -> None:
         while True:
-            asked = time.perf_counter()
+            asked, cpu = time.perf_counter(), time.process_time()
             await asyncio.sleep(TICK)
-            woke = time.perf_counter()
-            self.samples.append((woke, woke - asked - TICK))
+            woke, cpu_end = time.perf_counter(), time.process_time()
+            self.samples.append((woke, woke - asked - TICK, cpu_end - cpu))
 
-    def between(self, start: float, end: float) -> list[float]:
-        """Lateness, in milliseconds, of the wake-ups whose wait overlaps [start, end]."""
-        return [late * 1000 for woke, late in self.samples if woke >= start and woke - late <= end]
+    def between(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The wake-ups whose wait overlaps [start, end]: how late each was, and at most
+        how long of that the process kept the loop busy, in milliseconds."""
+        return [
+            (late * 1000, min(late, cpu) * 1000)
+            for woke, late, cpu in self.samples
+            if woke >= start and woke - late <= end
+        ]
 
 
 async def watch(caches: Caches, keys: list[str], *, per_second: float) -> None:
@@ -228,6 +240,9 @@ class RoundFigures:
     """The longest the loop kept the ticker waiting past its time."""
     p99_stall_ms: float
     """The 99th percentile of the ticker's lateness during the round."""
+    longest_busy_ms: float
+    """The longest the process itself kept the ticker waiting, at most (`Ticker`): the
+    stall less the time the process waited for a core."""
     writes: int
     """Plans the round carried out (status writes; an admitted job's patch with it)."""
     full_collections_ms: list[float]
@@ -236,20 +251,25 @@ class RoundFigures:
 
 
 async def measure(
-    admission: Admission, ticker: Ticker, executor: Answering, collections: Collections
+    work: Callable[[], Awaitable[None]],
+    ticker: Ticker,
+    executor: Answering,
+    collections: Collections,
 ) -> RoundFigures:
     await asyncio.sleep(0.05)
     plans = executor.plans
     cpu, start = time.process_time(), time.perf_counter()
-    await admission.admit_once()
+    await work()
     end, cpu_end = time.perf_counter(), time.process_time()
     await asyncio.sleep(3 * TICK)  # the wake-up due at the end has come
-    stalls = sorted(ticker.between(start, end)) or [0.0]
+    wakes = ticker.between(start, end) or [(0.0, 0.0)]
+    stalls = sorted(late for late, _ in wakes)
     return RoundFigures(
         round_ms=(end - start) * 1000,
         cpu_ms=(cpu_end - cpu) * 1000,
         longest_stall_ms=stalls[-1],
         p99_stall_ms=stalls[min(len(stalls) - 1, int(len(stalls) * 0.99))],
+        longest_busy_ms=max(busy for _, busy in wakes),
         writes=executor.plans - plans,
         full_collections_ms=collections.between(start, end + 3 * TICK),
     )
@@ -264,6 +284,9 @@ class LoopFigures:
     steady: list[RoundFigures]
     """The rounds after the first two (the second reads again every job the first
     wrote)."""
+    idle: RoundFigures
+    """No round, for as long as a steady round: what the ticker sees of the watch and of
+    the machine alone (on a busy machine, the process waits for a core too)."""
 
 
 async def rounds(
@@ -291,14 +314,17 @@ async def rounds(
     ]
     try:
         figures = [
-            await measure(admission, ticker, executor, collections) for _ in range(max(count, 3))
+            await measure(admission.admit_once, ticker, executor, collections)
+            for _ in range(max(count, 3))
         ]
+        pause = statistics.median(f.round_ms for f in figures[2:]) / 1000
+        idle = await measure(partial(asyncio.sleep, pause), ticker, executor, collections)
     finally:
         for task in tasks:
             task.cancel()
         collections.close()
         admission.worker.shutdown()
-    return LoopFigures(cold=figures[0], steady=figures[2:])
+    return LoopFigures(cold=figures[0], steady=figures[2:], idle=idle)
 
 
 @dataclass(frozen=True)
@@ -345,18 +371,20 @@ def row(name: str, figures: RoundFigures | list[RoundFigures]) -> str:
     many = figures if isinstance(figures, list) else [figures]
     full = [ms for r in many for ms in r.full_collections_ms]
     return (
-        f"{name:<44}{len(many):>4}"
+        f"{name:<48}{len(many):>4}"
         f"{statistics.median(r.round_ms for r in many):>10.1f}"
         f"{statistics.median(r.cpu_ms for r in many):>8.1f}"
         f"{max(r.longest_stall_ms for r in many):>10.1f}"
         f"{max(r.p99_stall_ms for r in many):>8.1f}"
+        f"{max(r.longest_busy_ms for r in many):>9.1f}"
         f"{statistics.median(r.writes for r in many):>8.0f}"
         f"{len(full):>5}{max(full, default=0.0):>8.1f}"
     )
 
 
 HEADER = (
-    f"{'rounds':<44}{'n':>4}{'round ms':>10}{'cpu ms':>8}{'stall ms':>10}{'p99 ms':>8}"
+    f"{'rounds':<48}{'n':>4}{'round ms':>10}{'cpu ms':>8}{'stall ms':>10}{'p99 ms':>8}"
+    f"{'busy ms':>9}"
     f"{'writes':>8}{'gc2':>5}{'gc2 ms':>8}"
 )
 
@@ -401,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             mode = "on the loop" if inline else "thread"
             print(row(f"{name}, {mode}, cold", figures.cold))
             print(row(f"{name}, {mode}, steady", figures.steady))
+            print(row(f"{name}, {mode}, no round", figures.idle))
 
 
 if __name__ == "__main__":
