@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
+import os
 import random
 import statistics
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -152,32 +155,51 @@ class Inline(Admission):
         return work()
 
 
+class Queued:
+    """How long some threads of this process have waited for a core, all told: the
+    second field of Linux's /proc schedstat of each (zero where there is none)."""
+
+    def __init__(self, native_ids: Sequence[int]) -> None:
+        self.files: list[int] = []
+        for native_id in native_ids:
+            with contextlib.suppress(OSError):
+                self.files.append(os.open(f"/proc/self/task/{native_id}/schedstat", os.O_RDONLY))
+
+    def seconds(self) -> float:
+        return sum(int(os.pread(fd, 128, 0).split()[1]) for fd in self.files) / 1e9
+
+    def close(self) -> None:
+        for fd in self.files:
+            os.close(fd)
+
+
 class Ticker:
     """Asks to wake every `TICK` seconds and records how late each wake-up is.
 
-    On a machine shared with other work, a wake-up can also be late because the process
-    waited for a core, which says nothing of the controller. So each wake-up also records
-    the CPU time the process spent while the ticker waited: the process cannot have kept
-    the ticker waiting for longer than it ran, so the lesser of the two is how long the
-    process itself blocked the loop, at most."""
+    On a machine shared with other work, a wake-up is also late when the event loop's
+    thread, or the admission thread holding the interpreter, waits for a core: that says
+    nothing of the controller. So each wake-up also records how long those threads waited
+    for a core meanwhile (`Queued`), and what is left of the lateness without it is what
+    the process itself kept the loop waiting."""
 
-    def __init__(self) -> None:
+    def __init__(self, queued: Queued) -> None:
+        self.queued = queued
         self.samples: list[tuple[float, float, float]] = []
-        """(when it woke, how late, CPU time the process spent meanwhile), in seconds."""
+        """(when it woke, how late, how long the threads waited for a core), seconds."""
 
     async def run(self) -> None:
         while True:
-            asked, cpu = time.perf_counter(), time.process_time()
+            asked, queued = time.perf_counter(), self.queued.seconds()
             await asyncio.sleep(TICK)
-            woke, cpu_end = time.perf_counter(), time.process_time()
-            self.samples.append((woke, woke - asked - TICK, cpu_end - cpu))
+            woke, queued_end = time.perf_counter(), self.queued.seconds()
+            self.samples.append((woke, woke - asked - TICK, queued_end - queued))
 
     def between(self, start: float, end: float) -> list[tuple[float, float]]:
-        """The wake-ups whose wait overlaps [start, end]: how late each was, and at most
-        how long of that the process kept the loop busy, in milliseconds."""
+        """The wake-ups whose wait overlaps [start, end]: how late each was, and how late
+        but for the time the threads waited for a core, in milliseconds."""
         return [
-            (late * 1000, min(late, cpu) * 1000)
-            for woke, late, cpu in self.samples
+            (late * 1000, max(0.0, late - queued) * 1000)
+            for woke, late, queued in self.samples
             if woke >= start and woke - late <= end
         ]
 
@@ -240,9 +262,9 @@ class RoundFigures:
     """The longest the loop kept the ticker waiting past its time."""
     p99_stall_ms: float
     """The 99th percentile of the ticker's lateness during the round."""
-    longest_busy_ms: float
-    """The longest the process itself kept the ticker waiting, at most (`Ticker`): the
-    stall less the time the process waited for a core."""
+    longest_own_ms: float
+    """The longest stall less the time the loop's and the admission thread waited for a
+    core meanwhile (`Ticker`): how long the process itself blocked the loop."""
     writes: int
     """Plans the round carried out (status writes; an admitted job's patch with it)."""
     full_collections_ms: list[float]
@@ -269,7 +291,7 @@ async def measure(
         cpu_ms=(cpu_end - cpu) * 1000,
         longest_stall_ms=stalls[-1],
         p99_stall_ms=stalls[min(len(stalls) - 1, int(len(stalls) * 0.99))],
-        longest_busy_ms=max(busy for _, busy in wakes),
+        longest_own_ms=max(own for _, own in wakes),
         writes=executor.plans - plans,
         full_collections_ms=collections.between(start, end + 3 * TICK),
     )
@@ -307,7 +329,9 @@ async def rounds(
     admission = (Inline if inline else Admission)(
         caches, executor, args, admitted=lambda _key: None
     )
-    ticker, collections = Ticker(), Collections()
+    threads = [threading.get_native_id(), admission.worker.submit(threading.get_native_id).result()]
+    queued = Queued(threads)
+    ticker, collections = Ticker(queued), Collections()
     tasks = [
         asyncio.create_task(ticker.run()),
         asyncio.create_task(watch(caches, keys, per_second=churn)),
@@ -323,6 +347,7 @@ async def rounds(
         for task in tasks:
             task.cancel()
         collections.close()
+        queued.close()
         admission.worker.shutdown()
     return LoopFigures(cold=figures[0], steady=figures[2:], idle=idle)
 
@@ -376,7 +401,7 @@ def row(name: str, figures: RoundFigures | list[RoundFigures]) -> str:
         f"{statistics.median(r.cpu_ms for r in many):>8.1f}"
         f"{max(r.longest_stall_ms for r in many):>10.1f}"
         f"{max(r.p99_stall_ms for r in many):>8.1f}"
-        f"{max(r.longest_busy_ms for r in many):>9.1f}"
+        f"{max(r.longest_own_ms for r in many):>8.1f}"
         f"{statistics.median(r.writes for r in many):>8.0f}"
         f"{len(full):>5}{max(full, default=0.0):>8.1f}"
     )
@@ -384,7 +409,7 @@ def row(name: str, figures: RoundFigures | list[RoundFigures]) -> str:
 
 HEADER = (
     f"{'rounds':<48}{'n':>4}{'round ms':>10}{'cpu ms':>8}{'stall ms':>10}{'p99 ms':>8}"
-    f"{'busy ms':>9}"
+    f"{'own ms':>8}"
     f"{'writes':>8}{'gc2':>5}{'gc2 ms':>8}"
 )
 
