@@ -16,6 +16,11 @@ three parts:
 3. on the loop, the writes go out, a few at a time. Each is conditional on the
    resourceVersion of the job the round read, so a job that changed since the copy was
    taken is not written over: the write fails and the next round decides again.
+
+Python runs one thread at a time: while the admission thread works, the loop's thread
+waits, each time it wakes, for the switch interval (`SWITCH_INTERVAL`) or for the end of
+the single step the other thread is in, whichever comes later. So no step of a round is
+long: the sort goes in runs, and what a round lets go of is freed piece by piece.
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ T = TypeVar("T")
 
 ADMISSION_WRITES = 16
 """Status writes of one arbitration round that may be in flight at once."""
+
+SWITCH_INTERVAL = 0.001
+"""The interpreter's switch interval for the controller (`sys.setswitchinterval`), in
+seconds: while a round runs on the admission thread, the event loop's thread waits up to
+this long for the interpreter each time it wakes (Python's default is 5 ms)."""
 
 
 Write = tuple[arbitration.Decision, Plan]
