@@ -214,8 +214,9 @@ def decide(
 ) -> Decided | None:
     """A round over a frozen copy of the caches: arbitrate, and the plan that writes each
     decision that changes its job (most waiting jobs' statuses already say why). None
-    when no job is Pending. Reads only `frozen` and its arguments, and changes none of
-    them, so it runs on any thread."""
+    when no job is Pending. Reads only `frozen` and its arguments, and changes nothing
+    but what `memo` keeps of the candidates, so it runs on any thread, one round at a
+    time."""
     by_phase = _by_phase(frozen.jobs)
     # A job without a mode waits for its first reconcile to record defaultJobMode, so
     # that arbitration judges it by the mode it will run in.
