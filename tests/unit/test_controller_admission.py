@@ -6,6 +6,7 @@ started, whatever the watches bring meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, cast
 
 import pytest
@@ -240,3 +241,26 @@ async def test_a_write_that_raises_keeps_no_other_decision_from_being_written(
     }
     assert written == {f"job-{index}" for index in range(2, 41)}
     assert "writing arbitration's decision on job job-1 failed" in caplog.text
+
+
+async def test_a_round_runs_beside_the_event_loop() -> None:
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    admission = Admission(caches, Recording(), args, admitted=lambda _key: None)
+    loop = asyncio.get_running_loop()
+    started, loop_went_on = asyncio.Event(), threading.Event()
+
+    def work() -> tuple[int, bool]:
+        loop.call_soon_threadsafe(started.set)
+        # Only the event loop can set it: were the work on the loop, this would wait out
+        # its timeout and answer False.
+        return threading.get_ident(), loop_went_on.wait(timeout=30)
+
+    async def meanwhile() -> None:
+        await started.wait()
+        loop_went_on.set()
+
+    (thread, went_on), _ = await asyncio.gather(admission.off_loop(work), meanwhile())
+    assert went_on
+    assert thread != threading.get_ident()
+    admission.worker.shutdown()
