@@ -24,7 +24,7 @@ Pure data structure: no I/O. Objects are the API server's dicts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from berth import protocol
@@ -169,6 +169,17 @@ class Ledger:
             free = add(subtract(free, held), self._placeholder_charge(name, node))
         return free
 
+    def frozen_free(self) -> FreeCapacity:
+        """Every node's `free` capacity as it is now, as it stays: later events change the
+        ledger, never the mapping returned, which may be read from another thread. Costs
+        a copy of two dicts, and `free` of the nodes with a Reservation in handover (the
+        per-node sums are only ever replaced, never changed in place)."""
+        return FreeCapacity(
+            dict(self._allocatable),
+            dict(self._bound),
+            {node: free for node in self._handover if (free := self.free(node)) is not None},
+        )
+
     def _placeholder_charge(self, reservation: str, node: str) -> Resources:
         """What the Reservation's placeholders still bound to `node` are charged there."""
         charge: Resources = {}
@@ -294,3 +305,36 @@ class Ledger:
             (owner := self._pods.get(uid)) is not None and owner.node is not None
             for uid in reservation.owners
         )
+
+
+class FreeCapacity(Mapping[str, Resources]):
+    """Node name → free capacity, as the ledger had it at one moment (`Ledger.frozen_free`);
+    each node's worked out when first asked."""
+
+    def __init__(
+        self,
+        allocatable: dict[str, Resources],
+        bound: dict[str, Resources],
+        handover: dict[str, Resources],
+    ) -> None:
+        self._allocatable = allocatable
+        self._bound = bound
+        self._free = handover
+        """Node → free capacity, for the nodes with a Reservation in handover and those
+        asked already."""
+
+    def __getitem__(self, node: str) -> Resources:
+        found = self._free.get(node)
+        if found is None:
+            found = subtract(self._allocatable[node], self._bound.get(node, {}))
+            self._free[node] = found
+        return found
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._allocatable
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._allocatable)
+
+    def __len__(self) -> int:
+        return len(self._allocatable)

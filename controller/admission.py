@@ -4,15 +4,36 @@
 job status write (`controller.jobs.admission`), and an admitted job's key goes to the work
 queue so that its first step follows at once. The same loop lets go of pods gated by
 Berth that no live Reservation waits for.
+
+A round reads every Pending job and much of the cluster: at 10,000 jobs it takes tens of
+milliseconds, hundreds for a new leader's first round. The event loop that renews the
+Lease, answers probes and applies watch events must not wait for it, so a round runs in
+three parts:
+
+1. on the loop, the caches are frozen (`Caches.frozen`: a few dicts copied, no object);
+2. on the admission thread, `decide` arbitrates over that frozen copy and works out the
+   writes; the loop goes on meanwhile, and its watches change the caches, not the copy;
+3. on the loop, the writes go out, a few at a time. Each is conditional on the
+   resourceVersion of the job the round read, so a job that changed since the copy was
+   taken is not written over: the write fails and the next round decides again.
+
+Python runs one thread at a time: while the admission thread works, the loop's thread
+waits, each time it wakes, for the switch interval (`SWITCH_INTERVAL`) or for the end of
+the single step the other thread is in, whichever comes later. So no step of a round is
+long: the sort goes in runs, and what a round lets go of is freed piece by piece.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from berth import metrics, protocol
 from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase
@@ -20,7 +41,7 @@ from berth.kube.informer import object_key
 from berth.settings import MigrationControllerArgs
 from controller import arbitration, jobs, reservations
 from controller.actions import Plan
-from controller.caches import Caches
+from controller.caches import Caches, Frozen
 from controller.executor import Executor
 from controller.queue import job_key
 from controller.reconcile import record_job_writes
@@ -28,9 +49,28 @@ from controller.reconcile import record_job_writes
 log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
+T = TypeVar("T")
 
 ADMISSION_WRITES = 16
 """Status writes of one arbitration round that may be in flight at once."""
+
+SWITCH_INTERVAL = 0.001
+"""The interpreter's switch interval for the controller (`sys.setswitchinterval`), in
+seconds: while a round runs on the admission thread, the event loop's thread waits up to
+this long for the interpreter each time it wakes (Python's default is 5 ms)."""
+
+
+Write = tuple[arbitration.Decision, Plan]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a round decided, ready to write."""
+
+    writes: list[Write]
+    """The decisions that change a job, each with its plan."""
+    limiter: arbitration.LimiterState
+    memo: arbitration.Memo
 
 
 class Admission:
@@ -49,7 +89,10 @@ class Admission:
         """Told the key of each job admitted, to take its first step at once."""
         self.limiter = arbitration.LimiterState()
         self.memo: arbitration.Memo | None = None
-        """What the last arbitration round read, for the next (see arbitration.Memo)."""
+        """What the last arbitration round read, for the next (see arbitration.Memo).
+        Like `limiter`, read and replaced only on the admission thread (`_decide`)."""
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arbitration")
+        """The admission thread: one round at a time, off the event loop."""
 
     async def loop(self) -> None:
         """Every arbitration interval: start pending jobs, and let stray gates go.
@@ -57,21 +100,36 @@ class Admission:
         Each part runs on its own: a round that raises (a bug, an object or a setting it
         cannot handle) must not keep a pod gated, nor the gauges from being updated."""
         interval = self.args.arbitration_args.interval.total_seconds()
-        while True:
-            try:
-                metrics.observe_jobs(self.caches.jobs.values())
-                metrics.observe_reservations(self.caches.reservations.values())
-            except Exception:
-                log.exception("updating the job and Reservation gauges failed")
-            try:
-                await self.admit_once()
-            except Exception:
-                log.exception("arbitration round failed")
-            try:
-                await self.release_stray_gates()
-            except Exception:
-                log.exception("releasing stray scheduling gates failed")
-            await asyncio.sleep(interval)
+        try:
+            while True:
+                try:
+                    await self.off_loop(
+                        partial(
+                            _observe, self.caches.jobs.values(), self.caches.reservations.values()
+                        )
+                    )
+                except Exception:
+                    log.exception("updating the job and Reservation gauges failed")
+                try:
+                    await self.admit_once()
+                except Exception:
+                    log.exception("arbitration round failed")
+                try:
+                    await self.release_stray_gates()
+                except Exception:
+                    log.exception("releasing stray scheduling gates failed")
+                await asyncio.sleep(interval)
+        finally:
+            self.worker.shutdown(wait=False, cancel_futures=True)
+
+    async def off_loop(self, work: Callable[[], T]) -> T:
+        """Run `work` on the admission thread; the event loop goes on meanwhile. `work`
+        must read nothing the loop changes: a `Frozen` copy of the caches, not the caches.
+        What `work` holds is let go of on that thread too: freeing a round's worth of
+        objects takes milliseconds."""
+        done = asyncio.get_running_loop().run_in_executor(self.worker, work)
+        del work
+        return await done
 
     async def release_stray_gates(self) -> None:
         """No pod stays gated by Berth unless a live Reservation holds its claim. Each pod
@@ -101,76 +159,36 @@ class Admission:
         )
 
     async def admit_once(self) -> None:
-        by_phase = _by_phase(self.caches.jobs.values())
-        # A job without a mode waits for its first reconcile to record defaultJobMode, so
-        # that arbitration judges it by the mode it will run in.
-        pending = [
-            j for j in by_phase.get(PodMigrationJobPhase.PENDING, []) if j["spec"].get("mode")
-        ]
-        if not pending:
-            return
-        with metrics.ARBITRATION_ROUND_DURATION.time():
-            result = arbitration.arbitrate(self._snapshot(pending, by_phase))
-        self.memo = result.memo
+        """One arbitration round: freeze the caches, decide off the loop, write."""
+        writes = await self.off_loop(partial(self._decide, self.caches.frozen(), datetime.now(UTC)))
+        await self._write(writes)
+
+    def _decide(self, frozen: Frozen, now: datetime) -> deque[Write]:
+        """On the admission thread: a round, and what it hands on to the next. The memo a
+        round replaces is freed here (`_let_go`), and so are the round's decisions but
+        for those that are written."""
+        decided = decide(frozen, args=self.args, limiter=self.limiter, memo=self.memo, now=now)
+        if decided is None:
+            return deque()
+        replaced, self.memo = self.memo, decided.memo
+        _let_go(replaced)
         if not self.args.dry_run:  # a dry run starts no job, so it takes no token
-            self.limiter = result.limiter
-        await self._write(result.decisions)
+            self.limiter = decided.limiter
+        return deque(decided.writes)
 
-    def _snapshot(
-        self, pending: list[Object], by_phase: dict[str, list[Object]]
-    ) -> arbitration.Snapshot:
-        caches = self.caches
-        return arbitration.Snapshot(
-            pending=pending,
-            in_flight=by_phase.get(PodMigrationJobPhase.RUNNING, []),
-            history=[job for phase in TERMINAL_PHASES for job in by_phase.get(phase, [])],
-            pods=caches.pods.store,
-            workload_of=caches.workload_of(),
-            workloads=caches.workloads(),
-            pods_of_workload=caches.pods_of_workload(),
-            pdbs=caches.pdbs.values(),
-            args=self.args,
-            limiter=self.limiter,
-            nodes=caches.nodes.store if self.args.node_fit else {},
-            free=caches.free(),
-            priority_classes=caches.priority_values(),
-            memo=self.memo,
-            now=datetime.now(UTC),
-        )
+    async def _write(self, writes: deque[Write]) -> None:
+        """Write the decisions, `ADMISSION_WRITES` at a time: as many writers, each taking
+        the next decision left when it is done with one, and letting go of it once
+        written, so that no step of the loop frees them all at once."""
+        writers = min(ADMISSION_WRITES, len(writes))
+        await asyncio.gather(*(self._writer(writes) for _ in range(writers)))
 
-    async def _write(self, decisions: list[arbitration.Decision]) -> None:
-        """Write the decisions on the jobs; most waiting jobs' statuses already say why, so
-        only the changed ones are written."""
-        plans = []
-        for decision in decisions:
-            pod = decision.pod
-            workload = (
-                self.caches.workload_uid(pod)
-                if pod is not None and decision.verdict == "admit"
-                else None
-            )
-            plan = jobs.admission(
-                decision,
-                workload_uid=workload,
-                dry_run=self.args.dry_run,
-                key=self.caches.admission_key,
-            )
-            if plan.actions:
-                plans.append((decision, plan))
-        writes = asyncio.Semaphore(ADMISSION_WRITES)
-
-        async def write(decision: arbitration.Decision, plan: Plan) -> None:
-            async with writes:
+    async def _writer(self, left: deque[Write]) -> None:
+        while left:
+            decision, plan = left.popleft()
+            try:
                 outcome = await self.executor.run(plan)
-            if not outcome.done:
-                return
-            record_job_writes(decision.job, plan)
-            if decision.verdict == "admit" and not self.args.dry_run:
-                self.admitted(job_key(decision.job["metadata"]["name"]))
-
-        results = await asyncio.gather(*(write(*item) for item in plans), return_exceptions=True)
-        for (decision, _), error in zip(plans, results, strict=True):
-            if isinstance(error, Exception):
+            except Exception as error:
                 name = decision.job["metadata"]["name"]
                 log.error(
                     "writing arbitration's decision on job %s failed: %s",
@@ -178,6 +196,81 @@ class Admission:
                     error,
                     extra={"job": name},
                 )
+                continue
+            if not outcome.done:
+                continue
+            record_job_writes(decision.job, plan)
+            if decision.verdict == "admit" and not self.args.dry_run:
+                self.admitted(job_key(decision.job["metadata"]["name"]))
+
+
+def decide(
+    frozen: Frozen,
+    *,
+    args: MigrationControllerArgs,
+    limiter: arbitration.LimiterState,
+    memo: arbitration.Memo | None,
+    now: datetime,
+) -> Decided | None:
+    """A round over a frozen copy of the caches: arbitrate, and the plan that writes each
+    decision that changes its job (most waiting jobs' statuses already say why). None
+    when no job is Pending. Reads only `frozen` and its arguments, and changes nothing
+    but what `memo` keeps of the candidates, so it runs on any thread, one round at a
+    time."""
+    by_phase = _by_phase(frozen.jobs)
+    # A job without a mode waits for its first reconcile to record defaultJobMode, so
+    # that arbitration judges it by the mode it will run in.
+    pending = [j for j in by_phase.get(PodMigrationJobPhase.PENDING, []) if j["spec"].get("mode")]
+    if not pending:
+        return None
+    snapshot = arbitration.Snapshot(
+        pending=pending,
+        in_flight=by_phase.get(PodMigrationJobPhase.RUNNING, []),
+        history=[job for phase in TERMINAL_PHASES for job in by_phase.get(phase, [])],
+        pods=frozen.pods.store,
+        workload_of=frozen.workload_of(),
+        workloads=frozen.workloads(),
+        pods_of_workload=frozen.pods_of_workload(),
+        pdbs=frozen.pdbs,
+        args=args,
+        limiter=limiter,
+        nodes=frozen.nodes,
+        free=frozen.free,
+        priority_classes=frozen.priority_values(),
+        memo=memo,
+        now=now,
+    )
+    with metrics.ARBITRATION_ROUND_DURATION.time():
+        result = arbitration.arbitrate(snapshot)
+    writes = []
+    for decision in result.decisions:
+        pod = decision.pod
+        admitted = pod is not None and decision.verdict == "admit"
+        plan = jobs.admission(
+            decision,
+            workload_uid=frozen.workload_uid(pod) if admitted else None,
+            dry_run=args.dry_run,
+            key=frozen.admission_key,
+        )
+        if plan.actions:
+            writes.append((decision, plan))
+    return Decided(writes, result.limiter, result.memo)
+
+
+def _let_go(memo: arbitration.Memo | None) -> None:
+    """Free a memo no round reads any more one entry at a time. Freed at once, the
+    memo of 10,000 jobs read afresh is one step of the interpreter of some 10 ms, which
+    holds every thread, the event loop's included; entry by entry, the loop gets its
+    turn in between."""
+    for part in (memo.jobs, memo.facts, memo.workloads) if memo is not None else ():
+        if isinstance(part, dict):
+            while part:
+                part.popitem()
+
+
+def _observe(all_jobs: list[Object], all_reservations: list[Object]) -> None:
+    metrics.observe_jobs(all_jobs)
+    metrics.observe_reservations(all_reservations)
 
 
 def _by_phase(all_jobs: list[Object]) -> dict[str, list[Object]]:

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from berth.kube.events import Recorder
 from berth.kube.lease import LeaderElector
 from berth.server import Tls, add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
-from controller.admission import Admission
+from controller.admission import SWITCH_INTERVAL, Admission
 from controller.caches import Caches
 from controller.executor import Executor
 from controller.queue import WorkQueue, job_key, namespace_key, reservation_key
@@ -89,6 +90,7 @@ async def run(
     identity: str | None = None,
 ) -> None:
     cancel_on_signals()
+    sys.setswitchinterval(SWITCH_INTERVAL)
     args = settings or MigrationControllerArgs()
     identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     kube = await Kube.connect(kubeconfig)

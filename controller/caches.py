@@ -4,11 +4,16 @@ the capacity ledger, and the read-only views the decisions take.
 Watch events only name keys for the work queue (and feed the ledger); they never carry a
 decision. The views are built from the caches when a decision is about to be made, so a
 decision always reads the latest state, whatever event brought its key in.
+
+An arbitration round reads much of the cluster and runs on its own thread
+(`controller.admission`), so it reads a `Frozen` copy of the caches, taken on the event
+loop in the time it takes to copy a few dicts, which later watch events do not change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +33,7 @@ from berth.kube.client import (
     Kube,
     Resource,
 )
-from berth.kube.informer import IndexFunc, Informer, object_key
+from berth.kube.informer import IndexFunc, Informer, Store, object_key
 from berth.ledger import Ledger
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
@@ -208,15 +213,7 @@ class Caches:
 
     def workload_uid(self, pod: Mapping[str, Any] | None) -> str | None:
         """The top-level workload of a pod: a ReplicaSet's Deployment, else its controller."""
-        controller = protocol.controller_of(pod or {})
-        if controller is None or pod is None:
-            return None
-        replicaset = (
-            self.replicasets.get(f"{pod['metadata']['namespace']}/{controller['name']}")
-            if controller.get("kind") == "ReplicaSet"
-            else None
-        )
-        return protocol.top_level_workload(controller, replicaset)
+        return _workload_uid(self.replicasets, pod)
 
     def resolved_controller(self, pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
         """`(controller UID, top-level workload UID)` of a pod, as the caches know them.
@@ -304,6 +301,50 @@ class Caches:
 
     # ----- what arbitration reads -----------------------------------------------------
 
+    def frozen(self) -> Frozen:
+        """What the caches hold now, as arbitration reads it, for another thread to read
+        while the watches go on (see `Informer.frozen`); only dicts and lists are copied,
+        no object."""
+        return Frozen(
+            jobs=self.jobs.values(),
+            reservations=self.reservations.values(),
+            pods=self.pods.frozen("controller"),
+            replicasets=self.replicasets.frozen("uid"),
+            deployments=self.deployments.frozen("uid"),
+            statefulsets=self.statefulsets.frozen("uid"),
+            pdbs=self.pdbs.values(),
+            nodes=dict(self.nodes.store) if self.args.node_fit else {},
+            free=self.ledger.frozen_free() if self.ledger is not None else {},
+            priority_classes=dict(self.priority_classes.store),
+            admission_key=self.admission_key,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frozen:
+    """The caches at one moment (`Caches.frozen`), and the views arbitration takes of
+    them. Nothing here changes after it is taken, so it may be read on any thread."""
+
+    jobs: list[Object]
+    reservations: list[Object]
+    pods: Store
+    """With the "controller" index."""
+    replicasets: Store
+    """With the "uid" index, as are Deployments and StatefulSets."""
+    deployments: Store
+    statefulsets: Store
+    pdbs: list[Object]
+    nodes: Mapping[str, Object]
+    """Nodes by name; empty when nodeFit is off."""
+    free: Mapping[str, Resources]
+    """Node name → free capacity, for nodeFit; empty when nodeFit is off."""
+    priority_classes: Mapping[str, Object]
+    admission_key: bytes
+
+    def workload_uid(self, pod: Mapping[str, Any] | None) -> str | None:
+        """As `Caches.workload_uid`."""
+        return _workload_uid(self.replicasets, pod)
+
     def workload_of(self) -> Mapping[str, str]:
         return _WorkloadOf(self.replicasets)
 
@@ -313,15 +354,21 @@ class Caches:
     def pods_of_workload(self) -> Mapping[str, list[Object]]:
         return _PodsOfWorkload(self.pods)
 
-    def free(self) -> Mapping[str, Resources]:
-        """Node name → free capacity, for nodeFit; empty when nodeFit is off."""
-        return _Free(self.ledger) if self.ledger is not None else {}
-
     def priority_values(self) -> dict[str, int]:
         """PriorityClass name → its value."""
-        return {
-            name: int(obj.get("value") or 0) for name, obj in self.priority_classes.store.items()
-        }
+        return {name: int(obj.get("value") or 0) for name, obj in self.priority_classes.items()}
+
+
+def _workload_uid(replicasets: Store, pod: Mapping[str, Any] | None) -> str | None:
+    controller = protocol.controller_of(pod or {})
+    if controller is None or pod is None:
+        return None
+    replicaset = (
+        replicasets.get(f"{pod['metadata']['namespace']}/{controller['name']}")
+        if controller.get("kind") == "ReplicaSet"
+        else None
+    )
+    return protocol.top_level_workload(controller, replicaset)
 
     def default_priority(self) -> int:
         """The priority of a pod that names no PriorityClass: the lowest global default
@@ -337,7 +384,7 @@ class Caches:
 class _WorkloadOf(Mapping[str, str]):
     """Controller UID → the workload above it: a ReplicaSet's Deployment, from the caches."""
 
-    def __init__(self, replicasets: Informer) -> None:
+    def __init__(self, replicasets: Store) -> None:
         self.replicasets = replicasets
 
     def __getitem__(self, uid: str) -> str:
@@ -358,49 +405,30 @@ class _WorkloadOf(Mapping[str, str]):
         return sum(1 for _ in self)
 
 
-class _Free(Mapping[str, Resources]):
-    """Node name → its free capacity, from the ledger (for nodeFit)."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-
-    def __getitem__(self, node: str) -> Resources:
-        free = self.ledger.free(node)
-        if free is None:
-            raise KeyError(node)
-        return free
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.ledger.nodes())
-
-    def __len__(self) -> int:
-        return len(self.ledger.nodes())
-
-
 class _Workloads(Mapping[str, Object]):
     """Workload UID → Deployment, StatefulSet or ReplicaSet, from the caches."""
 
-    def __init__(self, informers: list[Informer]) -> None:
-        self.informers = informers
+    def __init__(self, stores: list[Store]) -> None:
+        self.stores = stores
 
     def __getitem__(self, uid: str) -> Object:
-        for informer in self.informers:
-            found = informer.by_index("uid", uid)
+        for store in self.stores:
+            found = store.by_index("uid", uid)
             if found:
                 return found[0]
         raise KeyError(uid)
 
     def __iter__(self) -> Iterator[str]:
-        return (o["metadata"]["uid"] for i in self.informers for o in i.store.values())
+        return (o["metadata"]["uid"] for s in self.stores for o in s.store.values())
 
     def __len__(self) -> int:
-        return sum(len(i.store) for i in self.informers)
+        return sum(len(s.store) for s in self.stores)
 
 
 class _PodsOfWorkload(Mapping[str, list[Object]]):
     """Workload UID → the pods it directly controls."""
 
-    def __init__(self, pods: Informer) -> None:
+    def __init__(self, pods: Store) -> None:
         self.pods = pods
 
     def __getitem__(self, uid: str) -> list[Object]:

@@ -6,6 +6,11 @@ version is gone (410) it lists again and tells its handler about every differenc
 nothing changed while it was away is lost. Objects are the API server's dicts; indexes
 map a key (a node name, an owner UID) to object keys, so a lookup is O(1) whatever the
 size of the cluster.
+
+A cached object is never changed in place: a change replaces it, and an index replaces
+the set of keys it changes rather than adding to it. So `Informer.frozen` can hand out
+what the cache holds at one moment for the price of copying two dicts, and readers on
+another thread keep reading that moment while the watch moves on.
 """
 
 from __future__ import annotations
@@ -31,7 +36,28 @@ def object_key(obj: Object) -> str:
     return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
 
 
-class Informer:
+class Store:
+    """Objects by key, and indexes from a value to the keys of the objects it names."""
+
+    def __init__(
+        self,
+        store: dict[str, Object] | None = None,
+        indexes: dict[str, dict[str, frozenset[str]]] | None = None,
+    ) -> None:
+        self.store: dict[str, Object] = store if store is not None else {}
+        self.indexes: dict[str, dict[str, frozenset[str]]] = indexes or {}
+
+    def get(self, key: str) -> Object | None:
+        return self.store.get(key)
+
+    def by_index(self, index: str, value: str) -> list[Object]:
+        return [self.store[key] for key in self.indexes[index].get(value, ())]
+
+    def values(self) -> list[Object]:
+        return list(self.store.values())
+
+
+class Informer(Store):
     """Cache of one resource. Call `run()` as a task; wait on `synced` before reading."""
 
     def __init__(
@@ -48,9 +74,8 @@ class Informer:
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
-        self.store: dict[str, Object] = {}
         self.index_funcs = indexes or {}
-        self.indexes: dict[str, dict[str, set[str]]] = {name: {} for name in self.index_funcs}
+        super().__init__({}, {name: {} for name in self.index_funcs})
         self.handler = handler
         self.synced = asyncio.Event()
         self.resource_version = ""
@@ -66,26 +91,21 @@ class Informer:
         not reached its version: past it, the watch has told what became of it."""
         key = object_key(obj)
         old = self.store.get(key)
-        if old is None:
-            if not _after(obj, self.resource_version):
-                return
-        elif _newer(obj, old):
-            self._unindex(key, old)
-        else:
+        if old is None and not _after(obj, self.resource_version):
+            return
+        if old is not None and not _newer(obj, old):
             return
         self.store[key] = obj
-        self._index(key, obj)
+        self._reindex(key, old, obj)
 
     # ----- reading --------------------------------------------------------------------
 
-    def get(self, key: str) -> Object | None:
-        return self.store.get(key)
-
-    def by_index(self, index: str, value: str) -> list[Object]:
-        return [self.store[key] for key in self.indexes[index].get(value, ())]
-
-    def values(self) -> list[Object]:
-        return list(self.store.values())
+    def frozen(self, *indexes: str) -> Store:
+        """What the cache holds now, with the named indexes, as it stays: later events
+        change the informer, never the store returned, which may be read from another
+        thread. Costs a copy of the dict of objects and of each index named (no object
+        is copied: objects and index entries are only ever replaced)."""
+        return Store(dict(self.store), {name: dict(self.indexes[name]) for name in indexes})
 
     # ----- keeping up to date ---------------------------------------------------------
 
@@ -162,31 +182,37 @@ class Informer:
         old = self.store.get(key)
         if kind == "MODIFIED" and old is not None and _newer(old, obj):
             return  # an own write already assumed is newer than this event
-        if old is not None:
-            self._unindex(key, old)
         if kind == "DELETED":
             self.store.pop(key, None)
+            self._reindex(key, old, None)
         else:
             self.store[key] = obj
-            self._index(key, obj)
+            self._reindex(key, old, obj)
         if self.handler is not None:
             result = self.handler(kind, obj)
             if result is not None:
                 await result
 
-    def _index(self, key: str, obj: Object) -> None:
+    def _reindex(self, key: str, old: Object | None, new: Object | None) -> None:
+        """Move `key` from the index entries of `old` to those of `new` (either None).
+        An entry that changes is replaced, never changed in place, so that a `frozen`
+        copy of an index keeps its sets as they were; most updates change no entry."""
         for name, func in self.index_funcs.items():
-            for value in func(obj):
-                self.indexes[name].setdefault(value, set()).add(key)
-
-    def _unindex(self, key: str, obj: Object) -> None:
-        for name, func in self.index_funcs.items():
-            for value in func(obj):
-                keys = self.indexes[name].get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del self.indexes[name][value]
+            before = list(func(old)) if old is not None else []
+            after = list(func(new)) if new is not None else []
+            if before == after:
+                continue
+            index = self.indexes[name]
+            for value in before:
+                if value not in after and value in index:
+                    rest = index[value] - {key}
+                    if rest:
+                        index[value] = rest
+                    else:
+                        del index[value]
+            for value in after:
+                if value not in before:
+                    index[value] = index.get(value, frozenset()) | {key}
 
 
 def _newer(obj: Object, than: Object) -> bool:

@@ -21,7 +21,8 @@ design describes:
    N jobs for a node that has room for two admit exactly two, never none.
 
 `arbitrate` is pure: it reads a `Snapshot` of what the informers hold and returns
-decisions, which the controller writes. All counts come from the API objects (a Running
+decisions, which the controller writes (it runs a round on a thread of its own, over a
+frozen copy of the caches: `controller.admission`). All counts come from the API objects (a Running
 job carries the source node, pod UID and workload written when it was admitted), so a new
 leader arbitrates exactly like the old one. Only the rate limiters have no place in the
 API: their state goes in and out as `LimiterState`, and a new leader starts them full.

@@ -10,8 +10,8 @@ older job, then the name, so that a round is deterministic.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from berth.api import PodMigrationJobPhase, keys
 from berth.protocol import annotations_of
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 KOORDINATOR_QOS = "koordinator.sh/qosClass"
 """Koordinator's QoS label on a pod: LSE, LSR, LS or BE."""
+
+T = TypeVar("T")
+
+RUN = 1024
+"""How many items `sorted_in_steps` sorts in one step."""
 
 _KOORDINATOR_QOS_RANK = {"LSE": 0, "LSR": 1, "LS": 2, "BE": 3}
 _KUBE_QOS_RANK = {"Guaranteed": 0, "Burstable": 1, "BestEffort": 2}
@@ -61,6 +66,24 @@ def sort_key(c: Candidate, history: History, migrating: Mapping[str, int]) -> tu
         migrating.get(uid, 0),
         *c.age,
     )
+
+
+def sorted_in_steps(items: Sequence[T], key: Callable[[T], Any]) -> list[T]:
+    """`sorted(items, key=key)`, in steps of at most about `RUN` items each.
+
+    One call of `sorted` is one step of the interpreter: no other thread runs until it
+    ends (about 10 ms for 10,000 jobs' sort keys), and a round runs beside the
+    controller's event loop. So runs of `RUN` items are sorted, then merged two by two;
+    each merge is one step too, and the last one compares about as many keys as there
+    are items. The result is the same, and costs about as much in all.
+    """
+    runs = [sorted(items[start : start + RUN], key=key) for start in range(0, len(items), RUN)]
+    while len(runs) > 1:
+        pairs = [runs[index : index + 2] for index in range(0, len(runs), 2)]
+        runs = [
+            sorted([*pair[0], *pair[-1]], key=key) if len(pair) == 2 else pair[0] for pair in pairs
+        ]
+    return runs[0] if runs else []
 
 
 class History:

@@ -25,7 +25,7 @@ from controller.arbitration.forbid import Rules, forbidden_to_migrate
 from controller.arbitration.limits import BYPASSED, limit_checks
 from controller.arbitration.nodefit import NodeFit
 from controller.arbitration.objects import Object, pod_key
-from controller.arbitration.order import History, sort_key
+from controller.arbitration.order import History, sort_key, sorted_in_steps
 from controller.arbitration.pdbs import Disruptions, PdbIndex
 from controller.arbitration.rates import LimiterState, Rates
 from controller.arbitration.workloads import Workload, Workloads
@@ -126,7 +126,7 @@ def arbitrate(snapshot: Snapshot) -> Arbitration:
     if not snapshot.args.arbitration_args.enabled:
         round_.decide(candidates, limited=False, into=decisions)
         return Arbitration(decisions, snapshot.limiter, round_.memo())
-    candidates.sort(key=attrgetter("order"))
+    candidates = sorted_in_steps(candidates, attrgetter("order"))
     round_.decide(candidates, limited=True, into=decisions)
     return Arbitration(decisions, round_.rates.state(), round_.memo())
 

@@ -62,26 +62,28 @@ def _admitted(job: Object, pod: Mapping[str, Any], *, workload_uid: str | None, 
     """Record what the limits count from now on (the pod's UID, source node, workload) and
     the admission mark, then start the job. The status starts afresh: conditions a user
     wrote on the Pending job (an Eviction condition would skip the Reservation) are not
-    carried into the Running one."""
+    carried into the Running one.
+
+    The patch carries the resourceVersion of the job arbitration read, so the API server
+    refuses it (a conflict) if the job changed since (paused, edited, or deleted and
+    created again): the next round decides on the job as it is. The status write that
+    follows builds on the patch's own version."""
     status: Object = {"phase": PodMigrationJobPhase.RUNNING}
     pod_uid = pod["metadata"]["uid"]
     mark = marker.sign(
         key, job_uid=job["metadata"]["uid"], pod_uid=pod_uid, mode=job["spec"]["mode"]
     )
+    metadata: Object = {
+        "annotations": {
+            keys.POD_UID: pod_uid,
+            keys.ADMISSION: mark,
+            keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
+            keys.WORKLOAD: workload_uid or "",
+        }
+    }
+    if job["metadata"].get("resourceVersion"):
+        metadata["resourceVersion"] = job["metadata"]["resourceVersion"]
     return Plan().then(
-        Patch(
-            PODMIGRATIONJOBS,
-            job["metadata"]["name"],
-            {
-                "metadata": {
-                    "annotations": {
-                        keys.POD_UID: pod_uid,
-                        keys.ADMISSION: mark,
-                        keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
-                        keys.WORKLOAD: workload_uid or "",
-                    }
-                }
-            },
-        ),
+        Patch(PODMIGRATIONJOBS, job["metadata"]["name"], {"metadata": metadata}),
         UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}),
     )

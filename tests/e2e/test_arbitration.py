@@ -1,4 +1,5 @@
-"""Arbitration on the real control plane: availability, per-node limits, rollouts."""
+"""Arbitration on the real control plane: availability, per-node limits, rollouts; and a
+decision is written only on the job as the round read it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from typing import Any
 
 import pytest
 
+from berth.api import keys
+from berth.kube.client import PODMIGRATIONJOBS, Kube
+from berth.kube.events import Recorder
 from berth.protocol import is_ready
+from controller import jobs
+from controller.arbitration import Decision
+from controller.executor import Executor
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
     deployment,
@@ -293,3 +300,26 @@ def test_node_fit_holds_a_job_until_another_node_fits(
     )
     assert done["status"]["phase"] == "Succeed", done["status"]
     assert done["status"]["nodeName"] in others
+
+
+async def test_an_admission_of_a_job_changed_since_the_round_read_it_is_refused(
+    kube: Kube, namespace: str
+) -> None:
+    # A paused job, which the session's controller leaves Pending, for a pod that need
+    # not exist: only the write of the decision is under test.
+    name, manifest = job_manifest(
+        {"metadata": {"namespace": namespace, "name": "web-0"}}, paused=True
+    )
+    read = await kube.create(PODMIGRATIONJOBS, json.loads(manifest))
+    # The job changes after the round read it.
+    await kube.patch(PODMIGRATIONJOBS, name, {"metadata": {"labels": {"edited": "yes"}}})
+    pod = {"metadata": {"namespace": namespace, "name": "web-0", "uid": "uid-web-0"}, "spec": {}}
+    plan = jobs.admission(
+        Decision(read, "admit", pod=pod), workload_uid=None, dry_run=False, key=b"k" * 32
+    )
+    executor = Executor(kube, Recorder(kube, component="berth-e2e", instance="e2e"))
+    outcome = await executor.run(plan)
+    assert (outcome.done, outcome.conflict) == (False, True)
+    now = await kube.get(PODMIGRATIONJOBS, name)
+    assert keys.ADMISSION not in (now["metadata"].get("annotations") or {})
+    assert (now.get("status") or {}).get("phase") != "Running"

@@ -1,10 +1,12 @@
 """Admission: arbitration's decision written on a Pending job (controller.jobs.admission),
 and the loop that runs the rounds, where each part runs on its own so that one that
-raises never stops the others."""
+raises never stops the others; a round decides on the caches as they were when it
+started, whatever the watches bring meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, cast
 
 import pytest
@@ -15,12 +17,12 @@ from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Patch, Plan, UpdateStatus
-from controller.admission import Admission
-from controller.arbitration import Decision
+from controller.admission import Admission, decide
+from controller.arbitration import Decision, LimiterState
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
 from controller.jobs import marker
-from tests.unit.builders import ADMISSION_KEY, job, pod
+from tests.unit.builders import ADMISSION_KEY, T0, job, pod
 from tests.unit.controller_cases import kinds, status_of
 
 # ----- the decision written on the job ----------------------------------------------------
@@ -49,6 +51,9 @@ def test_admission_of_an_admitted_job(dry_run: bool) -> None:
                 mode="ReservationFirst",
             ),
         }
+        # Conditional on the job as arbitration read it: a job changed since is not
+        # admitted by this write.
+        assert patch.patch["metadata"]["resourceVersion"] == "10"
         assert status_of(plan)["phase"] == "Running"
         return
     # A dry run starts nothing: the job stays Pending and says what would have happened.
@@ -166,3 +171,96 @@ async def test_arbitration_waits_for_a_jobs_mode_to_be_recorded() -> None:
     assert [(o["metadata"]["name"], o["status"]["reason"]) for o in written] == [
         ("job-2", "MissingPod")
     ]
+
+
+def verdicts(caches: Caches, args: MigrationControllerArgs) -> dict[str, tuple[str, str]]:
+    decided = decide(caches.frozen(), args=args, limiter=LimiterState(), memo=None, now=T0)
+    assert decided is not None
+    return {d.job["metadata"]["name"]: (d.verdict, d.reason) for d, _ in decided.writes}
+
+
+async def test_a_round_decides_on_the_caches_as_they_were_frozen() -> None:
+    args = MigrationControllerArgs.model_validate({"evictQPS": 0})
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    await watch(caches, "pods", pod("web-1", node="node-0"))
+    await watch(caches, "podmigrationjobs", job("job-1", phase="Pending", pod_name="web-1"))
+    frozen = caches.frozen()
+    # Meanwhile the pod goes, and another job comes.
+    await caches.pods._apply("DELETED", pod("web-1", node="node-0"))
+    await watch(caches, "podmigrationjobs", job("job-2", phase="Pending", pod_name="web-2"))
+    decided = decide(frozen, args=args, limiter=LimiterState(), memo=None, now=T0)
+    assert decided is not None
+    assert [(d.job["metadata"]["name"], d.verdict) for d, _ in decided.writes] == [
+        ("job-1", "admit")
+    ]
+    # The next round sees both.
+    assert verdicts(caches, args) == {
+        "job-1": ("fail", "MissingPod"),
+        "job-2": ("fail", "MissingPod"),
+    }
+
+
+async def test_no_pending_job_no_round() -> None:
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    await watch(caches, "podmigrationjobs", job("job-1", phase="Running"))
+    assert decide(caches.frozen(), args=args, limiter=LimiterState(), memo=None, now=T0) is None
+
+
+class Refusing(Recording):
+    """Raises on the plan for one job, as a write the API server cannot take."""
+
+    async def run(self, plan: Plan) -> Outcome:
+        if any(
+            isinstance(a, UpdateStatus) and a.obj["metadata"]["name"] == "job-1"
+            for a in plan.actions
+        ):
+            raise RuntimeError("connection reset")
+        return await super().run(plan)
+
+
+async def test_a_write_that_raises_keeps_no_other_decision_from_being_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    executor = Refusing()
+    admission = Admission(caches, executor, args, admitted=lambda _key: None)
+    for index in range(1, 41):
+        await watch(
+            caches,
+            "podmigrationjobs",
+            job(f"job-{index}", phase="Pending", pod_name=f"gone-{index}"),
+        )
+    await admission.admit_once()
+    written = {
+        a.obj["metadata"]["name"]
+        for p in executor.plans
+        for a in p.actions
+        if isinstance(a, UpdateStatus)
+    }
+    assert written == {f"job-{index}" for index in range(2, 41)}
+    assert "writing arbitration's decision on job job-1 failed" in caplog.text
+
+
+async def test_a_round_runs_beside_the_event_loop() -> None:
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    admission = Admission(caches, Recording(), args, admitted=lambda _key: None)
+    loop = asyncio.get_running_loop()
+    started, loop_went_on = asyncio.Event(), threading.Event()
+
+    def work() -> tuple[int, bool]:
+        loop.call_soon_threadsafe(started.set)
+        # Only the event loop can set it: were the work on the loop, this would wait out
+        # its timeout and answer False.
+        return threading.get_ident(), loop_went_on.wait(timeout=30)
+
+    async def meanwhile() -> None:
+        await started.wait()
+        loop_went_on.set()
+
+    (thread, went_on), _ = await asyncio.gather(admission.off_loop(work), meanwhile())
+    assert went_on
+    assert thread != threading.get_ident()
+    admission.worker.shutdown()

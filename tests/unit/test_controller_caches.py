@@ -45,10 +45,10 @@ async def test_a_deleted_claimer_leaves_a_live_reservation_in_the_ledger() -> No
     await watch(cache.reservations, "ADDED", rsv)
     await watch(cache.pods, "ADDED", claimer)
     held = parse_quantity("4") - parse_quantity("200m")
-    assert cache.free()["node-1"]["cpu"] == held
+    assert cache.frozen().free["node-1"]["cpu"] == held
     # The claimer goes away; the Reservation holds its place until the controller ends it.
     await watch(cache.pods, "DELETED", claimer)
-    assert cache.free()["node-1"]["cpu"] == held
+    assert cache.frozen().free["node-1"]["cpu"] == held
 
 
 async def test_a_claimers_events_bring_in_its_reservation_and_the_reservations_job() -> None:

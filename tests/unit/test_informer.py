@@ -1,12 +1,13 @@
-"""The informer's cache takes this process's own writes: newer versions only, never older."""
+"""The informer's cache takes this process's own writes: newer versions only, never older;
+and a frozen copy of it stays as it was taken while events go on."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
-from berth.kube.client import PODMIGRATIONJOBS, Kube
-from berth.kube.informer import Informer
+from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube
+from berth.kube.informer import Informer, pod_node
 
 
 def version(rv: str, *, phase: str, uid: str = "uid-1") -> dict[str, Any]:
@@ -73,3 +74,47 @@ def test_an_object_just_created_is_seen_at_once_until_the_watch_passed_it() -> N
     assert informer.get("job-2") == created("job-2", "20")
     informer.assume(created("job-3", "14"))
     assert informer.get("job-3") is None
+
+
+
+
+def on_node(name: str, node: str, rv: str = "1") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv},
+        "spec": {"nodeName": node},
+    }
+
+
+def names(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objects)
+
+
+async def test_a_frozen_copy_stays_as_it_was_taken() -> None:
+    informer = Informer(cast(Kube, None), PODS, indexes={"node": pod_node})
+    for name in ("a", "b"):
+        await informer._apply("ADDED", on_node(name, "node-1"))
+    frozen = informer.frozen("node")
+    await informer._apply("MODIFIED", on_node("a", "node-2", rv="2"))
+    await informer._apply("DELETED", on_node("b", "node-1"))
+    await informer._apply("ADDED", on_node("c", "node-1"))
+    informer.assume(on_node("c", "node-3", rv="3"))
+    assert names(frozen.values()) == ["a", "b"]
+    assert frozen.get("ns/a") == on_node("a", "node-1")
+    assert names(frozen.by_index("node", "node-1")) == ["a", "b"]
+    assert frozen.by_index("node", "node-2") == []
+    # The informer itself moved on.
+    assert names(informer.values()) == ["a", "c"]
+    assert names(informer.by_index("node", "node-2")) == ["a"]
+    assert names(informer.by_index("node", "node-3")) == ["c"]
+    assert informer.by_index("node", "node-1") == []
+    assert set(informer.indexes["node"]) == {"node-2", "node-3"}
+
+
+async def test_an_update_that_moves_no_index_entry_leaves_the_index_as_it_was() -> None:
+    informer = Informer(cast(Kube, None), PODS, indexes={"node": pod_node})
+    await informer._apply("ADDED", on_node("a", "node-1"))
+    await informer._apply("ADDED", on_node("b", "node-1"))
+    entry = informer.indexes["node"]["node-1"]
+    await informer._apply("MODIFIED", on_node("a", "node-1", rv="2"))
+    assert informer.indexes["node"]["node-1"] is entry
+    assert informer.get("ns/a") == on_node("a", "node-1", rv="2")

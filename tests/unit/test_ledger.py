@@ -321,6 +321,27 @@ def test_free_capacity(events: list[Event], node0: str, node1: str, in_handover:
     assert free_cpu(ledger, "node-0") == Decimal(node0)
     assert free_cpu(ledger, "node-1") == Decimal(node1)
     assert sorted(ledger.handover("node-0")) + sorted(ledger.handover("node-1")) == in_handover
+    # The frozen copy a round reads says the same of every node.
+    assert dict(ledger.frozen_free()) == {name: ledger.free(name) for name in ledger.nodes()}
+
+
+def test_frozen_free_capacity_stays_as_it_was_taken() -> None:
+    ledger = ledger_after(
+        [("reservation", "ADDED", R_OWNED), ("pod", "ADDED", pod("a", node="node-1"))]
+    )
+    frozen = ledger.frozen_free()
+    before = {name: ledger.free(name) for name in ledger.nodes()}
+    for what, obj in (
+        ("pod", OWNER_BOUND),  # the handover on node-0 ends
+        ("pod", pod("b", node="node-1")),
+        ("node", node("node-2")),
+    ):
+        handler = {"pod": ledger.on_pod, "node": ledger.on_node}[what]
+        handler("ADDED", obj)
+    ledger.on_node("DELETED", node("node-0"))
+    assert dict(frozen) == before
+    assert "node-2" not in frozen
+    assert free_cpu(ledger, "node-1") == Decimal(6)
 
 
 def test_unknown_and_deleted_nodes_have_no_capacity() -> None:

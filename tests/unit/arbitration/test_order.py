@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.api import keys
-from controller.arbitration.order import KOORDINATOR_QOS
+from controller.arbitration.order import KOORDINATOR_QOS, RUN, sorted_in_steps
 from tests.unit.arbitration.helpers import (
     Object,
     Tweak,
@@ -21,6 +25,14 @@ from tests.unit.arbitration.helpers import (
 from tests.unit.builders import workload
 
 # ----- sorting ----------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 3 * RUN + 7), st.randoms(use_true_random=False))
+def test_sorting_in_steps_sorts_as_one_sort_does(length: int, rng: random.Random) -> None:
+    # Few distinct keys, so that many are equal: they keep their order, as in one sort.
+    items = [(rng.randrange(4), rng.choice("ab"), index) for index in range(length)]
+    assert sorted_in_steps(items, lambda item: item[:2]) == sorted(items, key=lambda i: i[:2])
 
 
 def qos(kube: str | None = None, koordinator: str | None = None) -> Tweak:
