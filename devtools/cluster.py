@@ -224,11 +224,16 @@ class LocalCluster(Processes):
         extenders: list[dict[str, Any]] | None = None,
     ) -> Component:
         """Start a kube-scheduler (more than one may run, each with its own profile name)."""
-        port = free_port()
-        config_path = self.state_dir / f"{name}.yaml"
         config = render.scheduler_config(
             kubeconfig_path=self.kubeconfig, scheduler_name=scheduler_name, extenders=extenders
         )
+        return self.run_scheduler(name=name, config=config)
+
+    def run_scheduler(self, *, name: str, config: dict[str, Any]) -> Component:
+        """Start a kube-scheduler with this KubeSchedulerConfiguration (the bench tunes
+        its client); `down` stops it with the rest."""
+        port = free_port()
+        config_path = self.state_dir / f"{name}.yaml"
         config_path.write_text(yaml.safe_dump(config))
         return self._spawn(
             name,

@@ -1,0 +1,68 @@
+"""What Berth's two scopes change, as the bench applies them to its own schedulers and to
+the webhook's configuration.
+
+- **default**: kube-scheduler calls the extender only for pods that request
+  `berth.sh/reservation` (`managedResources`, `ignoredByScheduler: true`), and the API
+  server calls the webhook only in namespaces labelled `berth.sh/migrating`;
+- **strict**: the extender sees every pod, the webhook every namespace but the system ones.
+
+The two functions below are the only place the bench spells a scope out. Each starts
+from what `berth dev up` configured for the running cluster, so that nothing else
+differs; point them at devtools' own rendering per scope once it has one.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any, Literal
+
+import yaml
+
+from devtools import render
+from devtools.cluster import BERTH_NAMESPACE, LocalCluster
+
+Mode = Literal["default", "strict"]
+MODES: tuple[Mode, ...] = ("default", "strict")
+
+RESERVATION_RESOURCE = "berth.sh/reservation"
+MIGRATING_LABEL = "berth.sh/migrating"
+SYSTEM_NAMESPACES = ("kube-system", BERTH_NAMESPACE)
+
+
+def extender_entry(cluster: LocalCluster, mode: Mode) -> dict[str, Any]:
+    """Berth's entry in kube-scheduler's `extenders`, in `mode`: the one `berth dev up`
+    gave the cluster's own kube-scheduler (its config file in the state directory)."""
+    config = yaml.safe_load((cluster.state_dir / "kube-scheduler.yaml").read_text())
+    extender = next(c for c in cluster.running() if c.name == "berth-extender")
+    entry: dict[str, Any] = copy.deepcopy(
+        next(
+            e for e in config.get("extenders") or [] if e["urlPrefix"].endswith(f":{extender.port}")
+        )
+    )
+    entry.pop("managedResources", None)
+    if mode == "default":
+        entry["managedResources"] = [{"name": RESERVATION_RESOURCE, "ignoredByScheduler": True}]
+    return entry
+
+
+def webhook_configuration(
+    cluster: LocalCluster, mode: Mode, *, skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Berth's MutatingWebhookConfiguration for the cluster's webhook, in `mode`, with
+    `skip` added to the namespaces it never sees (as the system ones are)."""
+    urls = [
+        f"https://127.0.0.1:{c.port}/mutate-pod"
+        for c in cluster.running()
+        if c.name.startswith("berth-webhook")
+    ]
+    ca = base64.b64encode((cluster.pki / "ca.crt").read_bytes()).decode()
+    config = render.webhook_configuration(
+        urls=urls, ca_bundle=ca, skip_namespaces=[*SYSTEM_NAMESPACES, *skip]
+    )
+    if mode == "default":
+        for webhook in config["webhooks"]:
+            webhook["namespaceSelector"]["matchExpressions"].append(
+                {"key": MIGRATING_LABEL, "operator": "Exists"}
+            )
+    return config
