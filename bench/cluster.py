@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,9 +56,27 @@ class Bench:
     def component(self, name: str) -> Component:
         return next(c for c in self.cluster.running() if c.name == name)
 
+    async def metrics(self, name: str) -> str:
+        """The /metrics page of one of Berth's components (served without a client
+        certificate, with a certificate of the cluster's CA)."""
+        port = self.component(name).port
+        context = ssl.create_default_context(cafile=str(self.cluster.pki / "ca.crt"))
+        async with self.api.session.get(
+            f"https://127.0.0.1:{port}/metrics", ssl=context
+        ) as response:
+            return await response.text()
+
+    async def counter(self, name: str, metric: str) -> float:
+        """The sum of a counter's samples, all labels together, on a component."""
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in (await self.metrics(name)).splitlines()
+            if line.startswith((f"{metric}{{", f"{metric} "))
+        )
+
     async def grow(self, nodes: int) -> None:
         """Add fake nodes (as `berth dev up` creates them) until there are `nodes`, and
-        wait until kwok has made every one Ready."""
+        wait until kwok has made every one Ready and its not-ready taint is lifted."""
         if nodes <= self.nodes:
             return
         started = time.monotonic()
@@ -79,14 +98,9 @@ class Bench:
         say(f"{nodes} nodes Ready after {time.monotonic() - started:.0f}s")
 
     async def ready_nodes(self, expected: int) -> bool:
-        items = await self.api.list_all("/api/v1/nodes")
-        ready = sum(
-            1
-            for node in items
-            for condition in node.get("status", {}).get("conditions") or []
-            if condition["type"] == "Ready" and condition["status"] == "True"
-        )
-        return ready >= expected
+        """Whether `expected` nodes are Ready and the not-ready taint is off them."""
+        nodes = await self.api.list_all("/api/v1/nodes")
+        return sum(1 for node in nodes if schedulable(node)) >= expected
 
     async def namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
         """Create the namespace (with these labels) and wait until pods can be created in
@@ -114,6 +128,19 @@ class Bench:
             return not await self.api.list_all(f"/api/v1/namespaces/{namespace}/pods", params)
 
         await wait_for(gone, what=f"the pods of {namespace} to be deleted", timeout=300)
+
+
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def schedulable(node: Object) -> bool:
+    """Ready, and no longer tainted for not having been Ready."""
+    ready = any(
+        condition["type"] == "Ready" and condition["status"] == "True"
+        for condition in node.get("status", {}).get("conditions") or []
+    )
+    taints = {taint["key"] for taint in node.get("spec", {}).get("taints") or []}
+    return ready and not taints & NOT_READY_TAINTS
 
 
 def pod(

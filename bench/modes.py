@@ -4,11 +4,14 @@ the webhook's configuration.
 - **default**: kube-scheduler calls the extender only for pods that request
   `berth.sh/reservation` (`managedResources`, `ignoredByScheduler: true`), and the API
   server calls the webhook only in namespaces labelled `berth.sh/migrating`;
-- **strict**: the extender sees every pod, the webhook every namespace but the system ones.
+- **strict**: the extender sees every pod, the webhook every namespace but the system
+  ones; kube-scheduler's NodeResourcesFit is told to ignore `berth.sh/reservation`
+  (no managedResources entry says it), which placeholders request.
 
-The two functions below are the only place the bench spells a scope out. Each starts
-from what `berth dev up` configured for the running cluster, so that nothing else
-differs; point them at devtools' own rendering per scope once it has one.
+The functions below are the only place the bench spells a scope out, the same way
+devtools renders `berth dev up --scope`; point them at devtools' own rendering per scope
+once it has one (`render.berth_extender`, `render.webhook_configuration(scope=...)`,
+`render.ignored_resources`).
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ def webhook_configuration(
     if mode == "default":
         for webhook in config["webhooks"]:
             webhook["namespaceSelector"]["matchExpressions"].append(
-                {"key": MIGRATING_LABEL, "operator": "Exists"}
+                {"key": MIGRATING_LABEL, "operator": "In", "values": ["true"]}
             )
     return config
+
+
+def ignored_resources(mode: Mode) -> list[str]:
+    """What kube-scheduler's NodeResourcesFit leaves unchecked in `mode`."""
+    return [RESERVATION_RESOURCE] if mode == "strict" else []

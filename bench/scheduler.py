@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.api import Api, create_all, pods_path
 from bench.cluster import Bench, pod
-from bench.modes import MODES, Mode, extender_entry
+from bench.modes import MODES, Mode, extender_entry, ignored_resources
 from bench.progress import say
 from bench.stats import rate, ratio, span_rate
 from bench.table import Row, Table, number
@@ -28,16 +28,22 @@ from devtools import render
 
 NAMESPACE = "bench-scheduler"
 CLIENT_QPS = 5000
+EXTENDER_REQUESTS = "berth_extender_requests_total"
 
 METHOD = (
-    "Two kube-scheduler processes of the cluster's own binary per batch, one at a time "
-    f"(client qps/burst {CLIENT_QPS}, no leader election, a scheduler name of their own): "
-    "with Berth's extender entry as `berth dev up` writes it for the scope (default: "
-    "`managedResources: berth.sh/reservation`, so pods that do not request it never reach "
-    "the extender; strict: every pod does), or without any extender. Each batch's pods "
-    "(10m CPU, 16Mi) are created first and stay Pending until their scheduler starts; "
-    "pods/s runs from the first bind to the last, seen by a watch. Batches alternate "
-    "with/without (ABBA order); the figure pools every batch of a side."
+    "Each batch gets a kube-scheduler process of its own, from the cluster's own binary "
+    f"(client qps/burst {CLIENT_QPS}, no leader election, a scheduler name of its own), "
+    "either with Berth's extender entry as `berth dev up` writes it for the scope "
+    "(default: `managedResources: berth.sh/reservation`, so pods that do not request it "
+    "never reach the extender; strict: every pod does) or with no extender; both sides "
+    "share the scope's profile (strict: NodeResourcesFit ignores berth.sh/reservation, as "
+    "`berth dev up --scope strict` configures it). A batch's "
+    "pods (10m CPU, 16Mi) are created first and stay Pending until its scheduler starts; "
+    "pods/s runs from the first bind to the last, as a watch sees them. Not timed from "
+    "creation, because the bench creates pods more slowly than a scheduler binds them: "
+    "both sides would measure pod creation. Batches alternate with/without (ABBA); the "
+    "figure pools the batches of a side. n counts the requests Berth's extender answered "
+    "during the scope's batches."
 )
 
 
@@ -46,13 +52,21 @@ def order(batches: int) -> list[bool]:
     return [index % 4 in (0, 3) for index in range(batches)]
 
 
-def scheduler_config(bench: Bench, *, name: str, extender: dict[str, Any] | None) -> dict[str, Any]:
+def scheduler_config(
+    bench: Bench, mode: Mode, *, name: str, extender: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The scope's profile, with or without Berth's extender: nothing else differs."""
     config = render.scheduler_config(
         kubeconfig_path=bench.cluster.kubeconfig,
         scheduler_name=name,
         extenders=[extender] if extender else None,
     )
     config["clientConnection"].update({"qps": CLIENT_QPS, "burst": CLIENT_QPS})
+    ignored = ignored_resources(mode)
+    if ignored:
+        config["profiles"][0]["pluginConfig"] = [
+            {"name": "NodeResourcesFit", "args": {"ignoredResources": ignored}}
+        ]
     return config
 
 
@@ -75,10 +89,9 @@ async def bind_times(
                     return
 
 
-async def batch(
-    bench: Bench, *, name: str, extender: dict[str, Any] | None, pods: int
-) -> tuple[int, float]:
-    """Schedule one batch; (pods counted, seconds) from first bind to last."""
+async def batch(bench: Bench, *, name: str, config: dict[str, Any], pods: int) -> tuple[int, float]:
+    """Schedule one batch with a scheduler of this config (whose profile is `name`);
+    (pods counted, seconds) from the first bind to the last."""
     selector = f"bench-batch={name}"
     await create_all(
         bench.api,
@@ -95,11 +108,7 @@ async def batch(
             bench.api, selector, pods, version=listed["metadata"]["resourceVersion"], out=times
         )
     )
-    scheduler = await asyncio.to_thread(
-        bench.cluster.run_scheduler,
-        name=name,
-        config=scheduler_config(bench, name=name, extender=extender),
-    )
+    scheduler = await asyncio.to_thread(bench.cluster.run_scheduler, name=name, config=config)
     try:
         await asyncio.wait_for(watch, timeout=600)
     finally:
@@ -118,27 +127,36 @@ async def rows(bench: Bench, *, batches: int, pods: int) -> list[Row]:
     return result
 
 
+async def extender_calls(bench: Bench) -> float:
+    """Requests Berth's extender has answered so far, every verb."""
+    return await bench.counter("berth-extender", EXTENDER_REQUESTS)
+
+
 async def mode_row(bench: Bench, mode: Mode, *, batches: int, pods: int) -> Row:
-    totals = {True: [0, 0.0], False: [0, 0.0]}
+    bound = {True: 0, False: 0}
+    seconds = {True: 0.0, False: 0.0}
+    calls_before = await extender_calls(bench)
     for index, with_berth in enumerate(order(batches)):
         side = "with" if with_berth else "without"
         name = f"bench-{bench.nodes}-{mode}-{index}-{side}"
         extender = extender_entry(bench.cluster, mode) if with_berth else None
-        count, seconds = await batch(bench, name=name, extender=extender, pods=pods)
-        totals[with_berth][0] += count
-        totals[with_berth][1] += seconds
+        config = scheduler_config(bench, mode, name=name, extender=extender)
+        count, took = await batch(bench, name=name, config=config, pods=pods)
+        bound[with_berth] += count
+        seconds[with_berth] += took
         say(
             f"scheduler {bench.nodes} nodes {mode}: batch {index + 1}/{batches} {side} "
-            f"Berth: {number(rate(count, seconds))} pods/s"
+            f"Berth: {number(rate(count, took))} pods/s"
         )
-    with_rate = rate(int(totals[True][0]), totals[True][1])
-    without_rate = rate(int(totals[False][0]), totals[False][1])
+    calls = await extender_calls(bench) - calls_before
+    with_rate = rate(bound[True], seconds[True])
+    without_rate = rate(bound[False], seconds[False])
     return Row(
         measure=f"{bench.nodes:,} nodes, {mode}",
         figure=number(with_rate, "pods/s"),
         baseline=number(without_rate, "pods/s"),
         ratio=ratio(with_rate, without_rate),
-        n=f"{batches // 2} batches of {pods:,} pods a side",
+        n=f"{batches // 2} batches of {pods:,} pods a side; {calls:,.0f} extender calls",
         what="pods kube-scheduler binds per second, Berth's extender configured vs none",
     )
 

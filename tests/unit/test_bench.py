@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from bench.cluster import schedulable
 from bench.scheduler import order
 from bench.stats import (
     bucket_bound,
@@ -180,3 +181,32 @@ def test_a_family_that_failed_keeps_its_failure_in_the_merged_table() -> None:
     ok = Table(title="Scheduler", method="m", rows=[Row("500 nodes", "1")])
     failed = Table(title="Scheduler", method="m\n\n**Failed**: timed out")
     assert "**Failed**: timed out" in merge([ok, failed])[0].method
+
+
+@pytest.mark.parametrize(
+    ("conditions", "taints", "expected"),
+    [
+        ([{"type": "Ready", "status": "True"}], [], True),
+        ([{"type": "Ready", "status": "False"}], [], False),
+        ([], [], False),
+        (
+            [{"type": "Ready", "status": "True"}],
+            [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}],
+            False,
+        ),
+        (
+            [{"type": "Ready", "status": "True"}],
+            [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}],
+            True,
+        ),
+    ],
+)
+def test_a_new_node_counts_once_ready_and_untainted(
+    conditions: list[dict[str, str]], taints: list[dict[str, str]], expected: bool
+) -> None:
+    node = {
+        "metadata": {"name": "n"},
+        "spec": {"taints": taints},
+        "status": {"conditions": conditions},
+    }
+    assert schedulable(node) is expected
