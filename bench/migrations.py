@@ -26,6 +26,7 @@ from bench.table import NONE, Row, Table, number
 
 NAMESPACE = "bench-migrate"
 FILL_NAMESPACE = "bench-fill"
+FLOOD_NAMESPACE = "bench-flood"
 SLOT_CPU = 1
 """The CPU of a workload pod, and what a filler leaves free on its node."""
 FULL = 0.9
@@ -42,10 +43,11 @@ METHOD = (
     f"{SLOT_CPU}-CPU pod per node. Deployments of 2 replicas ({SLOT_CPU} CPU each) run in "
     "those places. Then, at once, the bench creates one PodMigrationJob per Deployment "
     f"(alternately ReservationFirst and EvictDirectly, ttl {TTL}, the controller's default "
-    "configuration: evictQPS 10) and a flood of ordinary pods of the same size that "
-    f"takes the cluster to {FULL:.0%} of its places. Times run from a job's creation to "
-    "the watch seeing it Succeeded; a job that fails counts in n but not in the times. "
-    "'On its reserved node': the replacement pod's node is the job's `status.nodeName`."
+    "configuration: evictQPS 10) and a flood of ordinary pods of the same size, in a "
+    f"namespace of their own, that takes the cluster to {FULL:.0%} of its places. Times "
+    "run from a job's creation to the watch seeing it Succeeded; a job that fails counts "
+    "in n but not in the times. 'On its reserved node': the replacement pod's node is the "
+    "job's `status.nodeName`."
 )
 
 
@@ -131,7 +133,8 @@ async def run(
     bench: Bench, jobs_per_mode: int
 ) -> tuple[dict[str, float], dict[str, tuple[float, Object]], dict[str, str], int]:
     """Set up, migrate, and return creation times, ends, each job's mode, and the flood."""
-    await bench.namespace(NAMESPACE)
+    for namespace in (NAMESPACE, FLOOD_NAMESPACE):
+        await bench.namespace(namespace)
     say(f"migrations: filling {bench.nodes:,} nodes")
     await fill(bench)
     targets = await workloads(bench, 2 * jobs_per_mode)
@@ -155,7 +158,7 @@ async def run(
 
     flooding = create_all(
         bench.api,
-        pods_path(NAMESPACE),
+        pods_path(FLOOD_NAMESPACE),
         (
             pod(f"flood-{i}", cpu=str(SLOT_CPU), memory="64Mi", labels={"bench": "flood"})
             for i in range(flood)
@@ -241,8 +244,8 @@ async def cleanup(bench: Bench, jobs: set[str]) -> None:
         await bench.api.request(
             "DELETE", f"/apis/apps/v1/namespaces/{NAMESPACE}/{kind}", body={"gracePeriodSeconds": 0}
         )
-    await bench.clear_pods(NAMESPACE)
-    await bench.clear_pods(FILL_NAMESPACE)
+    for namespace in (NAMESPACE, FLOOD_NAMESPACE, FILL_NAMESPACE):
+        await bench.clear_pods(namespace)
 
 
 def table(rows_: list[Row]) -> Table:
