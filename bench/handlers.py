@@ -240,7 +240,7 @@ async def measure_app(
                 )
                 results[verb] = (rate(len(latencies), seconds), percentile(latencies, 0.99))
                 say(
-                    f"handlers: {app_name} {verb}, {names:,} node names: "
+                    f"handlers: {app_name} {verb}, N={names:,}: "
                     f"{number(results[verb][0])} req/s, p99 {results[verb][1] * 1000:.1f} ms"
                 )
     finally:
@@ -280,9 +280,14 @@ async def rows(*, names: tuple[int, ...], requests: int) -> list[Row]:
         for verb, (per_second, p99) in verbs.items():
             smallest = measured[(app, names[0])][verb][0]
             label = "webhook" if app == "webhook" else f"extender {verb}"
+            size = (
+                f"{count:,} nodes ({count // 10:,} finished Reservations cached)"
+                if app == "webhook"
+                else f"{count:,} node names"
+            )
             result.append(
                 Row(
-                    measure=f"{label}, {count:,} node names",
+                    measure=f"{label}, {size}",
                     figure=f"{number(per_second, 'req/s')}, p99 {p99 * 1000:.1f} ms",
                     ratio=per_second / smallest if smallest else None,
                     n=f"{requests:,} requests",

@@ -91,7 +91,7 @@ def render_results(
     """bench/RESULTS.md: where and when it was measured, then every table."""
     lines = ["# Benchmark results", "", "Written by `make bench` (`bench/run.py`).", ""]
     lines += [f"- **{key}**: {value}" for key, value in machine]
-    if notes:
-        lines += ["", *notes]
+    for note in notes:
+        lines += ["", note]
     lines.append("")
     return "\n".join(lines) + "\n" + "\n".join(render_table(t) for t in tables)

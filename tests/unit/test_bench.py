@@ -210,3 +210,8 @@ def test_a_new_node_counts_once_ready_and_untainted(
         "status": {"conditions": conditions},
     }
     assert schedulable(node) is expected
+
+
+def test_each_note_is_a_paragraph_of_its_own() -> None:
+    page = render_results(machine=[("cores", "2")], notes=["One.", "Two."], tables=[])
+    assert "- **cores**: 2\n\nOne.\n\nTwo.\n" in page
