@@ -157,7 +157,8 @@ def machine() -> list[tuple[str, str]]:
         if line.startswith("MemTotal:")
     )
     commit = _git("rev-parse", "HEAD") or "unknown"
-    if _git("status", "--porcelain", "--untracked-files=no"):
+    # A results page left by an earlier run is no change to what is measured.
+    if _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/RESULTS.md"):
         commit += " (with uncommitted changes)"
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     return [
@@ -177,15 +178,35 @@ def machine() -> list[tuple[str, str]]:
 Family = Callable[[], Awaitable[list[Row]]]
 
 
-async def family(table: Table, rows: Family, tables: list[Table]) -> None:
-    """Measure one row family into `table`; a family that fails is reported as such and
-    the run goes on."""
-    try:
-        tables.append(replace(table, rows=await rows()))
-    except Exception as error:
-        traceback.print_exc()
-        say(f"{table.title}: failed: {error}")
-        tables.append(replace(table, method=f"{table.method}\n\n**Failed**: {error}"))
+class Run:
+    """The tables measured so far, and what went wrong on the way."""
+
+    def __init__(self) -> None:
+        self.tables: list[Table] = []
+        self.problems: list[str] = []
+
+    async def family(self, table: Table, rows: Family) -> None:
+        """Measure one row family into `table`; a family that fails is reported as such
+        and the run goes on."""
+        try:
+            self.tables.append(replace(table, rows=await rows()))
+        except Exception as error:
+            traceback.print_exc()
+            say(f"{table.title}: failed: {error}")
+            self.tables.append(replace(table, method=f"{table.method}\n\n**Failed**: {error}"))
+
+    async def grow(self, bench: Bench, nodes: int) -> bool:
+        """Grow the cluster; False (and a note in the report) when that failed."""
+        try:
+            await bench.grow(nodes)
+        except Exception as error:
+            traceback.print_exc()
+            self.problems.append(
+                f"**Growing the cluster to {nodes:,} nodes failed** ({error}): the rows at "
+                "that size are missing."
+            )
+            return False
+        return True
 
 
 def merge(tables: list[Table]) -> list[Table]:
@@ -201,8 +222,16 @@ def merge(tables: list[Table]) -> list[Table]:
     return list(merged.values())
 
 
-async def measure(scale: Scale) -> list[Table]:
-    tables: list[Table] = []
+ARBITRATION = Table(
+    title="Arbitration",
+    method=ARBITRATION_METHOD,
+    figure_header="time",
+    baseline_header=None,
+    ratio_header=None,
+)
+
+
+async def measure(scale: Scale, run: Run) -> None:
     first, second, largest = scale.nodes
     say(f"starting a local cluster of {first:,} nodes (berth dev up)")
     cluster = await asyncio.to_thread(start, first)
@@ -210,59 +239,39 @@ async def measure(scale: Scale) -> list[Table]:
     bench = Bench(cluster=cluster, api=api, nodes=first)
     try:
         at_start = memory.resident(bench, "VmRSS")
-        for size in (first, second):
-            await bench.grow(size)
-            await family(
-                scheduler.table([]),
-                lambda: scheduler.rows(
-                    bench, batches=scale.scheduler_batches, pods=scale.scheduler_pods
-                ),
-                tables,
+
+        async def scheduler_rows() -> list[Row]:
+            return await scheduler.rows(
+                bench, batches=scale.scheduler_batches, pods=scale.scheduler_pods
             )
-            if size == first:
-                await family(
-                    creation.table([]),
-                    lambda: creation.rows(
-                        bench, batches=scale.creation_batches, pods=scale.creation_pods
-                    ),
-                    tables,
-                )
-                await family(
-                    handlers.table([]),
-                    lambda: handlers.rows(
-                        names=scale.handler_names, requests=scale.handler_requests
-                    ),
-                    tables,
-                )
-                await family(
-                    Table(
-                        title="Arbitration",
-                        method=ARBITRATION_METHOD,
-                        figure_header="time",
-                        baseline_header=None,
-                        ratio_header=None,
-                    ),
-                    lambda: asyncio.to_thread(arbitration_row, scale),
-                    tables,
-                )
-            else:
-                await family(
-                    migrations.table([]),
-                    lambda: migrations.rows(bench, jobs_per_mode=scale.migration_jobs),
-                    tables,
-                )
 
-        async def memory_rows() -> list[Row]:
-            await bench.grow(largest)
-            await memory.populate(bench, scale.memory_pods)
-            return memory.rows(bench, start=at_start, pods=scale.memory_pods)
+        await run.family(scheduler.table([]), scheduler_rows)
+        await run.family(
+            creation.table([]),
+            lambda: creation.rows(bench, batches=scale.creation_batches, pods=scale.creation_pods),
+        )
+        await run.family(
+            handlers.table([]),
+            lambda: handlers.rows(names=scale.handler_names, requests=scale.handler_requests),
+        )
+        await run.family(ARBITRATION, lambda: asyncio.to_thread(arbitration_row, scale))
+        if await run.grow(bench, second):
+            await run.family(scheduler.table([]), scheduler_rows)
+            await run.family(
+                migrations.table([]),
+                lambda: migrations.rows(bench, jobs_per_mode=scale.migration_jobs),
+            )
+        if await run.grow(bench, largest):
 
-        await family(memory.table([]), memory_rows, tables)
+            async def memory_rows() -> list[Row]:
+                await memory.populate(bench, scale.memory_pods)
+                return memory.rows(bench, start=at_start, pods=scale.memory_pods)
+
+            await run.family(memory.table([]), memory_rows)
     finally:
         await api.close()
         say("stopping the local cluster (berth dev down)")
         await asyncio.to_thread(cluster.down)
-    return merge(tables)
 
 
 def notes(scale: Scale, seconds: float) -> list[str]:
@@ -286,8 +295,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale = SCALES[options.scale]
     described = machine()
     say(f"bench at {scale.name} scale; writing {options.out}")
-    tables = asyncio.run(measure(scale))
-    document = render_results(machine=described, notes=notes(scale, elapsed()), tables=tables)
+    run = Run()
+    asyncio.run(measure(scale, run))
+    document = render_results(
+        machine=described,
+        notes=[*notes(scale, elapsed()), *run.problems],
+        tables=merge(run.tables),
+    )
     options.out.write_text(document)
     say(f"wrote {options.out} after {elapsed() / 60:.1f} minutes")
     return 0
