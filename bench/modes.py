@@ -33,16 +33,25 @@ MIGRATING_LABEL = "berth.sh/migrating"
 SYSTEM_NAMESPACES = ("kube-system", BERTH_NAMESPACE)
 
 
-def extender_entry(cluster: LocalCluster, mode: Mode) -> dict[str, Any]:
-    """Berth's entry in kube-scheduler's `extenders`, in `mode`: the one `berth dev up`
-    gave the cluster's own kube-scheduler (its config file in the state directory)."""
+def _cluster_entry(cluster: LocalCluster) -> dict[str, Any]:
+    """Berth's entry in the cluster's own kube-scheduler config (in the state directory)."""
     config = yaml.safe_load((cluster.state_dir / "kube-scheduler.yaml").read_text())
     extender = next(c for c in cluster.running() if c.name == "berth-extender")
-    entry: dict[str, Any] = copy.deepcopy(
-        next(
-            e for e in config.get("extenders") or [] if e["urlPrefix"].endswith(f":{extender.port}")
-        )
+    entry: dict[str, Any] = next(
+        e for e in config.get("extenders") or [] if e["urlPrefix"].endswith(f":{extender.port}")
     )
+    return entry
+
+
+def cluster_mode(cluster: LocalCluster) -> Mode:
+    """The scope `berth dev up` gave the running cluster."""
+    return "default" if _cluster_entry(cluster).get("managedResources") else "strict"
+
+
+def extender_entry(cluster: LocalCluster, mode: Mode) -> dict[str, Any]:
+    """Berth's entry in kube-scheduler's `extenders`, in `mode`: the one `berth dev up`
+    gave the cluster's own kube-scheduler, with the scope's managedResources."""
+    entry = copy.deepcopy(_cluster_entry(cluster))
     entry.pop("managedResources", None)
     if mode == "default":
         entry["managedResources"] = [{"name": RESERVATION_RESOURCE, "ignoredByScheduler": True}]

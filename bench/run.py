@@ -28,6 +28,7 @@ from pathlib import Path
 from bench import arbitration, creation, handlers, memory, migrations, scheduler
 from bench.api import Api
 from bench.cluster import Bench, start
+from bench.modes import cluster_mode
 from bench.progress import elapsed, say
 from bench.table import Row, Table, number, render_results
 from berth.settings import MigrationControllerArgs
@@ -183,7 +184,8 @@ class Run:
 
     def __init__(self) -> None:
         self.tables: list[Table] = []
-        self.problems: list[str] = []
+        self.notes: list[str] = []
+        """What the reader needs besides the tables: the cluster's scope, what failed."""
 
     async def family(self, table: Table, rows: Family) -> None:
         """Measure one row family into `table`; a family that fails is reported as such
@@ -201,7 +203,7 @@ class Run:
             await bench.grow(nodes)
         except Exception as error:
             traceback.print_exc()
-            self.problems.append(
+            self.notes.append(
                 f"**Growing the cluster to {nodes:,} nodes failed** ({error}): the rows at "
                 "that size are missing."
             )
@@ -238,6 +240,11 @@ async def measure(scale: Scale, run: Run) -> None:
     api = await Api.connect(cluster)
     bench = Bench(cluster=cluster, api=api, nodes=first)
     try:
+        run.notes.append(
+            f"The cluster runs Berth in the **{cluster_mode(cluster)}** scope, as `berth dev "
+            "up` starts it: that is the scope of the migration and memory rows. The "
+            "scheduler and pod creation rows measure both scopes."
+        )
         at_start = memory.resident(bench, "VmRSS")
 
         async def scheduler_rows() -> list[Row]:
@@ -299,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     asyncio.run(measure(scale, run))
     document = render_results(
         machine=described,
-        notes=[*notes(scale, elapsed()), *run.problems],
+        notes=[*notes(scale, elapsed()), *run.notes],
         tables=merge(run.tables),
     )
     options.out.write_text(document)

@@ -114,6 +114,7 @@ async def batch(bench: Bench, *, name: str, config: dict[str, Any], pods: int) -
     finally:
         watch.cancel()
         await asyncio.to_thread(bench.cluster.stop, scheduler)
+        (bench.cluster.state_dir / f"{name}.yaml").unlink(missing_ok=True)
     await bench.clear_pods(NAMESPACE, selector)
     return span_rate(times)
 
