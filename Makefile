@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 BERTH  := $(VENV)/bin/berth
 
-.PHONY: test demo setup binaries lint unit e2e crds clean
+.PHONY: test demo setup binaries lint unit e2e crds clean bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ demo: binaries
 	$(BERTH) dev up --nodes 3 --node-cpu 4 --node-memory 8Gi
 	$(BERTH) dev demo
 	@bash scripts/demo-intro.sh
+
+# What Berth costs, measured beside the same cluster without it: writes bench/RESULTS.md.
+# BENCH_SCALE=small runs clusters of 50/200/500 nodes (a check of the bench, in minutes).
+BENCH_SCALE ?= full
+bench: binaries
+	$(PY) -m bench.run --scale $(BENCH_SCALE)
 
 crds: setup
 	$(BERTH) crds --out manifests/crds

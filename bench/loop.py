@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from arbitration import build
-
+from bench.arbitration import build
 from berth.kube.client import PODMIGRATIONJOBS, Kube, Resource
 from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs

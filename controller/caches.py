@@ -299,6 +299,22 @@ class Caches:
             priority_classes=self.priority_values(),
         )
 
+    def priority_values(self) -> dict[str, int]:
+        """PriorityClass name → its value."""
+        return {
+            name: int(obj.get("value") or 0) for name, obj in self.priority_classes.store.items()
+        }
+
+    def default_priority(self) -> int:
+        """The priority of a pod that names no PriorityClass: the lowest global default
+        class's value (as admission picks it), or 0."""
+        defaults = [
+            int(obj.get("value") or 0)
+            for obj in self.priority_classes.store.values()
+            if obj.get("globalDefault")
+        ]
+        return min(defaults, default=0)
+
     # ----- what arbitration reads -----------------------------------------------------
 
     def frozen(self) -> Frozen:
@@ -369,16 +385,6 @@ def _workload_uid(replicasets: Store, pod: Mapping[str, Any] | None) -> str | No
         else None
     )
     return protocol.top_level_workload(controller, replicaset)
-
-    def default_priority(self) -> int:
-        """The priority of a pod that names no PriorityClass: the lowest global default
-        class's value (as admission picks it), or 0."""
-        defaults = [
-            int(obj.get("value") or 0)
-            for obj in self.priority_classes.store.values()
-            if obj.get("globalDefault")
-        ]
-        return min(defaults, default=0)
 
 
 class _WorkloadOf(Mapping[str, str]):

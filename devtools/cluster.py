@@ -266,8 +266,6 @@ class LocalCluster(Processes):
         """Start a kube-scheduler (more than one may run, each with its own profile names):
         one profile named `scheduler_name`, or else the profiles of Berth's default
         schedulerNames."""
-        port = free_port()
-        config_path = self.state_dir / f"{name}.yaml"
         config = render.scheduler_config(
             kubeconfig_path=self.kubeconfig,
             scheduler_names=[scheduler_name] if scheduler_name else DEFAULT_SCHEDULER_NAMES,
@@ -276,6 +274,13 @@ class LocalCluster(Processes):
             qps=CLIENT_QPS,
             burst=CLIENT_BURST,
         )
+        return self.run_scheduler(name=name, config=config)
+
+    def run_scheduler(self, *, name: str, config: dict[str, Any]) -> Component:
+        """Start a kube-scheduler with this KubeSchedulerConfiguration (the bench tunes
+        its client); `down` stops it with the rest."""
+        port = free_port()
+        config_path = self.state_dir / f"{name}.yaml"
         config_path.write_text(yaml.safe_dump(config))
         return self._spawn(
             name,

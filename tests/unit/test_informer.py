@@ -76,8 +76,6 @@ def test_an_object_just_created_is_seen_at_once_until_the_watch_passed_it() -> N
     assert informer.get("job-3") is None
 
 
-
-
 def on_node(name: str, node: str, rv: str = "1") -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv},

@@ -1,0 +1,1 @@
+"""Berth's benchmarks: `make bench` runs `bench.run` and writes bench/RESULTS.md."""
