@@ -7,7 +7,7 @@ Then, at the same moment, the bench creates one PodMigrationJob for a pod of eac
 ordinary pods of the same size that brings the cluster to 90% of its places. A watch
 notes when each job ends.
 
-For each job: the time from its creation to Succeeded. For each ReservationFirst job
+For each job: the time from its creation to Succeed. For each ReservationFirst job
 that succeeded: whether the replacement pod runs on the node its Reservation held
 (`status.nodeName` against the new pod's `spec.nodeName`).
 """
@@ -23,6 +23,7 @@ from bench.cluster import NODE_CPU, Bench, pod, wait_for
 from bench.progress import say
 from bench.stats import percentile, ratio
 from bench.table import NONE, Row, Table, number
+from berth.api import SUCCEEDED_PHASES
 
 NAMESPACE = "bench-migrate"
 FILL_NAMESPACE = "bench-fill"
@@ -36,7 +37,7 @@ WAIT = 240.0
 """Seconds the bench waits for every job to end: past the TTL, each has."""
 JOBS = "/apis/scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
-TERMINAL = ("Succeeded", "Failed", "Aborted")
+TERMINAL = (*SUCCEEDED_PHASES, "Failed", "Aborted")
 
 METHOD = (
     f"At the cluster's size, a filler pod bound to every node leaves room for one "
@@ -45,7 +46,7 @@ METHOD = (
     f"(alternately ReservationFirst and EvictDirectly, ttl {TTL}, the controller's default "
     "configuration: evictQPS 10) and a flood of ordinary pods of the same size, in a "
     f"namespace of their own, that takes the cluster to {FULL:.0%} of its places. Times "
-    "run from a job's creation to the watch seeing it Succeeded; a job that fails counts "
+    "run from a job's creation to the watch seeing it Succeed; a job that fails counts "
     "in n but not in the times. 'On its reserved node': the replacement pod's node is the "
     "job's `status.nodeName`."
 )
@@ -185,7 +186,7 @@ async def rows(bench: Bench, *, jobs_per_mode: int) -> list[Row]:
     on_node = 0
     for name, (moment, obj) in ended.items():
         status = obj.get("status") or {}
-        if status.get("phase") != "Succeeded":
+        if status.get("phase") not in SUCCEEDED_PHASES:
             continue
         durations[modes[name]].append(moment - created[name])
         if modes[name] == "ReservationFirst" and await replaced_on(bench.api, status):
@@ -203,7 +204,7 @@ async def rows(bench: Bench, *, jobs_per_mode: int) -> list[Row]:
         second = percentile(ed, share) if ed else None
         result.append(
             Row(
-                measure=f"creation → Succeeded, {label}",
+                measure=f"creation → Succeed, {label}",
                 figure=_seconds(first),
                 baseline=_seconds(second),
                 ratio=ratio(first, second) if first and second else None,
