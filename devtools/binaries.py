@@ -108,6 +108,32 @@ def _build(go: str, *, module: Path, package: str, output: Path, ldflags: str = 
     print(f"built {output.name} in {time.monotonic() - started:.0f}s", file=sys.stderr)
 
 
+def _module_hash(module: Path, go_version: str) -> str:
+    digest = hashlib.sha256(go_version.encode())
+    for path in sorted(module.glob("*")):
+        if path.suffix in {".go", ".mod", ".sum"}:
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def tool_binary(name: str, *, package: str = ".", ldflags: str = "") -> Path:
+    """Build (once) and return the Go tool of `tools/<name>`: its own module and cache.
+
+    Tools beside the control plane (Helm, cert-manager, the descheduler) each have their
+    own module, so a change to one never rebuilds the others or the control plane.
+    """
+    module = TOOLS / name
+    if not (module / "go.mod").is_file():
+        raise BuildError(f"{module} is missing its go.mod")
+    go = _go()
+    output = cache_root().parent / name / _module_hash(module, _go_version(go)) / name
+    if not output.exists():
+        output.parent.mkdir(parents=True, exist_ok=True)
+        _build(go, module=module, package=package, output=output, ldflags=ldflags)
+    return output
+
+
 def ensure_binaries() -> Binaries:
     """Return the cached binaries, building any that are missing."""
     if not (TOOLS / "kcp" / "go.mod").is_file():
