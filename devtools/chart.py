@@ -206,7 +206,8 @@ def values_table(docs: Sequence[ValueDoc]) -> str:
         if doc.description:
             default = json.dumps(doc.default, separators=(", ", ": "))
             default = default if len(default) <= 60 else "see values.yaml"
-            rows.append(f"| `{doc.path}` | `{default}` | {doc.description} |")
+            description = doc.description.replace("|", "\\|")
+            rows.append(f"| `{doc.path}` | `{default}` | {description} |")
     return "\n".join(rows)
 
 
