@@ -5,8 +5,13 @@ ClusterRoles, the `berth` MutatingWebhookConfiguration). Every release here is n
 so that its objects are not those (`chart-e2e-berth-*`) and lives in the test's own
 namespace; its Deployments run no replicas, so no pod of it ever serves, and its
 webhook configuration, which only matches namespaces labelled for a migration,
-leaves with the release. The CRDs are the session's: Helm finds them installed and
-keeps them on uninstall, as it does with every chart's CRDs.
+leaves with the release.
+
+The CRDs are the session's, applied from manifests/crds by `kubectl apply
+--server-side`, as on a cluster installed with kustomize first. Helm 4 applies a chart's
+CRDs server-side too, and the API server refuses a second manager of the same fields
+(even with equal values): the install takes them over with `--force-conflicts`, which
+changes only who manages them. Helm keeps CRDs on uninstall.
 """
 
 from __future__ import annotations
@@ -164,11 +169,25 @@ def scheduler_config(notes: str) -> dict[str, Any]:
     return config
 
 
+def assert_notes_print(helm: Helm, release: str, reference: Path) -> None:
+    """The notes print kube-scheduler's part of the configuration: that of the reference
+    file in manifests/ but for the URL of the release's Service."""
+    printed = scheduler_config(helm("get", "notes", RELEASE, "--namespace", release).stdout)
+    expected = yaml.safe_load(reference.read_text())
+    [entry] = expected["extenders"]
+    entry["urlPrefix"] = f"https://{FULLNAME}-extender.{release}.svc:443"
+    assert printed["profiles"] == expected["profiles"]
+    assert printed["extenders"] == [entry]
+
+
 def test_install_upgrade_and_uninstall(cluster: Cluster, helm: Helm, release: str) -> None:
     crds_before = crd_uids(cluster)
     values = [*IDLE, "certManager.enabled=false"]
 
-    helm("install", RELEASE, str(CHART), "--namespace", release, *sets(values), "--wait")
+    helm(
+        "install", RELEASE, str(CHART), "--namespace", release, *sets(values),
+        "--force-conflicts", "--wait",
+    )  # fmt: skip
 
     objects = released(helm, release)
     assert existing(cluster, objects, release) == {name_of(obj) for obj in objects}
@@ -181,19 +200,16 @@ def test_install_upgrade_and_uninstall(cluster: Cluster, helm: Helm, release: st
     }
     # The notes print kube-scheduler's part: the same as manifests/scheduler but for the
     # release's Service.
-    printed = scheduler_config(helm("get", "notes", RELEASE, "--namespace", release).stdout)
-    reference = yaml.safe_load((MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text())
-    [entry] = reference["extenders"]
-    entry["urlPrefix"] = f"https://{FULLNAME}-extender.{release}.svc:443"
-    assert printed["profiles"] == reference["profiles"]
-    assert printed["extenders"] == [entry]
+    assert_notes_print(helm, release, MANIFESTS / "scheduler" / "kube-scheduler-config.yaml")
 
-    # A changed value lands: a new controller configuration, in a ConfigMap of a new
-    # name the Deployment mounts, and a PodDisruptionBudget the defaults leave out.
+    # Changed values land: a new controller configuration, in a ConfigMap of a new name
+    # the Deployment mounts, a PodDisruptionBudget the defaults leave out, and the strict
+    # scope's webhook and scheduler configuration.
     helm(
         "upgrade", RELEASE, str(CHART), "--namespace", release, *sets(values),
         "--set", "controller.config.maxMigratingPerNode=7",
         "--set", "controller.podDisruptionBudget.enabled=true",
+        "--set", "scope=strict",
         "--wait",
     )  # fmt: skip
 
@@ -209,6 +225,19 @@ def test_install_upgrade_and_uninstall(cluster: Cluster, helm: Helm, release: st
     ]
     assert mounted == [config_map["metadata"]["name"]]
     assert cluster.get("pdb", f"{FULLNAME}-controller", "-n", release)["spec"]["minAvailable"] == 1
+    selector = cluster.get("mutatingwebhookconfiguration", FULLNAME)["webhooks"][0][
+        "namespaceSelector"
+    ]
+    assert selector == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", release],
+            }
+        ]
+    }
+    assert_notes_print(helm, release, MANIFESTS / "strict" / "kube-scheduler-config.yaml")
     # The ConfigMap of the first configuration went with the upgrade.
     assert existing(cluster, objects + upgraded, release) == {name_of(o) for o in upgraded}
 

@@ -8,6 +8,7 @@ chart must follow. What the API server makes of the chart is tests/e2e/test_char
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from berth.crds import render_crds
-from berth.settings import ConfigError, load_args
+from berth.settings import MigrationControllerArgs, load_args
 from devtools.binaries import ensure_binaries
 from devtools.chart import (
     CHART,
@@ -214,13 +215,14 @@ def test_a_config_change_renames_the_config_map_and_so_rolls_out(helm: Path) -> 
     assert default[0] != changed[0]
 
 
-def test_a_misspelled_config_key_stops_the_controller_with_its_name(
-    helm: Path, tmp_path: Path
-) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(rendered_config(helm, "controller.config.maxMigratingPerNod=5"))
-    with pytest.raises(ConfigError, match="maxMigratingPerNod: unknown key"):
-        load_args(path)
+def test_the_schema_knows_every_config_key_and_no_other() -> None:
+    """values.schema.json refuses an unknown controller.config key at install, rather
+    than the controller at start; it must accept every key the controller reads."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    config = schema["properties"]["controller"]["allOf"][1]["properties"]["config"]
+    known = MigrationControllerArgs.model_json_schema(by_alias=True)["properties"]
+    assert config["additionalProperties"] is False
+    assert set(config["properties"]) == set(known), "update values.schema.json"
 
 
 @pytest.mark.parametrize(
@@ -230,6 +232,7 @@ def test_a_misspelled_config_key_stops_the_controller_with_its_name(
         ("controller.replicas=-1", "replicas"),
         ("webhook.replica=3", "replica"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("controller.config.maxMigratingPerNod=5", "maxMigratingPerNod"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(helm: Path, value: str, named: str) -> None:
