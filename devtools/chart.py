@@ -40,6 +40,10 @@ CONFIG_MAP = re.compile(r"^(?P<base>.+-controller-config)-[a-z0-9]{10}$")
 # --- rendering ---------------------------------------------------------------------
 
 
+class RenderError(RuntimeError):
+    """Helm or kustomize refused to render (bad values, a broken template)."""
+
+
 def documents(text: str) -> list[Object]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
@@ -56,7 +60,7 @@ def helm_template(
     command += ["--include-crds", *[arg for value in values for arg in ("--set", value)]]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        raise AssertionError(f"`{' '.join(command)}` failed:\n{result.stderr}")
+        raise RenderError(f"`{' '.join(command)}` failed:\n{result.stderr}")
     return documents(result.stdout)
 
 
@@ -66,7 +70,7 @@ def kustomize(kubectl: Path, directory: Path) -> list[Object]:
         [str(kubectl), "kustomize", str(directory)], capture_output=True, text=True
     )
     if result.returncode != 0:
-        raise AssertionError(f"`kubectl kustomize {directory}` failed:\n{result.stderr}")
+        raise RenderError(f"`kubectl kustomize {directory}` failed:\n{result.stderr}")
     return documents(result.stdout)
 
 

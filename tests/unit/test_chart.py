@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,14 @@ import yaml
 
 from berth.crds import render_crds
 from berth.settings import MigrationControllerArgs, load_args
+from devtools.binaries import REPO as ROOT
 from devtools.binaries import ensure_binaries
 from devtools.chart import (
     CHART,
     MANIFESTS,
     README,
     Object,
+    RenderError,
     ValueDoc,
     differences,
     helm_template,
@@ -236,7 +239,7 @@ def test_the_schema_knows_every_config_key_and_no_other() -> None:
     ],
 )
 def test_bad_values_are_refused_naming_the_key(helm: Path, value: str, named: str) -> None:
-    with pytest.raises(AssertionError, match=named):
+    with pytest.raises(RenderError, match=named):
         helm_template(helm, values=[value])
 
 
@@ -257,6 +260,9 @@ def test_non_default_values_reach_their_objects(helm: Path) -> None:
             "networkPolicy.enabled=false",
             "serviceMonitor.enabled=true",
             "serviceMonitor.labels.release=prometheus",
+            "imagePullSecrets[0].name=registry",
+            "securityContext.readOnlyRootFilesystem=false",
+            "podSecurityContext.runAsUser=1000",
         ],
     )
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
@@ -281,6 +287,9 @@ def test_non_default_values_reach_their_objects(helm: Path) -> None:
     assert container["imagePullPolicy"] == "Always"
     # The Lease and the admission key follow the controller into the release namespace.
     assert container["args"][-2:] == ["--lease-namespace", "ops"]
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert container["securityContext"]["readOnlyRootFilesystem"] is False
     assert {"name": "tls", "secret": {"secretName": "own-tls"}} in pod["volumes"]
     webhook = one(objects, "Deployment", "platform-berth-webhook")
     assert (
@@ -392,3 +401,10 @@ def test_helm_lint_passes(helm: Path, values: list[str]) -> None:
     command += [arg for value in values for arg in ("--set", value)]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_chart_is_versioned_with_the_project() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["version"] == chart["appVersion"] == version
