@@ -236,6 +236,7 @@ def test_the_schema_knows_every_config_key_and_no_other() -> None:
         ("webhook.replica=3", "replica"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("controller.config.maxMigratingPerNod=5", "maxMigratingPerNod"),
+        ("tls.caBundle=-----BEGIN CERTIFICATE-----", "caBundle"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(helm: Path, value: str, named: str) -> None:
@@ -408,3 +409,25 @@ def test_the_chart_is_versioned_with_the_project() -> None:
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert chart["apiVersion"] == "v2"
     assert chart["version"] == chart["appVersion"] == version
+
+
+def notes(helm: Path, tmp_path: Path, *values: str) -> str:
+    """The install notes, rendered by a client-side dry run (no cluster)."""
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}
+    env |= {f"HELM_{kind}_HOME": str(tmp_path / kind) for kind in ("CACHE", "CONFIG", "DATA")}
+    command = [str(helm), "install", "berth", str(CHART), "--dry-run=client"]
+    result = subprocess.run(
+        command + [arg for value in values for arg in ("--set", value)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.partition("\nNOTES:\n")[2]
+
+
+def test_the_notes_warn_when_the_webhook_has_no_ca(helm: Path, tmp_path: Path) -> None:
+    warning = "No tls.caBundle was given"
+    assert warning in notes(helm, tmp_path, "certManager.enabled=false")
+    assert warning not in notes(helm, tmp_path, "certManager.enabled=false", "tls.caBundle=Q0E=")
+    assert warning not in notes(helm, tmp_path)
