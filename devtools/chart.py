@@ -161,27 +161,33 @@ def value_docs(text: str) -> list[ValueDoc]:
     """Each key of values.yaml with the comment lines right above it, in file order.
 
     values.yaml is block-style YAML, one key per line, so the key paths follow from the
-    indentation; the defaults are taken from the parsed file."""
+    indentation; the defaults are taken from the parsed file. The keys of mappings inside
+    a list belong to the list's value, not to the table."""
     values = yaml.safe_load(text)
     docs: list[ValueDoc] = []
     stack: list[tuple[int, str]] = []
     comment: list[str] = []
+    in_list_below: int | None = None  # the indent of the key whose list we are in
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
             comment.append(stripped.lstrip("#").strip())
             continue
+        comment, above = [], comment
         match = KEY_LINE.match(line)
+        if stripped.startswith("- ") and stack:
+            in_list_below = stack[-1][0] if in_list_below is None else in_list_below
         if not match:
-            comment = []  # a blank line or a list item: a comment above it is not a key's
-            continue
+            continue  # a blank line or a list item: a comment above it is not a key's
         indent = len(match.group("indent"))
+        if in_list_below is not None and indent > in_list_below:
+            continue
+        in_list_below = None
         while stack and stack[-1][0] >= indent:
             stack.pop()
         stack.append((indent, match.group("key")))
         path = ".".join(name for _, name in stack)
-        docs.append(ValueDoc(path, _lookup(values, path), " ".join(comment)))
-        comment = []
+        docs.append(ValueDoc(path, _lookup(values, path), " ".join(above)))
     return docs
 
 

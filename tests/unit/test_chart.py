@@ -361,6 +361,11 @@ e:
   f: 2
 g:
   h: 3
+# A list of mappings.
+i:
+  - name: j
+    k: 4
+l: 5
 """
 
 
@@ -374,11 +379,13 @@ def test_value_docs_take_the_comment_above_each_key() -> None:
         ValueDoc("e.f", 2, ""),
         ValueDoc("g", {"h": 3}, ""),
         ValueDoc("g.h", 3, ""),
+        ValueDoc("i", [{"name": "j", "k": 4}], "A list of mappings."),
+        ValueDoc("l", 5, ""),
     ]
 
 
 def test_a_value_without_description_is_reported() -> None:
-    assert undocumented(value_docs(VALUES)) == ["b.d", "g.h"]
+    assert undocumented(value_docs(VALUES)) == ["b.d", "g.h", "l"]
 
 
 def test_the_table_lists_the_described_keys() -> None:
@@ -388,6 +395,7 @@ def test_the_table_lists_the_described_keys() -> None:
         "| `a` | `1` | Top. |",
         '| `b.c` | `["x"]` | Inner. |',
         '| `e` | `{"f": 2}` | Described as a whole. |',
+        '| `i` | `[{"name": "j", "k": 4}]` | A list of mappings. |',
     ]
 
 
