@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 BERTH  := $(VENV)/bin/berth
 
-.PHONY: test demo setup binaries lint unit e2e crds clean bench
+.PHONY: test demo setup binaries lint unit e2e crds chart-docs clean bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +44,14 @@ BENCH_SCALE ?= full
 bench: binaries
 	$(PY) -m bench.run --scale $(BENCH_SCALE)
 
+# The chart's crds/ holds the same files, without the kustomization that lists them.
 crds: setup
 	$(BERTH) crds --out manifests/crds
+	cp manifests/crds/scheduling.koordinator.sh_*.yaml charts/berth/crds/
+
+# The values table of charts/berth/README.md, from the comments of values.yaml.
+chart-docs: setup
+	$(PY) -m devtools.chart
 
 clean:
 	-$(BERTH) dev down
