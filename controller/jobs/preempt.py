@@ -62,9 +62,11 @@ def victims(
 ) -> list[Object]:
     """The pods of `candidates` the scheduler preempted to place `placeholder`, by name."""
     node = placeholder_node(placeholder)
-    if node is None:
-        return []
     spec = placeholder.get("spec") or {}
+    if node is None or spec.get("preemptionPolicy") == "Never":
+        # A placeholder under the non-preempting twin made no room: pods preempted on
+        # its node meanwhile were another pod's doing.
+        return []
     priority = int(spec.get("priority") or 0)
     scheduler = str(spec.get("schedulerName") or "default-scheduler")
     created = parse_time(placeholder["metadata"]["creationTimestamp"])

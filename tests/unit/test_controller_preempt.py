@@ -160,6 +160,13 @@ def test_victims_are_marked_before_the_placeholder_bound() -> None:
     assert victims(bound(later(4)), [marked]) == []
 
 
+def test_a_placeholder_that_may_not_preempt_has_no_victims() -> None:
+    """Under the non-preempting twin it made no room: another pod preempted there."""
+    never = bound(later(6))
+    never["spec"]["preemptionPolicy"] = "Never"
+    assert victims(never, [victim(at=later(5))]) == []
+
+
 def test_an_unplaced_placeholder_has_no_victims() -> None:
     waiting = placeholder(node=None)
     assert victims(waiting, [victim()]) == []
