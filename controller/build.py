@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from berth.api import API_VERSION, keys
-from berth.protocol import controller_of, placeholder_namespace
+from berth.protocol import annotations_of, controller_of, placeholder_namespace
 from berth.resources import format_quantity, pod_requests
 from controller.template import without_berth_keys
 
@@ -196,6 +196,8 @@ def reservation_for(
     }
     if workload_uid:
         annotations[keys.WORKLOAD] = workload_uid
+    if asks_for_preemption(job):
+        annotations[keys.PREEMPTION] = keys.PREEMPTION_ALLOWED
     return {
         "apiVersion": API_VERSION,
         "kind": "Reservation",
@@ -221,6 +223,13 @@ def reservation_for(
             "allocateOnce": True,
         },
     }
+
+
+def asks_for_preemption(job: Mapping[str, Any]) -> bool:
+    """Whether the job sets `reservationOptions.preemptionOptions` (an empty object too:
+    the seeds define no field in it, so its presence is the whole request)."""
+    options = (job.get("spec") or {}).get("reservationOptions") or {}
+    return options.get("preemptionOptions") is not None
 
 
 def allocatable_of(reservation: Mapping[str, Any]) -> dict[str, str]:
@@ -340,6 +349,26 @@ def non_preempting_class(priority: int) -> Object:
         "description": f"Berth's placeholder pods for pods of priority {value}: they never "
         "preempt other pods.",
     }
+
+
+def may_preempt(reservation: Mapping[str, Any], classes: Mapping[str, int], default: int) -> bool:
+    """Whether the Reservation's placeholder runs under the pod's own PriorityClass, and so
+    may have kube-scheduler preempt pods of lower priority to place it.
+
+    Only on a Reservation the controller made for a job that allows preemption
+    (`keys.PREEMPTION`), and only when that lends nothing the pod does not have: the pod
+    itself may preempt (its preemptionPolicy is not Never), and its class (or, without
+    one, the global default) still has the value the pod was admitted with. A class
+    deleted and made again with a higher value would otherwise give the placeholder more
+    than the pod. Otherwise the placeholder runs under the non-preempting twin."""
+    if annotations_of(reservation).get(keys.PREEMPTION) != keys.PREEMPTION_ALLOWED:
+        return False
+    spec = ((reservation.get("spec") or {}).get("template") or {}).get("spec") or {}
+    priority = spec.get("priority")
+    if spec.get("preemptionPolicy") == "Never" or not isinstance(priority, int):
+        return False
+    name = spec.get("priorityClassName")
+    return (classes.get(name) if name else default) == priority
 
 
 def placeholder_priority(

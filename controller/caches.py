@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from berth import protocol
@@ -51,6 +51,11 @@ def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
 
 def _single(value: str | None) -> list[str]:
     return [value] if value else []
+
+
+PREEMPTED_MEMORY = timedelta(minutes=30)
+"""How long the caches remember a pod marked for preemption after its last event: far
+longer than a placeholder takes to bind once its victims are gone."""
 
 
 class Caches:
@@ -99,6 +104,10 @@ class Caches:
         self.nodes = Informer(kube, NODES, handler=self._on_node)
         self.priority_classes = Informer(kube, PRIORITYCLASSES)
         self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace)
+        self.preempted: dict[str, tuple[Object, datetime]] = {}
+        """Pods the scheduler marked for preemption, by UID: their last state and when it
+        was seen; kept `PREEMPTED_MEMORY` after deletion, for the job whose placeholder
+        they made room for to record them (`controller.jobs.preempt`)."""
         self.ledger = Ledger() if args.node_fit else None
         """Free capacity per node, kept up to date by the watches; only nodeFit reads it."""
         self.informers = [
@@ -166,6 +175,8 @@ class Caches:
             # placeholder or recorded owner of; the event is about the pod, so it never
             # reaches the ledger as an event of a Reservation.
             self.ledger.on_pod(kind, pod)
+        if jobs.preemption_mark(pod) is not None:
+            self._remember_preempted(pod)
         reservation = protocol.placeholder_reservation(pod)
         if reservation:
             self.enqueue(reservation_key(reservation))
@@ -175,6 +186,23 @@ class Caches:
                 self._enqueue_reservation(rsv)
         for job in self.jobs.by_index("pod", object_key(pod)):
             self.enqueue(job_key(job["metadata"]["name"]))
+
+    def _remember_preempted(self, pod: Object) -> None:
+        now = datetime.now(UTC)
+        self.preempted = {
+            uid: (seen, at)
+            for uid, (seen, at) in self.preempted.items()
+            if now - at < PREEMPTED_MEMORY
+        }
+        self.preempted[str(pod["metadata"].get("uid"))] = (pod, now)
+
+    def preempted_on(self, node: str | None) -> tuple[Object, ...]:
+        """The pods marked for preemption on `node` that the caches hold or remember."""
+        if node is None:
+            return ()
+        return tuple(
+            pod for pod, _ in self.preempted.values() if pod["spec"].get("nodeName") == node
+        )
 
     def _enqueue_reservation(self, reservation: Object) -> None:
         """The Reservation's key, and its job's: a job follows its Reservation."""
@@ -240,9 +268,16 @@ class Caches:
         replicaset = found if ref.get("kind") == "ReplicaSet" else None
         return str(ref["uid"]), protocol.top_level_workload(ref, replicaset)
 
+    def placeholder(self, reservation: Mapping[str, Any] | None) -> Object | None:
+        """The Reservation's placeholder (`protocol.is_placeholder_of`), if it exists."""
+        if reservation is None:
+            return None
+        named = self.pods.by_index("placeholder", reservation["metadata"].get("uid", ""))
+        return next((p for p in named if protocol.is_placeholder_of(p, reservation)), None)
+
     def reservation_view(self, reservation: Object) -> reservations.ReservationView:
         named = self.pods.by_index("placeholder", reservation["metadata"].get("uid", ""))
-        placeholder = next((p for p in named if protocol.is_placeholder_of(p, reservation)), None)
+        placeholder = self.placeholder(reservation)
         strays = tuple(
             pod
             for pod in named
@@ -257,8 +292,13 @@ class Caches:
                 reservation, pod, controller_uid=controller_uid, workload_uid=workload_uid
             ):
                 accepted.append(pod)
-        priority_class = build.non_preempting_class(
-            build.placeholder_priority(reservation, self.priority_values(), self.default_priority())
+        classes, default = self.priority_values(), self.default_priority()
+        priority_class = (
+            None
+            if build.may_preempt(reservation, classes, default)
+            else build.non_preempting_class(
+                build.placeholder_priority(reservation, classes, default)
+            )
         )
         return reservations.ReservationView(
             reservation=reservation,
@@ -270,13 +310,15 @@ class Caches:
             image=self.args.placeholder_image,
             strays=strays,
             priority_class=priority_class,
-            priority_class_known=priority_class["metadata"]["name"] in self.priority_classes.store,
+            priority_class_known=priority_class is None
+            or priority_class["metadata"]["name"] in self.priority_classes.store,
         )
 
     def job_view(self, job: Object) -> jobs.JobView:
         ref = job["spec"]["podRef"]
         pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
         reservation = self.reservations.get(jobs.reservation_name(job))
+        placeholder = self.placeholder(reservation)
         siblings: list[Object] = []
         for owner in (reservation or {}).get("spec", {}).get("owners") or []:
             uid = (owner.get("controller") or {}).get("uid")
@@ -297,6 +339,10 @@ class Caches:
             admission_key=self.admission_key,
             siblings=tuple(siblings),
             priority_classes=self.priority_values(),
+            placeholder=placeholder,
+            preempted=self.preempted_on(
+                jobs.placeholder_node(placeholder) if placeholder is not None else None
+            ),
         )
 
     def priority_values(self) -> dict[str, int]:

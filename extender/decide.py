@@ -13,9 +13,12 @@ nodes, so the extender adds exactly what the scheduler cannot know:
 - placeholders (the pod a Reservation the ledger holds records as its placeholder,
   `protocol.is_placeholder_of`: never by label or owner reference alone) never become
   preemption victims, and a node stays a preemption candidate only if the pod would
-  pass the filter there once its victims are gone. Dropping the whole node, not just the
-  placeholder, because the scheduler's victim sets are minimal: what is left would no
-  longer make room, and those pods would be evicted for nothing.
+  pass the filter there once its victims are gone. A placeholder allowed to preempt
+  (a job's `preemptionOptions`) keeps only the candidates whose victims violate no
+  PodDisruptionBudget (the scheduler's own `NumPDBViolations`), as an eviction would.
+  Dropping the whole node, not just the placeholder victim, because the scheduler's
+  victim sets are minimal: what is left would no longer make room, and those pods would
+  be evicted for nothing.
 
 In the default scope kube-scheduler asks only about pods that request Berth's extended
 resource (its `managedResources`): placeholders and bound replacements. In the strict
@@ -42,7 +45,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from berth.ledger import Ledger
-from berth.protocol import Object
+from berth.protocol import Object, placeholder_reservation
 from berth.resources import Resources, add, fits, pod_requests, subtract
 
 log = logging.getLogger(__name__)
@@ -213,6 +216,10 @@ class Pending:
     reserved: tuple[str, str] | None
     """`(reservation, node)` when the pod is a Reservation's recorded owner."""
     placeholder: bool
+    reservation_pod: bool
+    """The pod names a Reservation as its controller, recorded as its placeholder or not
+    (yet): such a pod never preempts past a PodDisruptionBudget. What a pod says of itself
+    is enough here: it only ever takes something away from the pod."""
 
 
 def pod_name(pod: Object) -> str:
@@ -225,6 +232,7 @@ def pending(ledger: Ledger, pod: Object) -> Pending:
         requests=pod_requests(pod.get("spec") or {}),
         reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
         placeholder=ledger.placeholder_of_pod(pod) is not None,
+        reservation_pod=placeholder_reservation(pod) is not None,
     )
 
 
@@ -363,6 +371,11 @@ def preempt(ledger: Ledger, args: PreemptionArgs) -> tuple[Object, dict[str, str
 
 
 def _preemption_refusal(ledger: Ledger, pod: Pending, node: str, victims: Victims) -> str | None:
+    if pod.reservation_pod and victims.pdb_violations:
+        return (
+            f"{victims.pdb_violations} of the victims would violate a PodDisruptionBudget, "
+            "and a placeholder preempts only what an eviction could remove"
+        )
     released: Resources = {}
     for victim in victims.pods:
         if victim.pod is not None:

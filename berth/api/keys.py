@@ -57,6 +57,14 @@ placeholder pod: `{"name": ..., "uid": ...}` of that pod. Only the pod with this
 the Reservation's placeholder; an owner reference to the Reservation proves nothing (its
 UID is readable by everyone who may read Reservations)."""
 
+PREEMPTION: Final = "berth.sh/preemption"
+"""Reservation annotation, "allowed" on a Reservation the controller made for a job that
+sets `reservationOptions.preemptionOptions`: its placeholder runs under the pod's own
+PriorityClass, so kube-scheduler may preempt pods of lower priority to place it. Only the
+controller writes it (a job template's `berth.sh/` keys are dropped)."""
+
+PREEMPTION_ALLOWED: Final = "allowed"
+
 JOB: Final = "berth.sh/job"
 """Reservation annotation: the name of the PodMigrationJob that created it."""
 

@@ -115,7 +115,8 @@ class PodMigrationJobReason(StrEnum):
     """reservationOptions.template asks for more than the pod has; the message names the
     field."""
     FORBIDDEN_PREEMPTION = "ForbiddenPreemption"
-    """reservationOptions.preemptionOptions is set: Berth's Reservations never preempt."""
+    """reservationOptions.preemptionOptions is set with a reservationRef: only the
+    placeholder of a Reservation the job creates may preempt."""
     COMPLETE = "Complete"
     """The migration succeeded (`status.status` and the last event)."""
     # Berth's: the reasons of conditions that hold (status True)
@@ -141,8 +142,11 @@ class PodMigrationJobReason(StrEnum):
 
 
 class PodMigrationJobPreemptionOptions(ApiModel):
-    """Reserved for preemption settings; it has no fields yet. Berth never preempts: a
-    ReservationFirst job that sets it fails with ForbiddenPreemption."""
+    """Set (even empty: it has no fields yet), the placeholder of the Reservation the job
+    creates runs under the pod's own PriorityClass, so kube-scheduler may preempt pods of
+    lower priority to place it (never past a PodDisruptionBudget while Berth's extender
+    answers); unset, the placeholder never preempts. With a reservationRef the job fails
+    with ForbiddenPreemption."""
 
 
 def _required(reference: str, field: str) -> Rule:
@@ -168,7 +172,7 @@ class PodMigrateReservationOptions(ApiModel):
     template: ReservationTemplateSpec | None = None
     """Additions to the Reservation the controller creates from the pod."""
     preemption_options: PodMigrationJobPreemptionOptions | None = None
-    """Reserved for preemption settings."""
+    """Set, the placeholder may preempt pods of lower priority than the pod's own."""
 
 
 class PodMigrationJobSpec(ApiModel):
@@ -258,9 +262,9 @@ class PodMigrationJobStatus(ApiModel):
     pod_ref: ObjectReference | None = None
     """The replacement pod."""
     preempted_pods_ref: list[ObjectReference] | None = None
-    """Pods preempted to make room."""
+    """Pods kube-scheduler preempted to place the Reservation's placeholder."""
     preempted_pods_reservation: list[PodMigrationJobPreemptedReservation] | None = None
-    """Reservations made for the preempted pods."""
+    """Reservations made for the preempted pods (Berth makes none: always empty)."""
 
 
 class PodMigrationJob(ApiModel):

@@ -8,6 +8,7 @@ have been evicted, never mistaken for a pod that vanished on its own.
 
 - `machine`: which step a job is at (`decide`)
 - `reserve`: ReservationFirst before the eviction: reserve, wait for the place, open it
+- `preempt`: the pods the scheduler preempted for the placeholder, as the job records them
 - `evict`: the eviction itself, and EvictDirectly jobs
 - `bind`: ReservationFirst after the eviction: the replacement binds and becomes Ready
 - `release`: a finished job frees its Reservation
@@ -18,6 +19,7 @@ have been evicted, never mistaken for a pod that vanished on its own.
 from controller.jobs.admit import admission
 from controller.jobs.evict import eviction_refused
 from controller.jobs.machine import decide
+from controller.jobs.preempt import placeholder_node, preemption_mark
 from controller.jobs.view import JobView, reservation_name
 
 __all__ = [
@@ -25,5 +27,7 @@ __all__ = [
     "admission",
     "decide",
     "eviction_refused",
+    "placeholder_node",
+    "preemption_mark",
     "reservation_name",
 ]

@@ -19,7 +19,8 @@ from berth.api import (
 from berth.kube.client import PODMIGRATIONJOBS, RESERVATIONS
 from controller import template
 from controller.actions import Create, Event, Patch, Plan
-from controller.build import reservation_for
+from controller.build import asks_for_preemption, reservation_for
+from controller.jobs import preempt
 from controller.jobs.evict import start_eviction
 from controller.jobs.view import (
     WAIT_POLL,
@@ -43,11 +44,13 @@ CONSUMABLE_SETTLE = timedelta(seconds=1)
 have seen it open when the replacement, created right after the eviction, claims it."""
 
 
-PREEMPTION_REFUSED = (
-    "reservationOptions.preemptionOptions is set, but Berth never lets a Reservation "
-    "preempt other pods (its placeholder runs with preemptionPolicy Never); remove "
-    "preemptionOptions, or free the capacity; nothing was created or evicted"
-)
+def preemption_refused(reservation: str) -> str:
+    return (
+        "reservationOptions.preemptionOptions applies to the Reservation a job creates; "
+        f"Reservation {reservation!r} named in reservationRef is used as it is, and its "
+        "placeholder never preempts; remove preemptionOptions or reservationRef; nothing "
+        "was evicted"
+    )
 
 
 def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
@@ -80,16 +83,24 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
             "the pod already runs on; nothing was evicted",
         )
     status, news = _scheduled(view, status, name=name, node=node)
+    status, preempted = preempt.record(view, status, placed=True)
+    news = (*news, *preempted)
     if view.job["spec"].get("paused"):
         return step(view, status, *news).again_in(WAIT_POLL)
     return _open_then_evict(view, status, news)
 
 
 def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | None:
-    """The end of a job that asks for preemption, ran out of time, or lost its pod, before
-    anything was evicted; None if it goes on."""
-    if "preemptionOptions" in (view.job["spec"].get("reservationOptions") or {}):
-        return fail(view, status, reason=Reason.FORBIDDEN_PREEMPTION, message=PREEMPTION_REFUSED)
+    """The end of a job that asks for preemption of a Reservation it did not make, ran out
+    of time, or lost its pod, before anything was evicted; None if it goes on."""
+    reservation = reservation_name(view.job)
+    if asks_for_preemption(view.job) and reservation != view.job["metadata"]["uid"]:
+        return fail(
+            view,
+            status,
+            reason=Reason.FORBIDDEN_PREEMPTION,
+            message=preemption_refused(reservation),
+        )
     if expired:
         return fail(
             view,
@@ -161,7 +172,9 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
 
 
 def _wait_for_place(view: JobView, status: Object, reservation: Object) -> Plan:
-    """The Reservation is not placed yet: report the scheduler's message while it waits."""
+    """The Reservation is not placed yet: report the scheduler's message, and the pods it
+    preempts for the placeholder, while it waits."""
+    status, news = preempt.record(view, status, placed=False)
     scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
     message = str((scheduled or {}).get("message") or "waiting for the scheduler")
     unschedulable = {
@@ -171,10 +184,10 @@ def _wait_for_place(view: JobView, status: Object, reservation: Object) -> Plan:
         "message": message,
     }
     if same_condition(status, **unschedulable):
-        return Plan().again_in(WAIT_POLL)
+        return step(view, status, *news).again_in(WAIT_POLL)
     status = with_condition(status, **unschedulable, now=view.now)
     status.update(status=Reason.UNSCHEDULABLE, reason=Reason.UNSCHEDULABLE, message=message)
-    return step(view, status).again_in(WAIT_POLL)
+    return step(view, status, *news).again_in(WAIT_POLL)
 
 
 def _scheduled(

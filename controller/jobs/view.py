@@ -43,6 +43,11 @@ class JobView:
     Reservation (created while the webhook was unreachable)."""
     priority_classes: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name → value, for a priorityThreshold given by name."""
+    placeholder: Object | None = None
+    """The Reservation's placeholder (`protocol.is_placeholder_of`), if it exists."""
+    preempted: tuple[Object, ...] = ()
+    """Pods the scheduler marked for preemption on the placeholder's node, live or lately
+    deleted (`controller.jobs.preempt`)."""
 
 
 def job_name(view: JobView) -> str:

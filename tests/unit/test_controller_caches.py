@@ -12,7 +12,7 @@ from berth.resources import parse_quantity
 from berth.settings import MigrationControllerArgs
 from controller import build
 from controller.caches import Caches
-from tests.unit.builders import job, node, pod, reservation
+from tests.unit.builders import job, node, placeholder, pod, reservation
 
 NODE_FIT = MigrationControllerArgs.model_validate({"nodeFit": True})
 
@@ -84,3 +84,53 @@ async def test_a_reservation_view_names_the_non_preempting_class_of_its_pods_pri
     view = cache.reservation_view(rsv)
     assert view.priority_class == build.non_preempting_class(1000)
     assert view.priority_class_known
+
+
+async def test_a_reservation_allowed_to_preempt_keeps_the_pods_own_class() -> None:
+    cache, _ = caches()
+    rsv = reservation(annotations={keys.PREEMPTION: keys.PREEMPTION_ALLOWED})
+    rsv["spec"]["template"]["spec"].update(priorityClassName="high", priority=1000)
+    high = {"metadata": {"name": "high", "uid": "u2"}, "value": 1000}
+    await watch(cache.priority_classes, "ADDED", high)
+    view = cache.reservation_view(rsv)
+    assert view.priority_class is None
+    assert view.priority_class_known  # nothing to create first
+    # The class made again with another value: the placeholder no longer preempts.
+    await watch(cache.priority_classes, "MODIFIED", {**high, "value": 5000})
+    assert cache.reservation_view(rsv).priority_class == build.non_preempting_class(1000)
+
+
+def marked(name: str, node_name: str) -> dict[str, Any]:
+    obj = pod(name, node=node_name, rs=None)
+    obj["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    )
+    return obj
+
+
+async def test_a_pod_marked_for_preemption_is_remembered_after_its_deletion() -> None:
+    """Victims are gone before the placeholder binds: the job reads them from memory."""
+    cache, _ = caches()
+    victim, elsewhere = marked("victim", "node-1"), marked("other", "node-2")
+    await watch(cache.pods, "ADDED", pod("plain", node="node-1"))
+    for obj in (victim, elsewhere):
+        await watch(cache.pods, "MODIFIED", obj)
+        await watch(cache.pods, "DELETED", obj)
+    assert cache.pods.get("default/victim") is None
+    assert cache.preempted_on("node-1") == (victim,)
+    assert cache.preempted_on(None) == ()
+
+
+async def test_a_job_view_reads_the_victims_on_its_placeholders_node() -> None:
+    cache, _ = caches()
+    rsv = reservation()
+    await watch(cache.reservations, "ADDED", rsv)
+    ph = placeholder(node=None)
+    ph["status"]["nominatedNodeName"] = "node-1"
+    await watch(cache.pods, "ADDED", ph)
+    victim = marked("victim", "node-1")
+    await watch(cache.pods, "MODIFIED", victim)
+    await watch(cache.pods, "MODIFIED", marked("other", "node-2"))
+    view = cache.job_view(job())
+    assert view.placeholder == ph
+    assert view.preempted == (victim,)

@@ -108,19 +108,6 @@ def test_a_job_stored_as_succeeded_by_an_earlier_release_is_finished() -> None:
 # ----- ReservationFirst, before the eviction ----------------------------------------------
 
 
-@pytest.mark.parametrize("options", [{}, {"reservationRef": {"name": "rsv-0"}}])
-def test_preemption_options_refuse_the_job_before_anything_is_created(
-    options: dict[str, Any],
-) -> None:
-    asking = job()
-    asking["spec"]["reservationOptions"] = {**options, "preemptionOptions": {}}
-    plan = view_plan(job_obj=asking, pod_obj=pod())
-    status = status_of(plan)
-    assert (status["phase"], status["reason"]) == ("Failed", "ForbiddenPreemption")
-    assert "preemptionOptions" in status["message"]
-    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ForbiddenPreemption"]
-
-
 def test_running_job_creates_its_reservation_and_records_it() -> None:
     plan = view_plan(pod_obj=pod())
     assert kinds(plan) == [

@@ -453,3 +453,26 @@ def test_answers_use_the_go_field_names(ledger: Ledger) -> None:
         ledger, "prioritize", orjson.dumps(PRIORITIZE_ARGS), placement=Placement.SPREAD, ready=True
     )
     assert all(set(entry) == {"Host", "Score"} for entry in result)
+
+
+@pytest.mark.parametrize(("violations", "kept"), [(0, ["node-0"]), (1, [])])
+def test_a_placeholder_preempts_no_pod_a_pdb_protects(
+    ledger: Ledger, violations: int, kept: list[str]
+) -> None:
+    """A placeholder allowed to preempt keeps only the candidates an eviction could
+    empty: the scheduler's own count of PDB violations decides, for a pod naming a
+    Reservation as its controller whether or not the extender has seen it recorded."""
+    args = preemption({"node-0": ["uid-x"]}, cpu="1", placeholder="new")
+    args["NodeNameToMetaVictims"]["node-0"]["NumPDBViolations"] = violations
+    result, dropped = preempt(ledger, parse_preemption_args(args))
+    assert list(result["NodeNameToMetaVictims"]) == kept
+    if violations:
+        assert "PodDisruptionBudget" in dropped["node-0"]
+
+
+def test_an_ordinary_pod_preempts_as_the_scheduler_decides(ledger: Ledger) -> None:
+    """Other pods keep the scheduler's best effort: a victim set violating a PDB stays."""
+    args = preemption({"node-0": ["uid-x"]}, cpu="1")
+    assert args["NodeNameToMetaVictims"]["node-0"]["NumPDBViolations"] == 1
+    result, _ = preempt(ledger, parse_preemption_args(args))
+    assert list(result["NodeNameToMetaVictims"]) == ["node-0"]
