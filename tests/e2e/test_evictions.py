@@ -6,6 +6,7 @@ created; a webhook outage and a failed job never block a drain."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from devtools.binaries import tool_binary
 from tests.e2e.capacity import cpu_in_use
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import PAUSE, deployment, events, ready_pods
+from tests.e2e.scrape import scrape, total
 
 pytestmark = pytest.mark.e2e
 
@@ -195,6 +197,12 @@ def test_kubectl_drain_moves_every_pod_reservation_first_against_a_flood(
     assert sorted(p["metadata"]["name"] for p in db) == ["db-0", "db-1"]
     assert all(p["metadata"]["uid"] not in originals for p in db)
     assert all(p["spec"]["nodeName"] != source for p in db + pods(cluster, namespace, "app=web"))
+    # The webhook counted what it did: four jobs made, and the controller's four
+    # evictions let through.
+    samples = asyncio.run(scrape(cluster, "berth-webhook"))
+    name = "berth_eviction_reviews_total"
+    assert total(samples, name, result="intercepted", reason="JobCreated") >= 4
+    assert total(samples, name, result="passed", reason="BerthEviction") >= 4
 
 
 def test_a_webhook_outage_does_not_block_a_drain(cluster: Cluster, namespace: str) -> None:
@@ -220,12 +228,18 @@ def test_a_webhook_outage_does_not_block_a_drain(cluster: Cluster, namespace: st
 
 def test_a_failed_job_lets_the_drain_continue(cluster: Cluster, namespace: str) -> None:
     """A ReservationFirst job for a pod of a scheduler Berth does not reserve through
-    fails at arbitration; the drain's next eviction goes through."""
+    fails at arbitration; the drain's next eviction goes through. A dry run before it
+    creates nothing."""
     opt_in(cluster, namespace)
     source = "node-2"
     elsewhere = {"schedulerName": "elsewhere", "nodeName": source}
     cluster.apply(deployment("odd", replicas=1, cpu="100m", spec_extra=elsewhere), namespace)
     [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "odd", 1), what="the pod")
+    # A server-side dry run is answered as asked and creates no job.
+    code, out = finished(drain(cluster, source, "--dry-run=server"), timeout=180)
+    assert code == 0, out
+    assert "(server dry run)" in out
+    assert not intercepted(cluster, namespace)
     try:
         code, out = finished(drain(cluster, source), timeout=180)
     finally:
@@ -247,6 +261,10 @@ def test_a_failed_job_lets_the_drain_continue(cluster: Cluster, namespace: str) 
     ]
     assert "EvictionIntercepted" in reasons
     assert "EvictionAllowed" in reasons
+    samples = asyncio.run(scrape(cluster, "berth-webhook"))
+    name = "berth_eviction_reviews_total"
+    assert total(samples, name, result="intercepted", reason="JobCreated") >= 1
+    assert total(samples, name, result="passed", reason="JobEnded") >= 1
 
 
 POLICY = {
