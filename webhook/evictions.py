@@ -61,6 +61,9 @@ class Eviction:
     """The requester, as the API server authenticated it."""
     groups: tuple[str, ...]
     dry_run: bool
+    """Asked by the request or by the Eviction's deleteOptions."""
+    uid_precondition: str | None = None
+    """The UID the eviction's deleteOptions require the pod to have."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,13 @@ def screen(
     return None
 
 
-def screen_pod(pod: Object) -> Pass | None:
-    """Why the pod is evicted as asked (Berth never migrates it), or None."""
+def screen_pod(pod: Object, eviction: Eviction) -> Pass | None:
+    """Why the eviction goes ahead as asked for this pod, or None: Berth never migrates
+    the pod, or the eviction is for another pod of that name (its UID precondition,
+    which the API server then refuses)."""
+    uid = pod["metadata"].get("uid")
+    if eviction.uid_precondition is not None and eviction.uid_precondition != uid:
+        return Pass("OtherPod", f"the eviction requires UID {eviction.uid_precondition}")
     reason = evictability.forbidden(pod)
     return Pass("NotMigratable", reason) if reason else None
 

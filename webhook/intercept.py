@@ -130,7 +130,7 @@ class Interceptor:
             if error.not_found:
                 return Pass("PodNotFound", "no such pod")
             raise
-        passed = evictions.screen_pod(pod)
+        passed = evictions.screen_pod(pod, eviction)
         if passed:
             return passed
         gone = await self.replaced(pod, eviction)

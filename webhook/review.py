@@ -142,6 +142,19 @@ class UserInfo(_Read):
     groups: list[str] | None = None
 
 
+class Preconditions(_Read):
+    uid: str | None = None
+
+
+class DeleteOptions(_Read):
+    dryRun: list[str] | None = None
+    preconditions: Preconditions | None = None
+
+
+class EvictionObject(_Read):
+    deleteOptions: DeleteOptions | None = None
+
+
 class EvictionRequest(_Read):
     """An AdmissionRequest for `pods/eviction` CREATE: the pod is named by the request
     (the Eviction object in it carries only the name and delete options)."""
@@ -151,10 +164,15 @@ class EvictionRequest(_Read):
     subResource: str
     userInfo: UserInfo
     dryRun: bool | None = None
+    object: EvictionObject
 
 
 def parse_eviction(body: bytes) -> Eviction:
-    """The eviction an AdmissionReview about `pods/eviction` asks for, or MalformedReview."""
+    """The eviction an AdmissionReview about `pods/eviction` asks for, or MalformedReview.
+
+    A dry run is asked for either way: by the request (`?dryRun=All`, the review's
+    `dryRun`) or in the Eviction's own `deleteOptions.dryRun`, which is how kubectl drain
+    asks and which the review's `dryRun` does not reflect."""
     request = _request(body)
     try:
         read = EvictionRequest.model_validate(request)
@@ -162,13 +180,15 @@ def parse_eviction(body: bytes) -> Eviction:
         raise MalformedReview(f"the request cannot be read: {_first(error)}") from None
     if read.subResource != "eviction":
         raise MalformedReview(f"the request is about pods/{read.subResource}, not pods/eviction")
+    options = read.object.deleteOptions
     return Eviction(
         uid=request["uid"],
         namespace=read.namespace,
         pod=read.name,
         user=read.userInfo.username,
         groups=tuple(read.userInfo.groups or ()),
-        dry_run=bool(read.dryRun),
+        dry_run=bool(read.dryRun) or bool(options and options.dryRun),
+        uid_precondition=options.preconditions.uid if options and options.preconditions else None,
     )
 
 

@@ -115,9 +115,15 @@ def daemonset_pod() -> dict[str, Any]:
 def test_pods_berth_never_migrates_are_evicted_as_asked(
     candidate: dict[str, Any], expected: str | None
 ) -> None:
-    answer = screen_pod(candidate)
+    answer = screen_pod(candidate, EVICTION)
     assert (answer.message if answer else None) == expected
     assert answer is None or answer.reason == "NotMigratable"
+
+
+def test_an_eviction_for_another_pod_of_that_name_is_left_to_the_api_server() -> None:
+    answer = screen_pod(pod(), replace(EVICTION, uid_precondition="uid-old"))
+    assert answer == Pass("OtherPod", "the eviction requires UID uid-old")
+    assert screen_pod(pod(), replace(EVICTION, uid_precondition="uid-web-1")) is None
 
 
 def test_the_job_takes_mode_and_ttl_from_the_configuration_and_names_the_requester() -> None:
@@ -257,6 +263,20 @@ def test_an_eviction_review_is_read() -> None:
     assert review.parse_eviction(eviction_review(dryRun=True)).dry_run
 
 
+def test_a_dry_run_asked_in_the_evictions_delete_options_is_a_dry_run() -> None:
+    """kubectl drain --dry-run=server asks in the Eviction's deleteOptions; the review's
+    own dryRun stays false."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "web-1", "namespace": "default"},
+        "deleteOptions": {"dryRun": ["All"], "preconditions": {"uid": "uid-web-1"}},
+    }
+    eviction = review.parse_eviction(eviction_review(object=body))
+    assert eviction.dry_run
+    assert eviction.uid_precondition == "uid-web-1"
+
+
 @pytest.mark.parametrize(
     ("request_fields", "problem"),
     [
@@ -264,6 +284,7 @@ def test_an_eviction_review_is_read() -> None:
         ({"userInfo": {"groups": []}}, "userInfo.username: Field required"),
         ({"name": 3}, "name: Input should be a valid string"),
         ({"uid": ""}, "the request has no uid"),
+        ({"object": {"deleteOptions": {"dryRun": "All"}}}, "deleteOptions.dryRun: Input should be"),
     ],
 )
 def test_a_malformed_eviction_review_is_refused_naming_the_problem(
