@@ -340,3 +340,67 @@ def test_the_descheduler_run_once_migrates_reservation_first_within_the_limits(
             # Held back, the pod stays where it is.
             uid = job["spec"]["podRef"]["uid"]
             assert any(p["metadata"]["uid"] == uid for p in pods(cluster, namespace, "app=dup"))
+
+
+def evict(cluster: Cluster, namespace: str, name: str) -> subprocess.CompletedProcess[str]:
+    """One eviction through the Eviction API, as the administrator."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    return cluster.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/eviction",
+        "-f",
+        "-",
+        input=json.dumps(body),
+        check=False,
+    )
+
+
+@contextmanager
+def webhook_config(cluster: Cluster, path: Path, config: str) -> Iterator[None]:
+    """The webhook restarted with this configuration file for the block, then with none."""
+    path.write_text(config)
+
+    def restart(config_path: Path | None) -> None:
+        for webhook in [c for c in cluster.local.running() if c.name.startswith("berth-webhook")]:
+            cluster.local.stop(webhook)
+        cluster.local.start_webhook(name="berth-webhook", config=config_path)
+
+    restart(path)
+    try:
+        yield
+    finally:
+        restart(None)
+
+
+def test_evictions_elsewhere_pass_unless_all_namespaces_and_requesters_say_so(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """A namespace without the label: by default its evictions pass; with allNamespaces
+    they are intercepted (in the configured mode and TTL), unless the requester is not
+    among those listed."""
+    cluster.apply(deployment("web", replicas=3, cpu="50m"), namespace)
+    first, second, third = (
+        p["metadata"]["name"]
+        for p in cluster.wait(lambda: ready_pods(cluster, namespace, "web", 3), what="pods")
+    )
+    assert evict(cluster, namespace, first).returncode == 0
+
+    elsewhere = "evictionInterception:\n  allNamespaces: true\n"
+    listed = elsewhere + "  requesters: {users: [system:serviceaccount:kube-system:descheduler]}\n"
+    with webhook_config(cluster, tmp_path / "listed.yaml", listed):
+        assert evict(cluster, namespace, second).returncode == 0
+    assert not intercepted(cluster, namespace)
+
+    config = f"defaultJobMode: EvictDirectly\ndefaultJobTTL: 1m\n{elsewhere}"
+    with webhook_config(cluster, tmp_path / "all.yaml", config):
+        refused = evict(cluster, namespace, third)
+    assert refused.returncode != 0
+    assert "is being migrated by PodMigrationJob eviction-" in refused.stderr
+    [job] = intercepted(cluster, namespace)
+    assert job["spec"]["podRef"]["name"] == third
+    assert (job["spec"]["mode"], job["spec"]["ttl"]) == ("EvictDirectly", "1m0s")
