@@ -11,8 +11,10 @@ requester was already allowed to make: Berth's rights lend it nothing.
 
 The checks, in order:
 - `screen`: the request alone. Berth's own evictions (the controller's, known by the
-  identity the API server authenticated, never by anything in the body), dry runs,
-  namespaces not opted in, namespaces `namespaces` excludes, requesters not listed.
+  identity the API server authenticated, never by anything in the body), dry runs, an
+  `evictionPolicy` other than Eviction (the job would then delete or only annotate the
+  pod, not what was asked), namespaces not opted in, namespaces `namespaces` excludes,
+  requesters not listed.
 - `screen_pod`: the pod. A pod Berth never migrates (`berth.eviction.forbidden`: no
   controller, DaemonSet, static, terminating, ...) is evicted as asked.
 - `already_migrated`: the pod is the replacement a job made from this requester's
@@ -38,7 +40,7 @@ from typing import Any
 from berth import eviction as evictability
 from berth.api import TERMINAL_PHASES, format_duration, keys, parse_duration
 from berth.protocol import Object, owner_uids
-from berth.settings import MigrationControllerArgs
+from berth.settings import EvictionPolicy, MigrationControllerArgs
 
 JOB_PREFIX = "eviction-"
 """Name of a job made from an intercepted eviction: this prefix and the pod's UID."""
@@ -111,6 +113,14 @@ def screen(
         return Pass("BerthEviction", "the eviction is Berth's own")
     if eviction.dry_run:
         return Pass("DryRun", "a dry run creates no job")
+    if settings.eviction_policy != EvictionPolicy.EVICTION:
+        # A job would remove the pod another way (a delete ignores PodDisruptionBudgets):
+        # more than the requester asked for and was authorised to do.
+        return Pass(
+            "EvictionPolicy",
+            f"evictionPolicy is {settings.eviction_policy}: a job would not evict through "
+            "the Eviction API as asked",
+        )
     if not labelled and not config.all_namespaces:
         return Pass(
             "NotOptedIn",

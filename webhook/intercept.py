@@ -75,7 +75,7 @@ class Interceptor:
             eviction = review.parse_eviction(await request.read())
         except review.MalformedReview as error:
             log.warning("refused an eviction review: %s", error)
-            metrics.EVICTION_REVIEWS.labels(result="malformed", reason="").inc()
+            _count("malformed", "")
             return web.Response(status=400, text=str(error))
         try:
             async with asyncio.timeout(self.deadline):
@@ -87,7 +87,7 @@ class Interceptor:
                 eviction.pod,
                 error or "no answer within the deadline",
             )
-            metrics.EVICTION_REVIEWS.labels(result="error", reason="").inc()
+            _count("error", "")
             return _json(review.response(eviction.uid, []))
         return self.respond(eviction, answer)
 
@@ -101,16 +101,16 @@ class Interceptor:
                 answer.reason,
                 answer.message,
             )
-            metrics.EVICTION_REVIEWS.labels(result="passed", reason=answer.reason).inc()
+            _count("passed", answer.reason)
             return _json(review.response(eviction.uid, []))
         if isinstance(answer, Gone):
             log.info("eviction of %s: answered not found (%s)", where, answer.message)
-            metrics.EVICTION_REVIEWS.labels(result="gone", reason=answer.reason).inc()
+            _count("gone", answer.reason)
             return _json(
                 review.refusal(eviction.uid, code=404, reason="NotFound", message=answer.message)
             )
         log.info("eviction of %s: retry later, job %s (%s)", where, answer.job, answer.reason)
-        metrics.EVICTION_REVIEWS.labels(result="intercepted", reason=answer.reason).inc()
+        _count("intercepted", answer.reason)
         return _json(
             review.refusal(eviction.uid, code=429, reason="TooManyRequests", message=answer.message)
         )
@@ -178,6 +178,10 @@ class Interceptor:
         task = asyncio.create_task(self.recorder.record(pod, reason, message, event_type))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+
+def _count(result: metrics.EvictionResult, reason: str) -> None:
+    metrics.EVICTION_REVIEWS.labels(result=result, reason=reason).inc()
 
 
 def _json(body: object) -> web.Response:

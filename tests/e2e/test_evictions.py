@@ -21,6 +21,7 @@ import yaml
 from berth.api import keys
 from devtools.binaries import tool_binary
 from tests.e2e.capacity import cpu_in_use
+from tests.e2e.capacity import pod as bare_pod
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import PAUSE, deployment, events, ready_pods
 from tests.e2e.scrape import scrape, total
@@ -404,3 +405,18 @@ def test_evictions_elsewhere_pass_unless_all_namespaces_and_requesters_say_so(
     [job] = intercepted(cluster, namespace)
     assert job["spec"]["podRef"]["name"] == third
     assert (job["spec"]["mode"], job["spec"]["ttl"]) == ("EvictDirectly", "1m0s")
+
+
+def test_a_pod_berth_never_migrates_is_evicted_as_asked(cluster: Cluster, namespace: str) -> None:
+    """A bare pod (nothing would recreate it) in an opted-in namespace: the eviction goes
+    ahead at once, and no job is made."""
+    opt_in(cluster, namespace)
+    cluster.apply(json.dumps(bare_pod("lonely", cpu="50m")), namespace)
+    cluster.wait(
+        lambda: cluster.get("pod", "lonely", "-n", namespace)["spec"].get("nodeName"),
+        what="the pod to be scheduled",
+    )
+    result = evict(cluster, namespace, "lonely")
+    assert result.returncode == 0, result.stderr
+    cluster.wait(lambda: not pods(cluster, namespace), what="the pod to be gone")
+    assert not intercepted(cluster, namespace)

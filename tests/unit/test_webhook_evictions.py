@@ -54,6 +54,9 @@ def reason(answer: Pass | None) -> str | None:
         # Berth's own evictions, by the identity the API server authenticated.
         (replace(EVICTION, user=CONTROLLER), {}, True, "BerthEviction"),
         (replace(EVICTION, dry_run=True), {}, True, "DryRun"),
+        # A job would delete the pod past its PDBs, or only annotate it.
+        (EVICTION, {"evictionPolicy": "Delete"}, True, "EvictionPolicy"),
+        (EVICTION, {"evictionPolicy": "SoftEviction"}, True, "EvictionPolicy"),
         (EVICTION, {}, False, "NotOptedIn"),
         (EVICTION, {"evictionInterception": {"allNamespaces": True}}, False, None),
         (replace(EVICTION, namespace="kube-system"), {}, True, "NamespaceExcluded"),
