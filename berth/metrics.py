@@ -48,11 +48,11 @@ EVICTION_REVIEWS = Counter(
     "berth_eviction_reviews_total",
     "Eviction admission reviews answered, by result and reason: intercepted (429: the pod "
     "is migrated by a PodMigrationJob; reason JobCreated or JobInProgress), passed (the "
-    "eviction goes ahead; reason BerthEviction, DryRun, EvictionPolicy, NotOptedIn, "
-    "NamespaceExcluded, RequesterNotListed, PodNotFound, OtherPod, NotMigratable, JobEnded "
-    "or JobMismatch), "
-    "gone (404: a retry on the replacement of a migrated pod; AlreadyMigrated), error (the "
-    "API server failed; the eviction goes ahead), malformed (refused).",
+    "eviction goes ahead; reason BerthEviction, DryRun, ControllerDryRun, EvictionPolicy, "
+    "NotOptedIn, NamespaceExcluded, RequesterNotListed, PodNotFound, OtherPod, "
+    "NotMigratable, JobEnded or JobMismatch), gone (404: a retry on the replacement of a "
+    "migrated pod; AlreadyMigrated), error (the API server failed; the eviction goes "
+    "ahead), malformed (refused).",
     ["result", "reason"],
 )
 

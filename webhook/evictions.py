@@ -11,10 +11,10 @@ requester was already allowed to make: Berth's rights lend it nothing.
 
 The checks, in order:
 - `screen`: the request alone. Berth's own evictions (the controller's, known by the
-  identity the API server authenticated, never by anything in the body), dry runs, an
-  `evictionPolicy` other than Eviction (the job would then delete or only annotate the
-  pod, not what was asked), namespaces not opted in, namespaces `namespaces` excludes,
-  requesters not listed.
+  identity the API server authenticated, never by anything in the body), dry runs, a
+  controller in dryRun (its jobs would never start), an `evictionPolicy` other than
+  Eviction (the job would then delete or only annotate the pod, not what was asked),
+  namespaces not opted in, namespaces `namespaces` excludes, requesters not listed.
 - `screen_pod`: the pod. A pod Berth never migrates (`berth.eviction.forbidden`: no
   controller, DaemonSet, static, terminating, ...) is evicted as asked.
 - `already_migrated`: the pod is the replacement a job made from this requester's
@@ -113,6 +113,9 @@ def screen(
         return Pass("BerthEviction", "the eviction is Berth's own")
     if eviction.dry_run:
         return Pass("DryRun", "a dry run creates no job")
+    if settings.dry_run:
+        # Its jobs would wait, Pending, until their TTL: the eviction would only be late.
+        return Pass("ControllerDryRun", "the controller runs with dryRun: it starts no job")
     if settings.eviction_policy != EvictionPolicy.EVICTION:
         # A job would remove the pod another way (a delete ignores PodDisruptionBudgets):
         # more than the requester asked for and was authorised to do.

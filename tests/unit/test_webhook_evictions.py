@@ -54,6 +54,7 @@ def reason(answer: Pass | None) -> str | None:
         # Berth's own evictions, by the identity the API server authenticated.
         (replace(EVICTION, user=CONTROLLER), {}, True, "BerthEviction"),
         (replace(EVICTION, dry_run=True), {}, True, "DryRun"),
+        (EVICTION, {"dryRun": True}, True, "ControllerDryRun"),
         # A job would delete the pod past its PDBs, or only annotate it.
         (EVICTION, {"evictionPolicy": "Delete"}, True, "EvictionPolicy"),
         (EVICTION, {"evictionPolicy": "SoftEviction"}, True, "EvictionPolicy"),
