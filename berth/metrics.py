@@ -42,6 +42,20 @@ WEBHOOK_REQUEST_DURATION = Histogram(
     "Time to answer a pod admission review, claim included.",
 )
 
+EvictionResult = Literal["intercepted", "passed", "gone", "error", "malformed"]
+
+EVICTION_REVIEWS = Counter(
+    "berth_eviction_reviews_total",
+    "Eviction admission reviews answered, by result and reason: intercepted (429: the pod "
+    "is migrated by a PodMigrationJob; reason JobCreated or JobInProgress), passed (the "
+    "eviction goes ahead; reason BerthEviction, DryRun, ControllerDryRun, EvictionPolicy, "
+    "NotOptedIn, NamespaceExcluded, RequesterNotListed, PodNotFound, OtherPod, "
+    "NotMigratable, JobEnded or JobMismatch), gone (404: a retry on the replacement of a "
+    "migrated pod; AlreadyMigrated), error (the API server failed; the eviction goes "
+    "ahead), malformed (refused).",
+    ["result", "reason"],
+)
+
 # ----- extender ---------------------------------------------------------------------------
 
 ExtenderResult = Literal["ok", "bad_request", "not_ready"]

@@ -148,6 +148,14 @@ class Namespaces(_Args):
     exclude: list[str] | None = None
     """Never these namespaces."""
 
+    def refuses(self, namespace: str) -> str | None:
+        """Why pods of `namespace` may not migrate, or None; include is checked first."""
+        if self.include and namespace not in self.include:
+            return f"namespace {namespace} is not in namespaces.include"
+        if self.exclude and namespace in self.exclude:
+            return f"namespace {namespace} is in namespaces.exclude"
+        return None
+
 
 class PriorityThreshold(_Args):
     value: StrictInt | None = None
@@ -160,6 +168,24 @@ class PriorityThreshold(_Args):
         if self.value is not None and self.name is not None:
             raise ValueError("set value or name, not both")
         return self
+
+
+class Requesters(_Args):
+    users: list[str] = Field(default_factory=list)
+    """User names, e.g. `system:serviceaccount:kube-system:descheduler` for a ServiceAccount."""
+    groups: list[str] = Field(default_factory=list)
+    """Groups, e.g. `system:serviceaccounts:kube-system` for every ServiceAccount there."""
+
+
+class EvictionInterception(_Args):
+    """Berth's own keys: which evictions the webhook turns into PodMigrationJobs
+    (`webhook.evictions`); the webhook reads them from this same file."""
+
+    all_namespaces: StrictBool = False
+    """Intercept evictions in every namespace `namespaces` allows, not only in those
+    labelled `berth.sh/intercept-evictions: "true"`."""
+    requesters: Requesters | None = None
+    """Only evictions requested by these users or groups; null: every requester."""
 
 
 class MigrationControllerArgs(_Args):
@@ -237,6 +263,9 @@ class MigrationControllerArgs(_Args):
     """Jobs admitted per second by arbitration; unset means no limit."""
     flow_control_burst: StrictInt | None = Field(default=None, ge=1)
     """The most jobs admitted at once (the token bucket's size)."""
+    eviction_interception: EvictionInterception = Field(default_factory=EvictionInterception)
+    """Berth's own key: evictions through the Eviction API (kubectl drain, the
+    descheduler) that the webhook turns into jobs of `defaultJobMode` and `defaultJobTTL`."""
 
 
 def load_args(path: Path) -> MigrationControllerArgs:

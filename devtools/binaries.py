@@ -97,7 +97,9 @@ def _version_flags() -> str:
 
 def _build(go: str, *, module: Path, package: str, output: Path, ldflags: str = "") -> None:
     env = {**os.environ, "GOTOOLCHAIN": "local"}
-    partial = output.with_name(f"{output.name}.{os.getpid()}.partial")  # one per builder
+    # A name of this process's own: two processes building the same binary at once (an
+    # e2e session and `make binaries`) must not rename each other's output away.
+    partial = output.with_name(f"{output.name}.{os.getpid()}.partial")
     command = [go, "build", "-trimpath", f"-ldflags=-s -w {ldflags}", "-o", str(partial), package]
     started = time.monotonic()
     print(f"building {output.name} in {module} (first time only)...", file=sys.stderr, flush=True)

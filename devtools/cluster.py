@@ -420,10 +420,12 @@ class LocalCluster(Processes):
         """Run `berth extender` over TLS on a free loopback port."""
         return self._berth_component(name, ["extender"], port=free_port())
 
-    def start_webhook(self, *, name: str) -> Component:
-        """Run `berth webhook` over TLS on a free loopback port, and point the API server's
-        MutatingWebhookConfiguration at it."""
-        webhook = self._berth_component(name, ["webhook"], port=free_port())
+    def start_webhook(self, *, name: str, config: Path | None = None) -> Component:
+        """Run `berth webhook` over TLS on a free loopback port (with the controller's
+        configuration file, when given), and point the API server's webhook
+        configurations at it."""
+        extra = [f"--config={config}"] if config else []
+        webhook = self._berth_component(name, ["webhook", *extra], port=free_port())
         self.register_webhooks()
         return webhook
 
@@ -437,15 +439,26 @@ class LocalCluster(Processes):
         )
 
     def register_webhooks(self) -> None:
-        """Point the MutatingWebhookConfiguration at every running webhook replica. With no
+        """Point both webhook configurations at every running webhook replica. With no
         Service to balance them here, each replica gets an entry of its own and every pod
         passes all of them in turn (the first claims; the others find the claim made)."""
         ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
-        urls = [
-            f"https://127.0.0.1:{c.port}/mutate-pod"
+        bases = [
+            f"https://127.0.0.1:{c.port}"
             for c in self.running()
             if c.name.startswith("berth-webhook")
         ]
+        urls = [f"{base}/mutate-pod" for base in bases]
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump(
+                render.eviction_webhook_configuration(
+                    urls=bases, ca_bundle=ca, skip_namespaces=["kube-system", BERTH_NAMESPACE]
+                )
+            ),
+        )
         self.kubectl(
             "apply",
             "-f",

@@ -3,6 +3,8 @@
 Three nodes of 4 CPU each run six 1-CPU pods, two per node: half the cluster is free,
 yet a 3-CPU pod fits nowhere. Two migrations, each pinned to a chosen node (`--to`),
 empty one node without ever leaving a pod without a place; the large pod then runs.
+Then `kubectl drain` empties another node: the drain only knows the Eviction API, yet
+each pod it evicts moves reservation-first, through a job Berth's webhook creates.
 Everything happens on the local control plane through the real API.
 """
 
@@ -17,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from berth import protocol
-from berth.kube.client import DEPLOYMENTS, NODES, PODMIGRATIONJOBS, PODS, Kube
+from berth.api import keys
+from berth.kube.client import DEPLOYMENTS, NAMESPACES, NODES, PODMIGRATIONJOBS, PODS, Kube
 from berth.resources import parse_quantity, pod_requests
-from cli.migrate import follow, job_for
+from cli.migrate import follow, job_for, rows, table
+from devtools.binaries import ensure_binaries
 
 NAMESPACE = "default"
 APPS = {"alpha": "node-0", "beta": "node-1", "gamma": "node-2"}
@@ -96,12 +100,12 @@ async def set_cordon(kube: Kube, nodes: list[str], *, cordoned: bool) -> None:
 async def run(kubeconfig: Path | None) -> int:
     kube = await Kube.connect(kubeconfig)
     try:
-        return await _demo(kube)
+        return await _demo(kube, kubeconfig)
     finally:
         await kube.close()
 
 
-async def _demo(kube: Kube) -> int:
+async def _demo(kube: Kube, kubeconfig: Path | None) -> int:
     say = print
     say("== 1. A fragmented cluster: two 1-CPU pods on each 4-CPU node ==")
     for app, node in APPS.items():
@@ -131,6 +135,35 @@ async def _demo(kube: Kube) -> int:
     say("\n== 4. After: node-2 is free, and the large pod runs there ==")
     say(await usage(kube))
     say(f"  big: Running on {big[0]['spec']['nodeName']}")
+    return await _drain(kube, kubeconfig)
+
+
+async def _drain(kube: Kube, kubeconfig: Path | None) -> int:
+    say = print
+    say("\n== 5. kubectl drain node-1, reservation first ==")
+    await kube.delete(DEPLOYMENTS, "big", namespace=NAMESPACE)
+    await kube.patch(
+        NAMESPACES, NAMESPACE, {"metadata": {"labels": {keys.INTERCEPT_EVICTIONS: "true"}}}
+    )
+    say(f"  big removed; namespace {NAMESPACE} labelled {keys.INTERCEPT_EVICTIONS}=true")
+    kubectl = str(ensure_binaries().kubectl)
+    config = [f"--kubeconfig={kubeconfig}"] if kubeconfig else []
+    drain = await asyncio.create_subprocess_exec(
+        kubectl, *config, "drain", "node-1", "--ignore-daemonsets", "--delete-emptydir-data",
+        "--timeout=300s",
+    )  # fmt: skip
+    if await drain.wait() != 0:
+        say("kubectl drain failed")
+        return 1
+    jobs = [
+        job
+        for job in (await kube.list(PODMIGRATIONJOBS))["items"]
+        if job["metadata"]["name"].startswith("eviction-")
+    ]
+    say("\n  the jobs Berth made of the drain's evictions:")
+    say(table(rows(jobs)))
+    say(await usage(kube))
+    await set_cordon(kube, ["node-1"], cordoned=False)
     return 0
 
 

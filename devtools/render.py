@@ -238,3 +238,62 @@ def webhook_configuration(
             for index, url in enumerate(urls)
         ],
     }
+
+
+def eviction_namespace_selector(*, skip_namespaces: list[str], labelled: bool) -> dict[str, Any]:
+    """Namespaces whose evictions reach one of the two eviction entries: never the
+    skipped ones; those labelled `berth.sh/intercept-evictions: "true"`, or all others."""
+    return {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": skip_namespaces},
+            {
+                "key": keys.INTERCEPT_EVICTIONS,
+                "operator": "In" if labelled else "NotIn",
+                "values": ["true"],
+            },
+        ]
+    }
+
+
+def eviction_webhook_configuration(
+    *, urls: list[str], ca_bundle: str, skip_namespaces: list[str]
+) -> dict[str, Any]:
+    """Berth's ValidatingWebhookConfiguration on `pods/eviction` for webhook replicas
+    reached by URL (`url` is the replica's base: https://host:port); the same settings as
+    manifests/webhook/validating-webhook.yaml, which goes through a Service."""
+    webhooks = []
+    for index, url in enumerate(urls):
+        suffix = f"-{index}" if index else ""
+        for labelled, path, name in (
+            (True, "/validate-eviction", "eviction-interception"),
+            (False, "/validate-eviction/unlabelled", "eviction-interception-unlabelled"),
+        ):
+            webhooks.append(
+                {
+                    "name": f"{name}{suffix}.berth.sh",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "resources": ["pods/eviction"],
+                            "operations": ["CREATE"],
+                            "scope": "Namespaced",
+                        }
+                    ],
+                    "failurePolicy": "Ignore",
+                    "timeoutSeconds": 3,
+                    "sideEffects": "NoneOnDryRun",
+                    "matchPolicy": "Equivalent",
+                    "namespaceSelector": eviction_namespace_selector(
+                        skip_namespaces=skip_namespaces, labelled=labelled
+                    ),
+                }
+            )
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "berth-evictions"},
+        "webhooks": webhooks,
+    }

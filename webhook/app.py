@@ -59,6 +59,7 @@ from webhook.decide import (
     decide,
     pod_of,
 )
+from webhook.intercept import Interception, Interceptor
 from webhook.owners import Owners
 
 log = logging.getLogger(__name__)
@@ -353,9 +354,18 @@ def _allowed(uid: str, patch: Patch) -> web.Response:
     )
 
 
-def make_app(webhook: Webhook) -> web.Application:
+EVICTION_PATH = "/validate-eviction"
+"""Evictions in namespaces labelled `berth.sh/intercept-evictions: "true"`."""
+UNLABELLED_EVICTION_PATH = "/validate-eviction/unlabelled"
+"""Evictions in the other namespaces (intercepted only with `allNamespaces`)."""
+
+
+def make_app(webhook: Webhook, interceptor: Interceptor | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/mutate-pod", webhook.mutate)
+    if interceptor is not None:
+        app.router.add_post(EVICTION_PATH, interceptor.labelled)
+        app.router.add_post(UNLABELLED_EVICTION_PATH, interceptor.unlabelled)
     add_health(app, webhook.ready)
     add_metrics(app)
     return app
@@ -369,11 +379,18 @@ def run(
     tls: Tls,
     limits: Limits,
     deadline: float,
+    interception: Interception,
 ) -> None:
     """Serve until SIGTERM or SIGINT; requests in flight are answered before exiting."""
     asyncio.run(
         _serve(
-            kubeconfig=kubeconfig, host=host, port=port, tls=tls, limits=limits, deadline=deadline
+            kubeconfig=kubeconfig,
+            host=host,
+            port=port,
+            tls=tls,
+            limits=limits,
+            deadline=deadline,
+            interception=interception,
         )
     )
 
@@ -386,19 +403,28 @@ async def _serve(
     tls: Tls,
     limits: Limits,
     deadline: float,
+    interception: Interception,
 ) -> None:
     cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
     webhook = Webhook(kube, deadline=deadline)
+    interceptor = Interceptor(
+        kube,
+        interception=interception,
+        reservations=webhook.reservations.store,
+        deadline=deadline,
+    )
     informer = asyncio.create_task(webhook.reservations.run())
     log.info(
-        "starting: POST https://%s:%d/mutate-pod (client certificates %s)",
+        "starting: POST https://%s:%d/mutate-pod and %s (client certificates %s)",
         host,
         port,
+        EVICTION_PATH,
         "required" if tls.client_ca_file else "not required",
     )
     try:
-        await serve(make_app(webhook), host=host, port=port, tls=tls, limits=limits)
+        app = make_app(webhook, interceptor)
+        await serve(app, host=host, port=port, tls=tls, limits=limits)
     except asyncio.CancelledError:
         log.info("stopped")
     finally:

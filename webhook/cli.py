@@ -1,4 +1,4 @@
-"""`berth webhook`: run the mutating admission webhook."""
+"""`berth webhook`: run the admission webhook (pod binding and eviction interception)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ from pathlib import Path
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
+from berth.settings import ConfigError, MigrationControllerArgs, load_args
 from webhook.app import DEADLINE, run
+from webhook.intercept import CONTROLLER_USER, Interception
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "webhook",
-        help="the mutating admission webhook that binds replacement pods to their Reservations",
+        help="the admission webhook: binds replacement pods to their Reservations, and turns "
+        "evictions into PodMigrationJobs",
     )
     parser.add_argument(
         "--kubeconfig",
@@ -43,6 +46,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="time one review's work may take, API calls included; keep it below the "
         f"webhook configuration's timeoutSeconds (default {DEADLINE:g})",
     )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the controller's MigrationControllerArgs YAML, for evictionInterception, "
+        "defaultJobMode, defaultJobTTL and namespaces (default: all defaults)",
+    )
+    parser.add_argument(
+        "--controller-user",
+        default=CONTROLLER_USER,
+        help="the controller's user name, whose evictions are never intercepted "
+        f"(default {CONTROLLER_USER})",
+    )
     server.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
@@ -55,6 +71,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.request_deadline <= 0:
         print("berth webhook: --request-deadline must be positive", file=sys.stderr)
         return 1
+    try:
+        settings = load_args(args.config) if args.config else MigrationControllerArgs()
+    except ConfigError as error:
+        print(f"berth webhook: {error}", file=sys.stderr)
+        return 1
     log.setup()
     try:
         run(
@@ -64,6 +85,7 @@ def handle(args: argparse.Namespace) -> int:
             tls=server.Tls(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file),
             limits=server.limits_from(args),
             deadline=args.request_deadline,
+            interception=Interception(settings, args.controller_user),
         )
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth webhook: {error}", file=sys.stderr)

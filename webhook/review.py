@@ -20,6 +20,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from webhook.decide import Patch
+from webhook.evictions import Eviction
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -97,8 +98,8 @@ class AdmissionRequest(_Read):
     dryRun: bool | None = None
 
 
-def parse(body: bytes) -> dict[str, Any]:
-    """The `request` of an AdmissionReview about a pod, or MalformedReview."""
+def _request(body: bytes) -> dict[str, Any]:
+    """The `request` of an AdmissionReview, with its uid, or MalformedReview."""
     try:
         review = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -114,6 +115,12 @@ def parse(body: bytes) -> dict[str, Any]:
         raise MalformedReview(f"the {KIND} has no request")
     if not request.get("uid") or not isinstance(request["uid"], str):
         raise MalformedReview("the request has no uid")
+    return request
+
+
+def parse(body: bytes) -> dict[str, Any]:
+    """The `request` of an AdmissionReview about a pod, or MalformedReview."""
+    request = _request(body)
     pod = request.get("object")
     if (
         not isinstance(pod, dict)
@@ -130,12 +137,67 @@ def parse(body: bytes) -> dict[str, Any]:
     return request
 
 
+class UserInfo(_Read):
+    username: str
+    groups: list[str] | None = None
+
+
+class Preconditions(_Read):
+    uid: str | None = None
+
+
+class DeleteOptions(_Read):
+    dryRun: list[str] | None = None
+    preconditions: Preconditions | None = None
+
+
+class EvictionObject(_Read):
+    deleteOptions: DeleteOptions | None = None
+
+
+class EvictionRequest(_Read):
+    """An AdmissionRequest for `pods/eviction` CREATE: the pod is named by the request
+    (the Eviction object in it carries only the name and delete options)."""
+
+    name: str
+    namespace: str
+    subResource: str
+    userInfo: UserInfo
+    dryRun: bool | None = None
+    object: EvictionObject
+
+
+def parse_eviction(body: bytes) -> Eviction:
+    """The eviction an AdmissionReview about `pods/eviction` asks for, or MalformedReview.
+
+    A dry run is asked for either way: by the request (`?dryRun=All`, the review's
+    `dryRun`) or in the Eviction's own `deleteOptions.dryRun`, which is how kubectl drain
+    asks and which the review's `dryRun` does not reflect."""
+    request = _request(body)
+    try:
+        read = EvictionRequest.model_validate(request)
+    except ValidationError as error:
+        raise MalformedReview(f"the request cannot be read: {_first(error)}") from None
+    if read.subResource != "eviction":
+        raise MalformedReview(f"the request is about pods/{read.subResource}, not pods/eviction")
+    options = read.object.deleteOptions
+    return Eviction(
+        uid=request["uid"],
+        namespace=read.namespace,
+        pod=read.name,
+        user=read.userInfo.username,
+        groups=tuple(read.userInfo.groups or ()),
+        dry_run=bool(read.dryRun) or bool(options and options.dryRun),
+        uid_precondition=options.preconditions.uid if options and options.preconditions else None,
+    )
+
+
 def _first(error: ValidationError) -> str:
     """Where the first problem is, and what it is: `object.spec.affinity: Input should be
     a valid dictionary` (the input itself is left out: it is the caller's, of any size)."""
     problem = error.errors(include_url=False, include_input=False)[0]
     where = ".".join(str(part) for part in problem["loc"])
-    prefix = "" if error.title == "AdmissionRequest" else "object."
+    prefix = "" if error.title in ("AdmissionRequest", "EvictionRequest") else "object."
     return f"{prefix}{where}: {problem['msg']}"
 
 
@@ -145,4 +207,13 @@ def response(uid: str, patch: Patch) -> dict[str, Any]:
     if patch:
         answer["patchType"] = "JSONPatch"
         answer["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": answer}
+
+
+def refusal(uid: str, *, code: int, reason: str, message: str) -> dict[str, Any]:
+    """Deny the request with this HTTP code: the API server hands `code`, `reason` and
+    `message` to the client as the Status of its answer (429 TooManyRequests: retry
+    later; 404 NotFound: the object is gone)."""
+    status = {"status": "Failure", "code": code, "reason": reason, "message": message}
+    answer = {"uid": uid, "allowed": False, "status": status}
     return {"apiVersion": API_VERSION, "kind": KIND, "response": answer}

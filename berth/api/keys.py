@@ -84,3 +84,13 @@ ADMISSION: Final = "berth.sh/admission"
 HMAC over the job's UID, the pod's UID and the mode, keyed by a secret only the controller
 reads. A job's status subresource is writable by whoever may abort it, so phase Running
 alone never makes the controller act: only a job carrying a valid mark was admitted."""
+
+INTERCEPT_EVICTIONS: Final = "berth.sh/intercept-evictions"
+"""Namespace label: "true" opts the namespace in to eviction interception: an eviction of
+a pod there (kubectl drain, the descheduler) becomes a PodMigrationJob, and the evicting
+tool is told to retry (429) until the job has moved the pod."""
+
+REQUESTER: Final = "berth.sh/requester"
+"""PodMigrationJob label and annotation on a job made from an intercepted eviction: who
+asked for the eviction (the label a label-safe form of the user name, the annotation the
+user name as the API server authenticated it)."""

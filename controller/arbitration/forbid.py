@@ -34,13 +34,7 @@ SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
 def _namespace(c: Candidate, r: Rules) -> str | None:
     """namespaces.include is checked before namespaces.exclude."""
-    namespaces = r.args.namespaces
-    namespace = c.namespace
-    if namespaces and namespaces.include and namespace not in namespaces.include:
-        return f"namespace {namespace} is not in namespaces.include"
-    if namespaces and namespaces.exclude and namespace in namespaces.exclude:
-        return f"namespace {namespace} is in namespaces.exclude"
-    return None
+    return r.args.namespaces.refuses(c.namespace) if r.args.namespaces else None
 
 
 def _label_selector(c: Candidate, r: Rules) -> str | None:

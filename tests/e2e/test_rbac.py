@@ -65,6 +65,11 @@ CLUSTER_WIDE: dict[str, Grants] = {
         (f"reservations.{KOORD}", ""): READ | {"patch"},
         # The top-level workload of a ReplicaSet's pod.
         ("replicasets.apps", ""): {"get"},
+        # Eviction interception: the job for the pod (create; on AlreadyExists, get),
+        # the pod an eviction names (the review carries only its name), an Event on it.
+        (f"podmigrationjobs.{KOORD}", ""): {"create", "get"},
+        ("pods", ""): {"get"},
+        ("events", ""): {"create"},
     },
     "berth-extender": {
         (f"reservations.{KOORD}", ""): READ,

@@ -51,10 +51,16 @@ def test_the_overlay_without_cert_manager_lists_every_other_part() -> None:
     assert resources == [
         f"../{part}" for part in kustomization(MANIFESTS)["resources"] if part != "cert-manager"
     ]
-    # No CA injector there: the overlay drops the annotation meant for it.
-    [patch] = kustomization(overlay)["patches"]
-    assert patch["target"] == {"kind": "MutatingWebhookConfiguration", "name": "berth"}
-    assert "cert-manager.io~1inject-ca-from" in patch["patch"]
+    # No CA injector there: the overlay drops the annotation meant for it, from both
+    # webhook configurations.
+    mutating, validating = kustomization(overlay)["patches"]
+    assert mutating["target"] == {"kind": "MutatingWebhookConfiguration", "name": "berth"}
+    assert validating["target"] == {
+        "kind": "ValidatingWebhookConfiguration",
+        "name": "berth-evictions",
+    }
+    for patch in (mutating, validating):
+        assert "cert-manager.io~1inject-ca-from" in patch["patch"]
 
 
 @pytest.mark.parametrize("overlay", [MANIFESTS, MANIFESTS / "without-cert-manager"])
@@ -73,6 +79,7 @@ def test_namespaced_objects_name_their_namespace() -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
     }
     for part in ("namespace", "rbac", *COMPONENTS, "cert-manager"):
         for o in objects(MANIFESTS / part):
@@ -112,6 +119,10 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
     "webhook": {
         (KOORD, "reservations"): READ | {"patch"},
         ("apps", "replicasets"): {"get"},
+        # Eviction interception: the pod an eviction names, its job, an Event on the pod.
+        ("", "pods"): {"get"},
+        (KOORD, "podmigrationjobs"): {"create", "get"},
+        ("", "events"): {"create"},
     },
     "extender": {
         ("", "pods"): READ,
@@ -252,6 +263,8 @@ COMMANDS = {
         "/etc/berth/tls/tls.key",
         "--request-deadline",
         "2",
+        "--config",
+        "/etc/berth/config/config.yaml",
     ],
     "extender": [
         "extender",

@@ -27,6 +27,7 @@ from tests.unit.manifests import (
     one,
     the_container,
 )
+from webhook.app import EVICTION_PATH, UNLABELLED_EVICTION_PATH
 
 # --- controller configuration -----------------------------------------------
 
@@ -58,7 +59,7 @@ SEED_KEYS = {
     "defaultDeleteOptions",
     "arbitrationArgs",
 }
-BERTH_KEYS = {"placeholderImage", "maxMigratingGlobally"}
+BERTH_KEYS = {"placeholderImage", "maxMigratingGlobally", "evictionInterception"}
 
 
 def test_controller_config_writes_out_every_key_with_the_design_defaults() -> None:
@@ -66,6 +67,7 @@ def test_controller_config_writes_out_every_key_with_the_design_defaults() -> No
     assert set(config) == SEED_KEYS | BERTH_KEYS
     assert set(config["namespaces"]) == {"include", "exclude"}
     assert set(config["arbitrationArgs"]) == {"enabled", "interval"}
+    assert set(config["evictionInterception"]) == {"allNamespaces", "requesters"}
     # Where the design departs from the seeds: a vanilla scheduler, with both names.
     assert config["schedulerNames"] == ["default-scheduler", "koord-scheduler"]
     assert config["defaultJobMode"] == "ReservationFirst"
@@ -128,6 +130,77 @@ def test_webhook_work_ends_before_the_api_server_stops_waiting() -> None:
     args = the_container("webhook")["args"]
     deadline = float(args[args.index("--request-deadline") + 1])
     assert deadline <= hook["timeoutSeconds"] - 1
+
+
+def test_eviction_webhook_never_blocks_an_eviction() -> None:
+    """pods/eviction CREATE, fail-open, no job on a dry run; two entries whose namespaces
+    never overlap (an eviction reaches the webhook once), each on the path that tells
+    the webhook which one called; the local cluster registers the same settings."""
+    config = one(
+        objects(MANIFESTS / "webhook"), "ValidatingWebhookConfiguration", "berth-evictions"
+    )
+    mutating = one(objects(MANIFESTS / "webhook"), "MutatingWebhookConfiguration", "berth")
+    annotation = "cert-manager.io/inject-ca-from"
+    assert (
+        config["metadata"]["annotations"][annotation]
+        == mutating["metadata"]["annotations"][annotation]
+    )
+    labelled, unlabelled = config["webhooks"]
+    local = render.eviction_webhook_configuration(
+        urls=["https://127.0.0.1:1"], ca_bundle="x", skip_namespaces=["kube-system", NAMESPACE]
+    )
+    assert local["metadata"]["name"] == config["metadata"]["name"]
+    for hook, path, local_hook in zip(
+        (labelled, unlabelled),
+        (EVICTION_PATH, UNLABELLED_EVICTION_PATH),
+        local["webhooks"],
+        strict=True,
+    ):
+        assert hook["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods/eviction"],
+                "operations": ["CREATE"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["sideEffects"] == "NoneOnDryRun"
+        assert hook["clientConfig"]["service"] == {
+            "name": "berth-webhook",
+            "namespace": NAMESPACE,
+            "path": path,
+            "port": 443,
+        }
+        assert local_hook["clientConfig"]["url"] == f"https://127.0.0.1:1{path}"
+        same = {k: v for k, v in hook.items() if k != "clientConfig"}
+        assert same == {k: v for k, v in local_hook.items() if k != "clientConfig"}
+    assert labelled["namespaceSelector"]["matchExpressions"][1] == {
+        "key": keys.INTERCEPT_EVICTIONS,
+        "operator": "In",
+        "values": ["true"],
+    }
+    assert unlabelled["namespaceSelector"]["matchExpressions"][1] == {
+        "key": keys.INTERCEPT_EVICTIONS,
+        "operator": "NotIn",
+        "values": ["true"],
+    }
+    args = the_container("webhook")["args"]
+    assert float(args[args.index("--request-deadline") + 1]) <= labelled["timeoutSeconds"] - 1
+
+
+def test_webhook_reads_the_controller_configuration_file() -> None:
+    """One configuration: the webhook mounts the controller's ConfigMap."""
+    webhook_args = the_container("webhook")["args"]
+    controller_args = the_container("controller")["args"]
+    path = webhook_args[webhook_args.index("--config") + 1]
+    assert path == controller_args[controller_args.index("--config") + 1]
+    deployment = one(objects(MANIFESTS / "webhook"), "Deployment", "berth-webhook")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == "berth-controller-config"
+    [mount] = [m for m in the_container("webhook")["volumeMounts"] if m["name"] == "config"]
+    assert path.startswith(mount["mountPath"] + "/")
 
 
 # --- serving certificate ----------------------------------------------------

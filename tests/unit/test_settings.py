@@ -55,7 +55,11 @@ SEED_TABLE: list[tuple[str, Any]] = [
 
 # Keys of the Go struct in the PodMigrationJob design that the table does not list.
 STRUCT_ONLY = [("flowControlQPS", None), ("flowControlBurst", None)]
-BERTH_ONLY = [("placeholderImage", "registry.k8s.io/pause:3.10")]
+BERTH_ONLY = [
+    ("placeholderImage", "registry.k8s.io/pause:3.10"),
+    ("evictionInterception.allNamespaces", False),
+    ("evictionInterception.requesters", None),
+]
 
 
 def lookup(values: dict[str, Any], path: str) -> Any:

@@ -1,0 +1,422 @@
+"""Evictions from tools that only know the Eviction API, intercepted: the real
+`kubectl drain` (the local control plane's kubectl) and the real descheduler
+(tools/descheduler, built from sigs.k8s.io/descheduler) evict pods of an opted-in
+namespace, and every pod moves reservation-first through a PodMigrationJob the webhook
+created; a webhook outage and a failed job never block a drain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from berth.api import keys
+from devtools.binaries import tool_binary
+from tests.e2e.capacity import cpu_in_use
+from tests.e2e.capacity import pod as bare_pod
+from tests.e2e.kube import Cluster, pods
+from tests.e2e.migrate import PAUSE, deployment, events, ready_pods
+from tests.e2e.scrape import scrape, total
+
+pytestmark = pytest.mark.e2e
+
+NODES = ("node-0", "node-1", "node-2")
+ADMIN = "berth-dev-admin"
+"""The user of the local cluster's admin kubeconfig: kubectl drain's requester."""
+
+UNLIMITED = """\
+maxMigratingPerNode: 0
+maxMigratingPerWorkload: "100%"
+maxUnavailablePerWorkload: "100%"
+"""
+"""Every pod of a drained node may migrate at once, so that every Reservation is made
+before the competing flood starts (the workload limits would otherwise hold the second
+pod of each workload back until the flood has taken every free place)."""
+
+
+def opt_in(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("label", "namespace", namespace, f"{keys.INTERCEPT_EVICTIONS}=true")
+
+
+def statefulset(name: str, *, replicas: int, cpu: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "serviceName": name,
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [
+                            {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
+                        ],
+                        "terminationGracePeriodSeconds": 0,
+                    },
+                },
+            },
+        }
+    )
+
+
+@contextmanager
+def only_schedulable(cluster: Cluster, node: str) -> Iterator[None]:
+    """Every other node cordoned for the block: what is created in it lands on `node`."""
+    others = [n for n in NODES if n != node]
+    for other in others:
+        cluster.kubectl("cordon", other)
+    try:
+        yield
+    finally:
+        for other in others:
+            cluster.kubectl("uncordon", other)
+
+
+def intercepted(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """The jobs the webhook made for pods of `namespace`."""
+    return [
+        job
+        for job in cluster.get("pmj")["items"]
+        if job["metadata"]["name"].startswith("eviction-")
+        and job["spec"]["podRef"]["namespace"] == namespace
+    ]
+
+
+def drain(cluster: Cluster, node: str, *extra: str) -> subprocess.Popen[str]:
+    """`kubectl drain` as an administrator runs it, in the background."""
+    assert cluster.local.binaries is not None
+    return subprocess.Popen(
+        [
+            str(cluster.local.binaries.kubectl),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=600s",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finished(process: subprocess.Popen[str], *, timeout: float = 600) -> tuple[int, str]:
+    out, _ = process.communicate(timeout=timeout)
+    return process.returncode, out
+
+
+def landed_where_reserved(cluster: Cluster, job: dict[str, Any]) -> None:
+    """The job succeeded; its replacement runs on the node its Reservation held, which
+    is not the node the pod left, and the Reservation was scheduled before the eviction."""
+    name = job["metadata"]["name"]
+    status = job["status"]
+    assert (status.get("phase"), status.get("status")) == ("Succeed", "Complete"), job
+    assert job["metadata"]["labels"][keys.REQUESTER] == ADMIN
+    assert job["spec"]["mode"] == "ReservationFirst"
+    reservation = cluster.get("reservation", job["metadata"]["uid"])
+    reserved = reservation["status"]["nodeName"]
+    assert status["nodeName"] == reserved != job["metadata"]["annotations"][keys.SOURCE_NODE]
+    namespace = job["spec"]["podRef"]["namespace"]
+    new = cluster.get("pod", status["podRef"]["name"], "-n", namespace)
+    assert new["spec"]["nodeName"] == reserved
+    allocated = json.loads(new["metadata"]["annotations"][keys.RESERVATION_ALLOCATED])
+    assert allocated["name"] == reservation["metadata"]["name"]
+    reasons = events(cluster, name)
+    assert reasons.index("ReservationScheduled") < reasons.index("Evicting"), reasons
+
+
+def test_kubectl_drain_moves_every_pod_reservation_first_against_a_flood(
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
+    restart_controller(UNLIMITED)
+    opt_in(cluster, namespace)
+    source = "node-0"
+    with only_schedulable(cluster, source):
+        cluster.apply(deployment("web", replicas=2, cpu="500m"), namespace)
+        cluster.apply(statefulset("db", replicas=2, cpu="500m"), namespace)
+        for app in ("web", "db"):
+            cluster.wait(partial(ready_pods, cluster, namespace, app, 2), what=app)
+    originals = {p["metadata"]["uid"]: p for p in pods(cluster, namespace)}
+    assert {p["spec"]["nodeName"] for p in originals.values()} == {source}
+
+    draining = drain(cluster, source)
+    try:
+        # Every pod's job exists and has its Reservation placed: then the flood starts,
+        # asking for more than the other two nodes have left.
+        cluster.wait(
+            lambda: (
+                len(
+                    [
+                        j
+                        for j in intercepted(cluster, namespace)
+                        if j.get("status", {}).get("nodeName")
+                    ]
+                )
+                == 4
+            ),
+            what="a Reservation for each of the four pods",
+            timeout=180,
+        )
+        in_use = cpu_in_use(cluster)
+        free = sum(int((8 - in_use[node]) * 1000) for node in NODES if node != source)
+        cluster.apply(deployment("flood", replicas=free // 250 + 8, cpu="250m"), namespace)
+        code, out = finished(draining)
+        # While the drained node is still cordoned: the flood did compete, some of it
+        # found no place.
+        flood = pods(cluster, namespace, "app=flood")
+        assert any(not p["spec"].get("nodeName") for p in flood)
+        cluster.kubectl("delete", "deployment", "flood", "-n", namespace)
+    finally:
+        if draining.poll() is None:
+            draining.kill()
+            draining.communicate()
+        cluster.kubectl("uncordon", source)
+    assert code == 0, out
+    assert f"node/{source} drained" in out
+    assert "is being migrated by PodMigrationJob eviction-" in out  # the 429, retried
+
+    jobs = intercepted(cluster, namespace)
+    assert sorted(j["spec"]["podRef"]["uid"] for j in jobs) == sorted(originals)
+    for job in jobs:
+        landed_where_reserved(cluster, job)
+    # The StatefulSet's replacements kept their names and were not evicted again.
+    db = pods(cluster, namespace, "app=db")
+    assert sorted(p["metadata"]["name"] for p in db) == ["db-0", "db-1"]
+    assert all(p["metadata"]["uid"] not in originals for p in db)
+    assert all(p["spec"]["nodeName"] != source for p in db + pods(cluster, namespace, "app=web"))
+    # The webhook counted what it did: four jobs made, and the controller's four
+    # evictions let through.
+    samples = asyncio.run(scrape(cluster, "berth-webhook"))
+    name = "berth_eviction_reviews_total"
+    assert total(samples, name, result="intercepted", reason="JobCreated") >= 4
+    assert total(samples, name, result="passed", reason="BerthEviction") >= 4
+
+
+def test_a_webhook_outage_does_not_block_a_drain(cluster: Cluster, namespace: str) -> None:
+    opt_in(cluster, namespace)
+    source = "node-1"
+    with only_schedulable(cluster, source):
+        cluster.apply(deployment("web", replicas=1, cpu="100m"), namespace)
+        [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")
+    webhooks = [c for c in cluster.local.running() if c.name.startswith("berth-webhook")]
+    for webhook in webhooks:
+        cluster.local.stop(webhook)
+    try:
+        code, out = finished(drain(cluster, source), timeout=180)
+    finally:
+        cluster.kubectl("uncordon", source)
+        for webhook in webhooks:
+            cluster.local.start_webhook(name=webhook.name)
+    assert code == 0, out
+    assert f"pod/{pod['metadata']['name']} evicted" in out
+    assert "denied" not in out
+    assert not intercepted(cluster, namespace)
+
+
+def test_a_failed_job_lets_the_drain_continue(cluster: Cluster, namespace: str) -> None:
+    """A ReservationFirst job for a pod of a scheduler Berth does not reserve through
+    fails at arbitration; the drain's next eviction goes through. A dry run before it
+    creates nothing."""
+    opt_in(cluster, namespace)
+    source = "node-2"
+    elsewhere = {"schedulerName": "elsewhere", "nodeName": source}
+    cluster.apply(deployment("odd", replicas=1, cpu="100m", spec_extra=elsewhere), namespace)
+    [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "odd", 1), what="the pod")
+    # A server-side dry run is answered as asked and creates no job.
+    code, out = finished(drain(cluster, source, "--dry-run=server"), timeout=180)
+    assert code == 0, out
+    assert "(server dry run)" in out
+    assert not intercepted(cluster, namespace)
+    try:
+        code, out = finished(drain(cluster, source), timeout=180)
+    finally:
+        cluster.kubectl("uncordon", source)
+    assert code == 0, out
+    assert "is being migrated by PodMigrationJob eviction-" in out
+    assert f"pod/{pod['metadata']['name']} evicted" in out
+    [job] = intercepted(cluster, namespace)
+    assert job["status"]["phase"] == "Failed"
+    assert "not in schedulerNames" in job["status"]["message"]
+    reasons = [
+        e["reason"]
+        for e in cluster.get(
+            "events",
+            "-n",
+            namespace,
+            f"--field-selector=involvedObject.name={pod['metadata']['name']}",
+        )["items"]
+    ]
+    assert "EvictionIntercepted" in reasons
+    assert "EvictionAllowed" in reasons
+    samples = asyncio.run(scrape(cluster, "berth-webhook"))
+    name = "berth_eviction_reviews_total"
+    assert total(samples, name, result="intercepted", reason="JobCreated") >= 1
+    assert total(samples, name, result="passed", reason="JobEnded") >= 1
+
+
+POLICY = {
+    "apiVersion": "descheduler/v1alpha2",
+    "kind": "DeschedulerPolicy",
+    "profiles": [
+        {
+            "name": "spread-duplicates",
+            "pluginConfig": [{"name": "DefaultEvictor", "args": {}}, {"name": "RemoveDuplicates"}],
+            "plugins": {"balance": {"enabled": ["RemoveDuplicates"]}},
+        }
+    ],
+}
+"""RemoveDuplicates: of a workload's pods crowded on one node, evict those beyond an even
+share of the nodes they fit on."""
+
+
+def descheduler_once(cluster: Cluster, policy: Path) -> subprocess.CompletedProcess[str]:
+    """The descheduler, built from sigs.k8s.io/descheduler, run once (interval 0) as an
+    administrator, without its metrics server."""
+    return subprocess.run(
+        [
+            str(tool_binary("descheduler")),
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--policy-config-file={policy}",
+            "--descheduling-interval=0",
+            "--secure-port=0",
+            "--disable-metrics",
+            "--v=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_descheduler_run_once_migrates_reservation_first_within_the_limits(
+    cluster: Cluster,
+    namespace: str,
+    restart_controller: Callable[[str], None],
+    tmp_path: Path,
+) -> None:
+    # At most two of a workload's pods start migrating per ten minutes.
+    restart_controller("objectLimiters:\n  workload: {duration: 10m, maxMigrating: 2}\n")
+    opt_in(cluster, namespace)
+    source = "node-0"
+    with only_schedulable(cluster, source):
+        cluster.apply(deployment("dup", replicas=6, cpu="100m"), namespace)
+        cluster.wait(lambda: ready_pods(cluster, namespace, "dup", 6), what="six pods on one node")
+    originals = {p["metadata"]["uid"]: p for p in pods(cluster, namespace)}
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(POLICY))
+
+    run = descheduler_once(cluster, policy)
+    assert run.returncode == 0, run.stderr[-4000:]
+
+    # Six pods, three nodes: an even share is two, so four evictions, each made a job.
+    jobs = intercepted(cluster, namespace)
+    assert len(jobs) == 4, run.stderr[-4000:]
+    assert {j["spec"]["podRef"]["uid"] for j in jobs} <= set(originals)
+
+    def settled() -> list[dict[str, Any]] | None:
+        current = intercepted(cluster, namespace)
+        phases = sorted(j.get("status", {}).get("phase") or "Pending" for j in current)
+        return current if phases == ["Pending", "Pending", "Succeed", "Succeed"] else None
+
+    jobs = cluster.wait(settled, what="two jobs to succeed, two to wait", timeout=240)
+    for job in jobs:
+        if job["status"].get("phase") == "Succeed":
+            landed_where_reserved(cluster, job)
+        else:
+            assert job["status"]["reason"] == "ObjectLimiters", job["status"]
+            # Held back, the pod stays where it is.
+            uid = job["spec"]["podRef"]["uid"]
+            assert any(p["metadata"]["uid"] == uid for p in pods(cluster, namespace, "app=dup"))
+
+
+def evict(cluster: Cluster, namespace: str, name: str) -> subprocess.CompletedProcess[str]:
+    """One eviction through the Eviction API, as the administrator."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    return cluster.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/eviction",
+        "-f",
+        "-",
+        input=json.dumps(body),
+        check=False,
+    )
+
+
+@contextmanager
+def webhook_config(cluster: Cluster, path: Path, config: str) -> Iterator[None]:
+    """The webhook restarted with this configuration file for the block, then with none."""
+    path.write_text(config)
+
+    def restart(config_path: Path | None) -> None:
+        for webhook in [c for c in cluster.local.running() if c.name.startswith("berth-webhook")]:
+            cluster.local.stop(webhook)
+        cluster.local.start_webhook(name="berth-webhook", config=config_path)
+
+    restart(path)
+    try:
+        yield
+    finally:
+        restart(None)
+
+
+def test_evictions_elsewhere_pass_unless_all_namespaces_and_requesters_say_so(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """A namespace without the label: by default its evictions pass; with allNamespaces
+    they are intercepted (in the configured mode and TTL), unless the requester is not
+    among those listed."""
+    cluster.apply(deployment("web", replicas=3, cpu="50m"), namespace)
+    first, second, third = (
+        p["metadata"]["name"]
+        for p in cluster.wait(lambda: ready_pods(cluster, namespace, "web", 3), what="pods")
+    )
+    assert evict(cluster, namespace, first).returncode == 0
+
+    elsewhere = "evictionInterception:\n  allNamespaces: true\n"
+    listed = elsewhere + "  requesters: {users: [system:serviceaccount:kube-system:descheduler]}\n"
+    with webhook_config(cluster, tmp_path / "listed.yaml", listed):
+        assert evict(cluster, namespace, second).returncode == 0
+    assert not intercepted(cluster, namespace)
+
+    config = f"defaultJobMode: EvictDirectly\ndefaultJobTTL: 1m\n{elsewhere}"
+    with webhook_config(cluster, tmp_path / "all.yaml", config):
+        refused = evict(cluster, namespace, third)
+    assert refused.returncode != 0
+    assert "is being migrated by PodMigrationJob eviction-" in refused.stderr
+    [job] = intercepted(cluster, namespace)
+    assert job["spec"]["podRef"]["name"] == third
+    assert (job["spec"]["mode"], job["spec"]["ttl"]) == ("EvictDirectly", "1m0s")
+
+
+def test_a_pod_berth_never_migrates_is_evicted_as_asked(cluster: Cluster, namespace: str) -> None:
+    """A bare pod (nothing would recreate it) in an opted-in namespace: the eviction goes
+    ahead at once, and no job is made."""
+    opt_in(cluster, namespace)
+    cluster.apply(json.dumps(bare_pod("lonely", cpu="50m")), namespace)
+    cluster.wait(
+        lambda: cluster.get("pod", "lonely", "-n", namespace)["spec"].get("nodeName"),
+        what="the pod to be scheduled",
+    )
+    result = evict(cluster, namespace, "lonely")
+    assert result.returncode == 0, result.stderr
+    cluster.wait(lambda: not pods(cluster, namespace), what="the pod to be gone")
+    assert not intercepted(cluster, namespace)

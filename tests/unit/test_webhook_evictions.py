@@ -1,0 +1,313 @@
+"""What the webhook answers to an eviction (webhook.evictions), and how it reads one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import orjson
+import pytest
+
+from berth.api import keys
+from berth.settings import MigrationControllerArgs
+from tests.unit.builders import T0, job, pod, reservation, with_status
+from webhook import review
+from webhook.evictions import (
+    Deny,
+    Eviction,
+    Gone,
+    Pass,
+    already_migrated,
+    job_for,
+    replaced_in,
+    requester_label,
+    screen,
+    screen_pod,
+    verdict,
+)
+
+CONTROLLER = "system:serviceaccount:berth-system:berth-controller"
+ADMIN = "kubernetes-admin"
+EVICTION = Eviction(
+    uid="review-1",
+    namespace="default",
+    pod="web-1",
+    user=ADMIN,
+    groups=("system:masters", "system:authenticated"),
+    dry_run=False,
+)
+
+
+def settings(**config: Any) -> MigrationControllerArgs:
+    return MigrationControllerArgs.model_validate(config)
+
+
+def reason(answer: Pass | None) -> str | None:
+    return answer.reason if answer else None
+
+
+@pytest.mark.parametrize(
+    ("eviction", "config", "labelled", "expected"),
+    [
+        (EVICTION, {}, True, None),
+        # Berth's own evictions, by the identity the API server authenticated.
+        (replace(EVICTION, user=CONTROLLER), {}, True, "BerthEviction"),
+        (replace(EVICTION, dry_run=True), {}, True, "DryRun"),
+        (EVICTION, {"dryRun": True}, True, "ControllerDryRun"),
+        # A job would delete the pod past its PDBs, or only annotate it.
+        (EVICTION, {"evictionPolicy": "Delete"}, True, "EvictionPolicy"),
+        (EVICTION, {"evictionPolicy": "SoftEviction"}, True, "EvictionPolicy"),
+        (EVICTION, {}, False, "NotOptedIn"),
+        (EVICTION, {"evictionInterception": {"allNamespaces": True}}, False, None),
+        (replace(EVICTION, namespace="kube-system"), {}, True, "NamespaceExcluded"),
+        (
+            replace(EVICTION, namespace="kube-system"),
+            {"evictionInterception": {"allNamespaces": True}},
+            False,
+            "NamespaceExcluded",
+        ),
+        (EVICTION, {"namespaces": {"include": ["other"]}}, True, "NamespaceExcluded"),
+        (
+            EVICTION,
+            {"evictionInterception": {"requesters": {"users": ["descheduler"]}}},
+            True,
+            "RequesterNotListed",
+        ),
+        (
+            replace(EVICTION, user="descheduler"),
+            {"evictionInterception": {"requesters": {"users": ["descheduler"]}}},
+            True,
+            None,
+        ),
+        (
+            EVICTION,
+            {"evictionInterception": {"requesters": {"groups": ["system:masters"]}}},
+            True,
+            None,
+        ),
+    ],
+)
+def test_screen(
+    eviction: Eviction, config: dict[str, Any], labelled: bool, expected: str | None
+) -> None:
+    answer = screen(
+        eviction, settings=settings(**config), controller_user=CONTROLLER, labelled=labelled
+    )
+    assert reason(answer) == expected
+
+
+def daemonset_pod() -> dict[str, Any]:
+    found = pod()
+    found["metadata"]["ownerReferences"][0].update(kind="DaemonSet", name="agent")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("candidate", "expected"),
+    [
+        (pod(), None),
+        (pod(rs=None), "pod has no owner to recreate it (evictFailedBarePods allows failed ones)"),
+        (daemonset_pod(), "pod is a DaemonSet pod"),
+        (
+            pod(annotations={"kubernetes.io/config.mirror": "x"}),
+            "pod is a static pod (its kubelet runs it from a manifest)",
+        ),
+        (pod(node=None), "pod is not scheduled to a node"),
+    ],
+)
+def test_pods_berth_never_migrates_are_evicted_as_asked(
+    candidate: dict[str, Any], expected: str | None
+) -> None:
+    answer = screen_pod(candidate, EVICTION)
+    assert (answer.message if answer else None) == expected
+    assert answer is None or answer.reason == "NotMigratable"
+
+
+def test_an_eviction_for_another_pod_of_that_name_is_left_to_the_api_server() -> None:
+    answer = screen_pod(pod(), replace(EVICTION, uid_precondition="uid-old"))
+    assert answer == Pass("OtherPod", "the eviction requires UID uid-old")
+    assert screen_pod(pod(), replace(EVICTION, uid_precondition="uid-web-1")) is None
+
+
+def test_the_job_takes_mode_and_ttl_from_the_configuration_and_names_the_requester() -> None:
+    config = settings(defaultJobMode="EvictDirectly", defaultJobTTL="90s")
+    body = job_for(pod(uid="1234"), eviction=EVICTION, settings=config)
+    assert body["metadata"]["name"] == "eviction-1234"
+    assert body["metadata"]["labels"] == {keys.REQUESTER: ADMIN}
+    assert body["metadata"]["annotations"] == {keys.REQUESTER: ADMIN}
+    assert body["spec"] == {
+        "mode": "EvictDirectly",
+        "ttl": "1m30s",
+        "podRef": {"namespace": "default", "name": "web-1", "uid": "1234"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("user", "label"),
+    [
+        ("kubernetes-admin", "kubernetes-admin"),
+        (
+            "system:serviceaccount:kube-system:descheduler",
+            "system.serviceaccount.kube-system.descheduler",
+        ),
+        ("user@example.com", "user.example.com"),
+        ("::", "unknown"),
+    ],
+)
+def test_requester_label(user: str, label: str) -> None:
+    assert requester_label(user) == label
+
+
+def test_a_long_requester_keeps_its_start_and_a_hash() -> None:
+    user = "system:serviceaccount:a-very-long-namespace-name:" + "x" * 60
+    label = requester_label(user)
+    assert len(label) <= 63
+    assert label.startswith("system.serviceaccount.a-very-long-namespace-name.")
+    assert label != requester_label(user + "y")
+
+
+def the_job(phase: str | None, **status: Any) -> dict[str, Any]:
+    found = job("eviction-uid-web-1", phase=phase)
+    found["spec"]["podRef"]["uid"] = "uid-web-1"
+    found["status"].update(status)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        (the_job(None), Deny),
+        (the_job("Pending", reason="MaxMigratingPerNode", message="2 running on node-0"), Deny),
+        (the_job("Running"), Deny),
+        (the_job("Failed", reason="Timeout"), Pass),
+        (the_job("Aborted"), Pass),
+        (the_job("Succeed"), Pass),
+    ],
+)
+def test_verdict_waits_for_the_job_and_never_blocks_for_good(
+    found: dict[str, Any], expected: type
+) -> None:
+    answer = verdict(found, pod())
+    assert isinstance(answer, expected)
+    if isinstance(answer, Deny):
+        assert answer.job == "eviction-uid-web-1"
+        assert "PodMigrationJob eviction-uid-web-1" in answer.message
+    else:
+        assert answer.reason == "JobEnded"
+
+
+def test_a_job_of_that_name_for_another_pod_never_blocks_the_eviction() -> None:
+    found = the_job("Running")
+    found["spec"]["podRef"]["uid"] = "someone-else"
+    answer = verdict(found, pod())
+    assert isinstance(answer, Pass)
+    assert answer.reason == "JobMismatch"
+
+
+def migrated_by(user: str) -> dict[str, Any]:
+    found = the_job("Succeed")
+    found["metadata"]["annotations"][keys.REQUESTER] = user
+    return found
+
+
+def test_the_replacement_of_a_migrated_pod_is_found_by_its_reservation() -> None:
+    reservations = {
+        "a": reservation("a", owners=["other"], job_name="job-a"),
+        "b": with_status(reservation("b", owners=["web-1"], job_name="job-b"), phase="Succeeded"),
+    }
+    assert replaced_in(pod(), reservations) == "job-b"
+    assert replaced_in(pod(uid="new"), reservations) is None
+
+
+@pytest.mark.parametrize(
+    ("user", "after", "gone"),
+    [
+        (ADMIN, timedelta(seconds=10), True),
+        (ADMIN, timedelta(minutes=5, seconds=59), True),  # TTL 5m + the grace
+        (ADMIN, timedelta(minutes=7), False),
+        ("someone-else", timedelta(seconds=10), False),
+    ],
+)
+def test_a_retry_on_the_replacement_is_answered_gone(
+    user: str, after: timedelta, gone: bool
+) -> None:
+    answer = already_migrated(migrated_by(user), eviction=EVICTION, now=T0 + after)
+    assert isinstance(answer, Gone) == gone
+
+
+# --- the wire ---------------------------------------------------------------
+
+
+def eviction_review(**request: Any) -> bytes:
+    body = {
+        "uid": "review-1",
+        "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "subResource": "eviction",
+        "name": "web-1",
+        "namespace": "default",
+        "operation": "CREATE",
+        "userInfo": {"username": ADMIN, "groups": ["system:masters"]},
+        "object": {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "web-1", "namespace": "default"},
+        },
+        "dryRun": False,
+        **request,
+    }
+    return orjson.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}
+    )
+
+
+def test_an_eviction_review_is_read() -> None:
+    assert review.parse_eviction(eviction_review()) == replace(EVICTION, groups=("system:masters",))
+    assert review.parse_eviction(eviction_review(dryRun=True)).dry_run
+
+
+def test_a_dry_run_asked_in_the_evictions_delete_options_is_a_dry_run() -> None:
+    """kubectl drain --dry-run=server asks in the Eviction's deleteOptions; the review's
+    own dryRun stays false."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "web-1", "namespace": "default"},
+        "deleteOptions": {"dryRun": ["All"], "preconditions": {"uid": "uid-web-1"}},
+    }
+    eviction = review.parse_eviction(eviction_review(object=body))
+    assert eviction.dry_run
+    assert eviction.uid_precondition == "uid-web-1"
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "problem"),
+    [
+        ({"subResource": "status"}, "pods/status, not pods/eviction"),
+        ({"userInfo": {"groups": []}}, "userInfo.username: Field required"),
+        ({"name": 3}, "name: Input should be a valid string"),
+        ({"uid": ""}, "the request has no uid"),
+        ({"object": {"deleteOptions": {"dryRun": "All"}}}, "deleteOptions.dryRun: Input should be"),
+    ],
+)
+def test_a_malformed_eviction_review_is_refused_naming_the_problem(
+    request_fields: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(review.MalformedReview, match=problem):
+        review.parse_eviction(eviction_review(**request_fields))
+
+
+def test_a_refusal_carries_the_code_the_client_sees() -> None:
+    answer = review.refusal("review-1", code=429, reason="TooManyRequests", message="wait")
+    assert answer["response"] == {
+        "uid": "review-1",
+        "allowed": False,
+        "status": {
+            "status": "Failure",
+            "code": 429,
+            "reason": "TooManyRequests",
+            "message": "wait",
+        },
+    }
+    assert review.response("review-1", [])["response"] == {"uid": "review-1", "allowed": True}

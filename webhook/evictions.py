@@ -1,0 +1,258 @@
+"""What to answer to an eviction (`pods/eviction` CREATE): pure decisions.
+
+Tools that only know the Eviction API (kubectl drain, the descheduler, autoscalers) evict
+first and leave the replacement to find a place. Berth answers such an eviction the way a
+PodDisruptionBudget does when it cannot allow one yet, HTTP 429, and migrates the pod with
+a PodMigrationJob in the meantime; the tool retries, finds the pod gone, and moves on.
+
+The API server authorises `pods/eviction` for the requester before any admission webhook
+runs, so the job the webhook creates on the requester's behalf ends in an eviction the
+requester was already allowed to make: Berth's rights lend it nothing.
+
+The checks, in order:
+- `screen`: the request alone. Berth's own evictions (the controller's, known by the
+  identity the API server authenticated, never by anything in the body), dry runs, a
+  controller in dryRun (its jobs would never start), an `evictionPolicy` other than
+  Eviction (the job would then delete or only annotate the pod, not what was asked),
+  namespaces not opted in, namespaces `namespaces` excludes, requesters not listed.
+- `screen_pod`: the pod. A pod Berth never migrates (`berth.eviction.forbidden`: no
+  controller, DaemonSet, static, terminating, ...) is evicted as asked.
+- `already_migrated`: the pod is the replacement a job made from this requester's
+  eviction put in place. A StatefulSet's replacement has the original's name, and kubectl
+  drain re-reads the pod by name after each 429: without this, it would evict the
+  replacement in turn. It is answered 404 (the pod it meant is gone), which drain counts
+  as done.
+- `verdict`: the job for the pod (named after the pod's UID, so every replica and every
+  retry finds the same one). Not ended: 429, naming the job. Ended while the pod is still
+  there (the job failed or was aborted): the eviction goes through, so a drain is never
+  blocked for good.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from berth import eviction as evictability
+from berth.api import TERMINAL_PHASES, format_duration, keys, parse_duration
+from berth.protocol import Object, owner_uids
+from berth.settings import EvictionPolicy, MigrationControllerArgs
+
+JOB_PREFIX = "eviction-"
+"""Name of a job made from an intercepted eviction: this prefix and the pod's UID."""
+
+REPLACEMENT_GRACE = timedelta(minutes=1)
+"""How long after a job's TTL its requester's evictions of the replacement are still taken
+for retries of the first eviction (`already_migrated`)."""
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """An eviction as the admission review gives it."""
+
+    uid: str
+    """The review's UID."""
+    namespace: str
+    pod: str
+    """Name of the pod to evict."""
+    user: str
+    """The requester, as the API server authenticated it."""
+    groups: tuple[str, ...]
+    dry_run: bool
+    """Asked by the request or by the Eviction's deleteOptions."""
+    uid_precondition: str | None = None
+    """The UID the eviction's deleteOptions require the pod to have."""
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Let the eviction go ahead."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Answer 429: the pod is being migrated by `job`; retry later."""
+
+    reason: str
+    job: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Gone:
+    """Answer 404: the pod the requester meant is gone, replaced through a migration."""
+
+    reason: str
+    message: str
+
+
+Answer = Pass | Deny | Gone
+
+
+def screen(
+    eviction: Eviction,
+    *,
+    settings: MigrationControllerArgs,
+    controller_user: str,
+    labelled: bool,
+) -> Pass | None:
+    """Why the eviction goes ahead without looking at the pod, or None to go on.
+
+    `labelled`: the namespace carries `berth.sh/intercept-evictions: "true"` (the webhook
+    configuration sends evictions of labelled and unlabelled namespaces to two paths).
+    """
+    config = settings.eviction_interception
+    if eviction.user == controller_user:
+        return Pass("BerthEviction", "the eviction is Berth's own")
+    if eviction.dry_run:
+        return Pass("DryRun", "a dry run creates no job")
+    if settings.dry_run:
+        # Its jobs would wait, Pending, until their TTL: the eviction would only be late.
+        return Pass("ControllerDryRun", "the controller runs with dryRun: it starts no job")
+    if settings.eviction_policy != EvictionPolicy.EVICTION:
+        # A job would remove the pod another way (a delete ignores PodDisruptionBudgets):
+        # more than the requester asked for and was authorised to do.
+        return Pass(
+            "EvictionPolicy",
+            f"evictionPolicy is {settings.eviction_policy}: a job would not evict through "
+            "the Eviction API as asked",
+        )
+    if not labelled and not config.all_namespaces:
+        return Pass(
+            "NotOptedIn",
+            f"namespace {eviction.namespace} is not labelled {keys.INTERCEPT_EVICTIONS}=true",
+        )
+    refused = settings.namespaces.refuses(eviction.namespace) if settings.namespaces else None
+    if refused:
+        return Pass("NamespaceExcluded", refused)
+    listed = config.requesters
+    if listed is not None and (
+        eviction.user not in listed.users and not set(eviction.groups) & set(listed.groups)
+    ):
+        return Pass(
+            "RequesterNotListed",
+            f"{eviction.user} is not among evictionInterception.requesters",
+        )
+    return None
+
+
+def screen_pod(pod: Object, eviction: Eviction) -> Pass | None:
+    """Why the eviction goes ahead as asked for this pod, or None: Berth never migrates
+    the pod, or the eviction is for another pod of that name (its UID precondition,
+    which the API server then refuses)."""
+    uid = pod["metadata"].get("uid")
+    if eviction.uid_precondition is not None and eviction.uid_precondition != uid:
+        return Pass("OtherPod", f"the eviction requires UID {eviction.uid_precondition}")
+    reason = evictability.forbidden(pod)
+    return Pass("NotMigratable", reason) if reason else None
+
+
+def job_name(pod: Object) -> str:
+    return f"{JOB_PREFIX}{pod['metadata']['uid']}"
+
+
+def requester_label(user: str) -> str:
+    """`user` as a label value: characters a label may not hold become dots, and a name
+    too long for a label keeps its start and a hash of the whole."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", ".", user).strip("._-")
+    if len(value) > 63:
+        digest = hashlib.sha256(user.encode()).hexdigest()[:10]
+        value = f"{value[:52].rstrip('._-')}-{digest}"
+    return value or "unknown"
+
+
+def job_for(
+    pod: Object, *, eviction: Eviction, settings: MigrationControllerArgs
+) -> dict[str, Any]:
+    """The PodMigrationJob that carries out the eviction: the configuration's
+    `defaultJobMode` and `defaultJobTTL`, labelled with the requester."""
+    metadata = pod["metadata"]
+    return {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "PodMigrationJob",
+        "metadata": {
+            "name": job_name(pod),
+            "labels": {keys.REQUESTER: requester_label(eviction.user)},
+            "annotations": {keys.REQUESTER: eviction.user},
+        },
+        "spec": {
+            "mode": str(settings.default_job_mode),
+            "ttl": format_duration(settings.default_job_ttl),
+            "podRef": {
+                "namespace": metadata["namespace"],
+                "name": metadata["name"],
+                "uid": metadata["uid"],
+            },
+        },
+    }
+
+
+def replaced_in(pod: Object, reservations: Mapping[str, Object]) -> str | None:
+    """The job whose Reservation records `pod` as its owner (the pod is the replacement
+    that job put in place), or None. Reservations are written by Berth alone."""
+    uid = pod["metadata"].get("uid")
+    for reservation in reservations.values():
+        if uid in owner_uids(reservation):
+            job = (reservation["metadata"].get("annotations") or {}).get(keys.JOB)
+            return str(job) if job else None
+    return None
+
+
+def already_migrated(job: Object, *, eviction: Eviction, now: datetime) -> Gone | None:
+    """404 when `job` was made from an eviction by the same requester and its TTL (with
+    `REPLACEMENT_GRACE`) has not run out: this eviction is that requester retrying the
+    first one on the replacement, which took the original's name."""
+    metadata = job["metadata"]
+    if (metadata.get("annotations") or {}).get(keys.REQUESTER) != eviction.user:
+        return None
+    try:
+        created = datetime.fromisoformat(metadata["creationTimestamp"])
+        ttl = parse_duration(job["spec"].get("ttl") or "0s")
+    except (KeyError, ValueError):
+        return None
+    if now > created + ttl + REPLACEMENT_GRACE:
+        return None
+    return Gone(
+        "AlreadyMigrated",
+        f"pod {eviction.namespace}/{eviction.pod} is the replacement PodMigrationJob "
+        f"{metadata['name']} put in place of the pod evicted by {eviction.user}; "
+        "that pod is gone",
+    )
+
+
+def verdict(job: Object, pod: Object) -> Pass | Deny:
+    """The answer once the pod's job exists: 429 while it runs; through once it ended
+    and the pod is still there. A job of that name for another pod (made by hand to
+    hold the pod's evictions off) never blocks the eviction."""
+    name = job["metadata"]["name"]
+    ref = job.get("spec", {}).get("podRef") or {}
+    metadata = pod["metadata"]
+    if (ref.get("namespace"), ref.get("name"), ref.get("uid")) != (
+        metadata["namespace"],
+        metadata["name"],
+        metadata["uid"],
+    ):
+        return Pass("JobMismatch", f"PodMigrationJob {name} is not about this pod")
+    status = job.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase in TERMINAL_PHASES:
+        why = status.get("reason") or status.get("message") or "no reason given"
+        return Pass(
+            "JobEnded",
+            f"PodMigrationJob {name} ended {phase} ({why}) and the pod is still here: "
+            "letting the eviction through",
+        )
+    waiting = f"; {status['message']}" if status.get("message") else ""
+    return Deny(
+        "JobInProgress",
+        name,
+        f"pod {metadata['namespace']}/{metadata['name']} is being migrated by "
+        f"PodMigrationJob {name} (phase {phase}{waiting}); retry the eviction later",
+    )

@@ -1,0 +1,188 @@
+"""The eviction endpoints: read the pod, create or find its job, answer (`webhook.evictions`
+decides each step).
+
+The job is named after the pod's UID, so replicas answering retries of the same eviction
+create it once between them: a create that finds it already there reads it instead. A
+failure to reach the API server lets the eviction through, as `failurePolicy: Ignore`
+does when the webhook itself cannot be reached: interception must never block a drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from berth import metrics
+from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
+from berth.kube.events import Recorder
+from berth.protocol import Object
+from berth.settings import MigrationControllerArgs
+from webhook import evictions, review
+from webhook.evictions import Answer, Deny, Eviction, Gone, Pass
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_USER = "system:serviceaccount:berth-system:berth-controller"
+"""The controller's identity as manifests/rbac installs it: its evictions always pass."""
+
+
+@dataclass(frozen=True)
+class Interception:
+    """What the eviction endpoints need to know: the controller's configuration (the one
+    file both read) and the controller's user name."""
+
+    settings: MigrationControllerArgs
+    controller_user: str = CONTROLLER_USER
+
+
+class Interceptor:
+    """Answers `pods/eviction` reviews. `reservations` is the webhook's Reservation cache."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        interception: Interception,
+        reservations: Mapping[str, Object],
+        deadline: float,
+    ) -> None:
+        self.kube = kube
+        self.settings = interception.settings
+        self.controller_user = interception.controller_user
+        self.reservations = reservations
+        self.deadline = deadline
+        self.recorder = Recorder(kube, component="berth-webhook", instance=socket.gethostname())
+        self._events: set[asyncio.Task[None]] = set()
+
+    async def labelled(self, request: web.Request) -> web.Response:
+        """Evictions in namespaces labelled `berth.sh/intercept-evictions: "true"`."""
+        return await self.review(request, labelled=True)
+
+    async def unlabelled(self, request: web.Request) -> web.Response:
+        """Evictions anywhere else: intercepted only with `allNamespaces`."""
+        return await self.review(request, labelled=False)
+
+    async def review(self, request: web.Request, *, labelled: bool) -> web.Response:
+        try:
+            eviction = review.parse_eviction(await request.read())
+        except review.MalformedReview as error:
+            log.warning("refused an eviction review: %s", error)
+            _count("malformed", "")
+            return web.Response(status=400, text=str(error))
+        try:
+            async with asyncio.timeout(self.deadline):
+                answer = await self.answer(eviction, labelled=labelled)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+            log.warning(
+                "eviction of %s/%s: let through, the API server failed: %s",
+                eviction.namespace,
+                eviction.pod,
+                error or "no answer within the deadline",
+            )
+            _count("error", "")
+            return _json(review.response(eviction.uid, []))
+        return self.respond(eviction, answer)
+
+    def respond(self, eviction: Eviction, answer: Answer) -> web.Response:
+        where = f"{eviction.namespace}/{eviction.pod} by {eviction.user}"
+        if isinstance(answer, Pass):
+            log.log(
+                logging.DEBUG if answer.reason == "NotOptedIn" else logging.INFO,
+                "eviction of %s: let through (%s: %s)",
+                where,
+                answer.reason,
+                answer.message,
+            )
+            _count("passed", answer.reason)
+            return _json(review.response(eviction.uid, []))
+        if isinstance(answer, Gone):
+            log.info("eviction of %s: answered not found (%s)", where, answer.message)
+            _count("gone", answer.reason)
+            return _json(
+                review.refusal(eviction.uid, code=404, reason="NotFound", message=answer.message)
+            )
+        log.info("eviction of %s: retry later, job %s (%s)", where, answer.job, answer.reason)
+        _count("intercepted", answer.reason)
+        return _json(
+            review.refusal(eviction.uid, code=429, reason="TooManyRequests", message=answer.message)
+        )
+
+    async def answer(self, eviction: Eviction, *, labelled: bool) -> Answer:
+        passed = evictions.screen(
+            eviction,
+            settings=self.settings,
+            controller_user=self.controller_user,
+            labelled=labelled,
+        )
+        if passed:
+            return passed
+        try:
+            pod = await self.kube.get(PODS, eviction.pod, eviction.namespace)
+        except KubeError as error:
+            if error.not_found:
+                return Pass("PodNotFound", "no such pod")
+            raise
+        passed = evictions.screen_pod(pod, eviction)
+        if passed:
+            return passed
+        gone = await self.replaced(pod, eviction)
+        if gone:
+            return gone
+        body = evictions.job_for(pod, eviction=eviction, settings=self.settings)
+        name = body["metadata"]["name"]
+        try:
+            job = await self.kube.create(PODMIGRATIONJOBS, body)
+            created = True
+        except KubeError as error:
+            if error.status != 409:  # AlreadyExists: another replica, or an earlier retry
+                raise
+            job = await self.kube.get(PODMIGRATIONJOBS, name)
+            created = False
+        answer = evictions.verdict(job, pod)
+        if isinstance(answer, Deny) and created:
+            self.event(
+                pod,
+                "EvictionIntercepted",
+                f"eviction requested by {eviction.user} is carried out by PodMigrationJob "
+                f"{name} ({job['spec']['mode']}); the requester is told to retry until then",
+            )
+            return Deny("JobCreated", answer.job, answer.message)
+        if isinstance(answer, Pass):
+            self.event(pod, "EvictionAllowed", answer.message, event_type="Warning")
+        return answer
+
+    async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
+        """`Gone` when the pod is the replacement of a pod this requester's eviction had
+        migrated (`evictions.already_migrated`)."""
+        name = evictions.replaced_in(pod, self.reservations)
+        if name is None:
+            return None
+        try:
+            job = await self.kube.get(PODMIGRATIONJOBS, name)
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+        return evictions.already_migrated(job, eviction=eviction, now=datetime.now(UTC))
+
+    def event(self, pod: Object, reason: str, message: str, event_type: str = "Normal") -> None:
+        """Record an event on the pod without holding the answer up for it."""
+        task = asyncio.create_task(self.recorder.record(pod, reason, message, event_type))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+
+def _count(result: metrics.EvictionResult, reason: str) -> None:
+    metrics.EVICTION_REVIEWS.labels(result=result, reason=reason).inc()
+
+
+def _json(body: object) -> web.Response:
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
