@@ -96,12 +96,23 @@ spec:
 {{- end }}
 {{- end -}}
 
-{{/* The volumes every component mounts: the serving certificate and /tmp. */}}
+{{/*
+The volumes of the webhook and the extender: the serving certificate, /tmp and,
+with "config" true, the controller's configuration file. Called with
+(dict "root" $ "config" true).
+*/}}
 {{- define "berth.volumes" -}}
 # Issued by cert-manager, or the Secret created before the install.
 - name: tls
   secret:
-    secretName: {{ include "berth.tlsSecret" . }}
+    secretName: {{ include "berth.tlsSecret" .root }}
+{{- if .config }}
+# The controller's ConfigMap: its name carries a hash of the file, so a change
+# rolls out new pods of both.
+- name: config
+  configMap:
+    name: {{ include "berth.controllerConfigMap" .root }}
+{{- end }}
 # The root filesystem is read-only; anything that needs a scratch file
 # (Python's tempfile) gets this.
 - name: tmp
@@ -113,6 +124,11 @@ spec:
 - name: tls
   mountPath: /etc/berth/tls
   readOnly: true
+{{- if .config }}
+- name: config
+  mountPath: /etc/berth/config
+  readOnly: true
+{{- end }}
 - name: tmp
   mountPath: /tmp
 {{- end -}}
