@@ -237,6 +237,9 @@ def test_the_schema_knows_every_config_key_and_no_other() -> None:
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("controller.config.maxMigratingPerNod=5", "maxMigratingPerNod"),
         ("tls.caBundle=-----BEGIN CERTIFICATE-----", "caBundle"),
+        ("controller.config.evictionInterception.allNamespaces=yes", "allNamespaces"),
+        ("controller.config.evictionInterception.requesters.user=x", "user"),
+        ("webhook.evictionInterception.enabled=1", "enabled"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(helm: Path, value: str, named: str) -> None:
@@ -311,6 +314,19 @@ def test_non_default_values_reach_their_objects(helm: Path) -> None:
         "caBundle": "Q0E=",
     }
     assert entry["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "ops"]
+    evictions = one(objects, "ValidatingWebhookConfiguration", "platform-berth-evictions")
+    assert "annotations" not in evictions["metadata"]
+    for entry in evictions["webhooks"]:
+        assert entry["clientConfig"]["service"]["name"] == "platform-berth-webhook"
+        assert entry["clientConfig"]["service"]["namespace"] == "ops"
+        assert entry["clientConfig"]["caBundle"] == "Q0E="
+        assert entry["namespaceSelector"]["matchExpressions"][0]["values"] == [
+            "kube-system",
+            "ops",
+        ]
+    # The controller's own evictions pass: the webhook knows its ServiceAccount.
+    args = webhook["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--controller-user", "system:serviceaccount:ops:platform-berth-controller"]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         for binding in (o for o in objects if o["kind"] == kind):
             assert {s["namespace"] for s in binding["subjects"]} == {"ops"}
@@ -329,10 +345,41 @@ def test_with_cert_manager_the_certificate_names_the_release_services(helm: Path
         "platform-berth-extender.ops.svc",
         "platform-berth-extender.ops.svc.cluster.local",
     ]
-    hook = one(objects, "MutatingWebhookConfiguration", "platform-berth")
-    assert hook["metadata"]["annotations"] == {
-        "cert-manager.io/inject-ca-from": "ops/platform-berth-tls"
+    for kind, name in [
+        ("MutatingWebhookConfiguration", "platform-berth"),
+        ("ValidatingWebhookConfiguration", "platform-berth-evictions"),
+    ]:
+        assert one(objects, kind, name)["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": "ops/platform-berth-tls"
+        }
+
+
+def test_eviction_interception_can_be_left_out(helm: Path) -> None:
+    objects = helm_template(helm, values=["webhook.evictionInterception.enabled=false"])
+    assert "ValidatingWebhookConfiguration" not in {o["kind"] for o in objects}
+    role = one(objects, "ClusterRole", "berth-webhook")
+    assert {resource for rule in role["rules"] for resource in rule["resources"]} == {
+        "reservations",
+        "replicasets",
     }
+
+
+def test_the_controller_loads_the_rendered_eviction_interception(
+    helm: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        rendered_config(
+            helm,
+            "controller.config.evictionInterception.allNamespaces=true",
+            "controller.config.evictionInterception.requesters.groups[0]=system:nodes",
+        )
+    )
+    interception = load_args(path).eviction_interception
+    assert interception.all_namespaces is True
+    assert interception.requesters is not None
+    assert interception.requesters.groups == ["system:nodes"]
+    assert interception.requesters.users == []
 
 
 # --- the values table --------------------------------------------------------------
