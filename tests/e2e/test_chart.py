@@ -1,11 +1,13 @@
 """The Helm chart on the real API server, with real Helm.
 
 The session's cluster already runs Berth under its own names (the CRDs, the berth-*
-ClusterRoles, the `berth` MutatingWebhookConfiguration). Every release here is named
-so that its objects are not those (`chart-e2e-berth-*`) and lives in the test's own
-namespace; its Deployments run no replicas, so no pod of it ever serves, and its
-webhook configuration, which only matches namespaces labelled for a migration,
-leaves with the release.
+ClusterRoles, the `berth` and `berth-evictions` webhook configurations). Every release
+here is named so that its objects are not those (`chart-e2e-berth-*`) and lives in the
+test's own namespace; its Deployments run no replicas, so no pod of it ever serves, and
+its webhook configurations leave with the release. The mutating one only matches
+namespaces labelled for a migration; the eviction one matches every namespace, and
+while the release lasts an eviction's call to it fails and is ignored (failurePolicy
+Ignore), as in any webhook outage.
 
 The CRDs are the session's, applied from manifests/crds by `kubectl apply
 --server-side`, as on a cluster installed with kustomize first. Helm 4 applies a chart's
@@ -85,9 +87,13 @@ def release(helm: Helm, cluster: Cluster, restricted: str) -> Iterator[str]:
     """The namespace of a release the test installs; uninstalled if the test did not."""
     yield restricted
     helm("uninstall", RELEASE, "--namespace", restricted, "--wait", check=False)
-    assert not cluster.kubectl(
-        "get", "mutatingwebhookconfiguration", FULLNAME, "--ignore-not-found", "-o", "name"
-    ).stdout, "the release's webhook configuration outlived it"
+    for kind, name in [
+        ("mutatingwebhookconfiguration", FULLNAME),
+        ("validatingwebhookconfiguration", f"{FULLNAME}-evictions"),
+    ]:
+        assert not cluster.kubectl("get", kind, name, "--ignore-not-found", "-o", "name").stdout, (
+            f"the release's {kind} outlived it"
+        )
 
 
 def name_of(obj: dict[str, Any]) -> str:
@@ -113,6 +119,8 @@ def name_of(obj: dict[str, Any]) -> str:
                 "controller.podDisruptionBudget.enabled=true",
                 "controller.config.maxMigratingPerNode=5",
                 "controller.config.nodeFit=true",
+                "controller.config.evictionInterception.allNamespaces=true",
+                "controller.config.evictionInterception.requesters.groups[0]=system:nodes",
                 "webhook.resources.limits.memory=512Mi",
                 "image.tag=0.2.0",
                 "image.pullPolicy=Always",
@@ -198,6 +206,11 @@ def test_install_upgrade_and_uninstall(cluster: Cluster, helm: Helm, release: st
         "path": "/mutate-pod",
         "port": 443,
     }
+    evictions = cluster.get("validatingwebhookconfiguration", f"{FULLNAME}-evictions")
+    assert [entry["clientConfig"]["service"] for entry in evictions["webhooks"]] == [
+        {"name": f"{FULLNAME}-webhook", "namespace": release, "path": path, "port": 443}
+        for path in ("/validate-eviction", "/validate-eviction/unlabelled")
+    ]
     # The notes print kube-scheduler's part: the same as manifests/scheduler but for the
     # release's Service.
     assert_notes_print(helm, release, MANIFESTS / "scheduler" / "kube-scheduler-config.yaml")
