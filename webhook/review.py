@@ -91,10 +91,15 @@ class Pod(_Read):
     spec: PodSpec
 
 
+class UserInfo(_Read):
+    username: str | None = None
+
+
 class AdmissionRequest(_Read):
     operation: str | None = None
     namespace: str | None = None
     dryRun: bool | None = None
+    userInfo: UserInfo | None = None
 
 
 def parse(body: bytes) -> dict[str, Any]:
