@@ -162,13 +162,14 @@ CONTROLLER_MANAGER = "system:kube-controller-manager"
 `--use-service-account-credentials` (the name of its client certificate)."""
 
 
+def _kind(reference: Mapping[str, Any]) -> tuple[str, str]:
+    return str(reference.get("apiVersion")), str(reference.get("kind"))
+
+
 def is_bindable(controller: Mapping[str, Any] | None) -> bool:
     """Whether a pod of this controller reference can take a Reservation: its kind is one
     whose pod creator Berth's webhook can recognise (`created_by_controller`)."""
-    return controller is not None and (
-        str(controller.get("apiVersion")),
-        str(controller.get("kind")),
-    ) in CONTROLLER_IDENTITIES
+    return controller is not None and _kind(controller) in CONTROLLER_IDENTITIES
 
 
 def created_by_controller(controller: Mapping[str, Any] | None, username: str | None) -> bool:
@@ -178,9 +179,7 @@ def created_by_controller(controller: Mapping[str, Any] | None, username: str | 
     create pods as kube-controller-manager or its ServiceAccounts."""
     if controller is None or not username:
         return False
-    identity = CONTROLLER_IDENTITIES.get(
-        (str(controller.get("apiVersion")), str(controller.get("kind")))
-    )
+    identity = CONTROLLER_IDENTITIES.get(_kind(controller))
     return identity is not None and username in (identity, CONTROLLER_MANAGER)
 
 

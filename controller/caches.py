@@ -270,7 +270,7 @@ class Caches:
             image=self.args.placeholder_image,
             strays=strays,
             priority_class=priority_class,
-            priority_class_known=priority_class["metadata"]["name"] in self.priority_classes.store,
+            priority_class_found=self.priority_classes.get(priority_class["metadata"]["name"]),
         )
 
     def job_view(self, job: Object) -> jobs.JobView:

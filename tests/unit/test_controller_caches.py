@@ -74,7 +74,7 @@ async def test_a_reservation_view_names_the_non_preempting_class_of_its_pods_pri
     view = cache.reservation_view(rsv)
     assert view.priority_class is not None
     assert view.priority_class["metadata"]["name"] == "berth-non-preempting-0"
-    assert not view.priority_class_known
+    assert view.priority_class_found is None
     # No priority in the template: the global default class's, as admission gives it.
     default = {"metadata": {"name": "normal", "uid": "u1"}, "value": 10, "globalDefault": True}
     await watch(cache.priority_classes, "ADDED", default)
@@ -83,4 +83,4 @@ async def test_a_reservation_view_names_the_non_preempting_class_of_its_pods_pri
     await watch(cache.priority_classes, "ADDED", build.non_preempting_class(1000))
     view = cache.reservation_view(rsv)
     assert view.priority_class == build.non_preempting_class(1000)
-    assert view.priority_class_known
+    assert view.priority_class_found == build.non_preempting_class(1000)
