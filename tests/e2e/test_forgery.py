@@ -23,7 +23,7 @@ from berth.api import API_VERSION, keys
 from berth.protocol import annotations_of, claim_of, is_gated, owner_uids, phase
 from tests.e2e.capacity import PAUSE, pod
 from tests.e2e.kube import Cluster, pods
-from tests.e2e.migrate import job_manifest, job_of, phase_is, ready_pods
+from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
 from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
     Scheduling,
     extender_log,
@@ -535,10 +535,85 @@ def test_a_pod_of_a_kind_berth_cannot_bind_is_refused_before_eviction(
     )
     name, manifest = job_manifest(target)
     cluster.apply(manifest)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Running", "Succeed", "Failed"),
+        what="arbitration to decide the job",
+    )
     assert (job["status"]["phase"], job["status"]["reason"]) == ("Failed", "ForbiddenMigratePod")
     assert "pod's controller is a v1 ConfigMap" in job["status"]["message"]
     assert not job["spec"].get("reservationOptions", {}).get("reservationRef")
     still = cluster.get("pod", "custom-0", "-n", namespace)
     assert still["metadata"]["uid"] == target["metadata"]["uid"]
     assert not still["metadata"].get("deletionTimestamp")
+
+
+# ----- a non-preempting PriorityClass made in advance -------------------------------------
+
+
+def priority_class(name: str, value: int, *, policy: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {TEST_LABEL: "priority"}},
+            "value": value,
+            "preemptionPolicy": policy,
+        }
+    )
+
+
+@pytest.fixture
+def priority_value(cluster: Cluster) -> Iterator[int]:
+    """A priority value no other test uses; the classes made for it are deleted after."""
+    value = 100_000 + secrets.randbelow(800_000)
+    yield value
+    cluster.kubectl(
+        "delete", "priorityclass", f"berth-non-preempting-{value}", f"test-{value}",
+        "--ignore-not-found",
+    )  # fmt: skip
+
+
+def test_a_non_preempting_class_made_with_preemption_is_never_used(
+    cluster: Cluster, namespace: str, priority_value: int
+) -> None:
+    """Someone who may create PriorityClasses made `berth-non-preempting-<value>` first,
+    with preemption on: no placeholder runs under it (it would preempt pods to make room);
+    the job waits, saying why, and a Warning event on the Reservation names the class.
+    Once that class is deleted, the controller makes its own and the migration ends."""
+    value = priority_value
+    berths = f"berth-non-preempting-{value}"
+    cluster.apply(priority_class(f"test-{value}", value, policy="PreemptLowerPriority"))
+    cluster.apply(priority_class(berths, value, policy="PreemptLowerPriority"))
+    cluster.apply(deployment("web", spec_extra={"priorityClassName": f"test-{value}"}), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(old)
+    cluster.apply(manifest)
+    said = f"PriorityClass {berths} has value {value} and preemptionPolicy PreemptLowerPriority"
+
+    def waiting() -> dict[str, Any] | None:
+        job = job_of(cluster, name)
+        return job if said in (job.get("status", {}).get("message") or "") else None
+
+    job = cluster.wait(waiting, what="the job to say why it waits")
+    assert job["status"]["phase"] == "Running", job["status"]
+    reservation_name = job["spec"]["reservationOptions"]["reservationRef"]["name"]
+    assert placeholders(cluster, namespace, reservation_name) == []
+    warnings = [
+        e
+        for e in cluster.get(
+            "events", "-n", "default", f"--field-selector=involvedObject.name={reservation_name}"
+        )["items"]
+        if e["reason"] == "PriorityClassMismatch"
+    ]
+    assert warnings, "no event names the PriorityClass"
+    assert warnings[0]["type"] == "Warning"
+    assert said in warnings[0]["message"]
+    current = cluster.get("pod", old["metadata"]["name"], "-n", namespace)
+    assert current["metadata"]["uid"] == old["metadata"]["uid"]
+    assert not current["metadata"].get("deletionTimestamp")
+
+    cluster.kubectl("delete", "priorityclass", berths)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    assert job["status"]["phase"] == "Succeed", job["status"]
+    remade = cluster.get("priorityclass", berths)
+    assert (remade["value"], remade["preemptionPolicy"]) == (value, "Never")
