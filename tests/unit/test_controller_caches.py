@@ -84,3 +84,30 @@ async def test_a_reservation_view_names_the_non_preempting_class_of_its_pods_pri
     view = cache.reservation_view(rsv)
     assert view.priority_class == build.non_preempting_class(1000)
     assert view.priority_class_found == build.non_preempting_class(1000)
+
+
+def controlled(api_version: str, kind: str, uid: str) -> dict[str, Any]:
+    found = pod("web-2", node=None)
+    found["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": "web", "uid": uid, "controller": True}
+    ]
+    return found
+
+
+async def test_a_claimers_controller_counts_only_as_the_caches_or_its_kind_vouch() -> None:
+    """A StatefulSet (watched) counts only as the cache holds it; a Job (not watched) as
+    the pod names it, since only the Job controller's pods get a claim from the webhook; a
+    kind Berth does not bind never counts, whatever UID the pod names."""
+    cache, _ = caches()
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-sts"},
+    }
+    await watch(cache.statefulsets, "ADDED", statefulset)
+    resolved = cache.resolved_controller
+    assert resolved(controlled("apps/v1", "StatefulSet", "uid-sts")) == ("uid-sts", "uid-sts")
+    assert resolved(controlled("apps/v1", "StatefulSet", "uid-other")) == (None, None)
+    assert resolved(controlled("batch/v1", "Job", "uid-job")) == ("uid-job", "uid-job")
+    assert resolved(controlled("example.com/v1", "Game", "uid-game")) == (None, None)
+    assert resolved(controlled("v1", "ConfigMap", "uid-cm")) == (None, None)
