@@ -1,8 +1,7 @@
 """Nobody gets more from Berth than their own RBAC gives them: a phase written through
 the status subresource, a privileged reservation template (or one carrying Berth's own
-keys), a job for a pod in a
-namespace the webhook does not see, and a job whose pod became forbidden after it was
-admitted all get nothing.
+keys), a job for a pod in a namespace the webhook does not see, and a job whose pod
+became forbidden after it was admitted all get nothing.
 
 No test waits a fixed time for nothing to happen: each waits for what the controller
 writes when it refuses (a status, an event), then checks that nothing else happened."""
