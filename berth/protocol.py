@@ -145,6 +145,44 @@ def is_replicaset(reference: Mapping[str, Any]) -> bool:
     return reference.get("apiVersion") == "apps/v1" and reference.get("kind") == "ReplicaSet"
 
 
+# ----- who makes replacement pods ---------------------------------------------------------
+
+CONTROLLER_IDENTITIES: Mapping[tuple[str, str], str] = {
+    ("apps/v1", "ReplicaSet"): "system:serviceaccount:kube-system:replicaset-controller",
+    ("apps/v1", "StatefulSet"): "system:serviceaccount:kube-system:statefulset-controller",
+    ("batch/v1", "Job"): "system:serviceaccount:kube-system:job-controller",
+}
+"""The controller kinds whose replacement pods can take a Reservation, and the user
+kube-controller-manager creates their pods as when it runs with
+`--use-service-account-credentials` (`cmd/kube-controller-manager/app`: each controller's
+`NewClient` name is a ServiceAccount in kube-system)."""
+
+CONTROLLER_MANAGER = "system:kube-controller-manager"
+"""The user kube-controller-manager creates every controller's pods as without
+`--use-service-account-credentials` (the name of its client certificate)."""
+
+
+def _kind(reference: Mapping[str, Any]) -> tuple[str, str]:
+    return str(reference.get("apiVersion")), str(reference.get("kind"))
+
+
+def is_bindable(controller: Mapping[str, Any] | None) -> bool:
+    """Whether a pod of this controller reference can take a Reservation: its kind is one
+    whose pod creator Berth's webhook can recognise (`created_by_controller`)."""
+    return controller is not None and _kind(controller) in CONTROLLER_IDENTITIES
+
+
+def created_by_controller(controller: Mapping[str, Any] | None, username: str | None) -> bool:
+    """Whether the API server says a pod naming `controller` was created by that kind's
+    controller (`username` is the request's authenticated user). A pod's ownerReferences
+    are whatever its author wrote; its creator is the API server's word, and no user can
+    create pods as kube-controller-manager or its ServiceAccounts."""
+    if controller is None or not username:
+        return False
+    identity = CONTROLLER_IDENTITIES.get(_kind(controller))
+    return identity is not None and username in (identity, CONTROLLER_MANAGER)
+
+
 def _same_controller(wanted: Object, controller: Object) -> bool:
     """The same UID, and the same kind and name where the owner records them: a pod
     that names another workload's UID under its own kind or name is not that workload."""

@@ -239,7 +239,7 @@ def allocatable_of(reservation: Mapping[str, Any]) -> dict[str, str]:
 
 
 def placeholder_for(
-    reservation: Mapping[str, Any], *, image: str, priority_class: str | None = None
+    reservation: Mapping[str, Any], *, image: str, priority_class: Mapping[str, Any] | None = None
 ) -> Object:
     """The pause pod that makes the Reservation's capacity real to kube-scheduler. Its
     name comes from the API server; the controller records it with its UID on the
@@ -297,10 +297,13 @@ def placeholder_for(
     )
     pod_spec.pop("priority", None)  # set by admission from priorityClassName
     if priority_class:
-        # Admission sets preemptionPolicy from the class (Never), and refuses a pod whose
-        # own preemptionPolicy differs from its class's.
-        pod_spec["priorityClassName"] = priority_class
-        pod_spec.pop("preemptionPolicy", None)
+        # The class's value and policy are stated on the pod too: the Priority admission
+        # plugin refuses a pod whose priority or preemptionPolicy differs from its class's,
+        # so a class of that name made by someone else with other values, whenever it was
+        # made, gets no placeholder (`unusable_class` says why beforehand).
+        pod_spec["priorityClassName"] = priority_class["metadata"]["name"]
+        pod_spec["priority"] = priority_class["value"]
+        pod_spec["preemptionPolicy"] = NEVER
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -325,6 +328,7 @@ def placeholder_for(
 
 
 NON_PREEMPTING_PREFIX = "berth-non-preempting-"
+NEVER = "Never"
 HIGHEST_USER_PRIORITY = 1_000_000_000
 """The highest value of a PriorityClass that is not one of Kubernetes' system classes."""
 
@@ -344,7 +348,7 @@ def non_preempting_class(priority: int) -> Object:
         "kind": "PriorityClass",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "berth"}},
         "value": value,
-        "preemptionPolicy": "Never",
+        "preemptionPolicy": NEVER,
         "globalDefault": False,
         "description": f"Berth's placeholder pods for pods of priority {value}: they never "
         "preempt other pods.",
@@ -369,6 +373,22 @@ def may_preempt(reservation: Mapping[str, Any], classes: Mapping[str, int], defa
         return False
     name = spec.get("priorityClassName")
     return (classes.get(name) if name else default) == priority
+
+
+def unusable_class(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> str | None:
+    """Why `found`, the PriorityClass of `wanted`'s name as the API server holds it, is not
+    one a placeholder may run under (None: it is). Anyone who may create PriorityClasses
+    may make one of that name first; one that preempts, or of another value, would let a
+    placeholder evict pods, or order it apart from the pod it holds a place for."""
+    value = found.get("value")
+    policy = found.get("preemptionPolicy") or "PreemptLowerPriority"  # the API's default
+    if value == wanted["value"] and policy == NEVER:
+        return None
+    return (
+        f"PriorityClass {wanted['metadata']['name']} has value {value} and preemptionPolicy "
+        f"{policy}, not value {wanted['value']} and preemptionPolicy {NEVER}: Berth's "
+        "placeholders never run under it; delete it and the controller makes it as they need"
+    )
 
 
 def placeholder_priority(

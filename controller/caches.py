@@ -246,21 +246,19 @@ class Caches:
     def resolved_controller(self, pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
         """`(controller UID, top-level workload UID)` of a pod, as the caches know them.
 
-        A ReplicaSet, StatefulSet or Deployment counts only if the cache holds one of that
-        kind and name in the pod's namespace with the UID the pod names. Other kinds are
-        not watched: their UID is taken as the pod names it (anyone naming it must create
-        the pod in that namespace, where the Reservation's namespace check already holds).
+        Only the kinds whose replacements Berth binds count (`protocol.is_bindable`): the
+        webhook gives a claim to no other pod. A ReplicaSet or StatefulSet counts only if
+        the cache holds one of that kind and name in the pod's namespace with the UID the
+        pod names. A Job is not watched: its UID is taken as the pod names it (the webhook
+        gave the claim only to a pod the Job controller created, in that namespace, where
+        the Reservation's namespace check already holds).
         """
         ref = protocol.controller_of(pod)
-        if ref is None:
+        if ref is None or not protocol.is_bindable(ref):
             return None, None
-        informers = {
-            "ReplicaSet": self.replicasets,
-            "StatefulSet": self.statefulsets,
-            "Deployment": self.deployments,
-        }
+        informers = {"ReplicaSet": self.replicasets, "StatefulSet": self.statefulsets}
         informer = informers.get(str(ref.get("kind")))
-        if informer is None or ref.get("apiVersion") != "apps/v1":
+        if informer is None:
             return str(ref.get("uid")), str(ref.get("uid"))
         found = informer.get(f"{pod['metadata'].get('namespace')}/{ref.get('name')}")
         if found is None or found["metadata"].get("uid") != ref.get("uid"):
@@ -310,8 +308,9 @@ class Caches:
             image=self.args.placeholder_image,
             strays=strays,
             priority_class=priority_class,
-            priority_class_known=priority_class is None
-            or priority_class["metadata"]["name"] in self.priority_classes.store,
+            priority_class_found=None
+            if priority_class is None
+            else self.priority_classes.get(priority_class["metadata"]["name"]),
         )
 
     def job_view(self, job: Object) -> jobs.JobView:

@@ -37,6 +37,7 @@ from typing import Any
 from berth import protocol
 from berth.api import ReservationConditionType, ReservationPhase, ReservationReason, keys
 from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
+from controller import build
 from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
 from controller.build import allocatable_of, placeholder_for
 from controller.status import (
@@ -80,8 +81,10 @@ class ReservationView:
     priority_class: Object | None = None
     """The non-preempting PriorityClass its placeholder runs under
     (`build.non_preempting_class`); None keeps the pod's own class."""
-    priority_class_known: bool = False
-    """Whether the caches hold `priority_class` already (else it is created first)."""
+    priority_class_found: Object | None = None
+    """The PriorityClass of `priority_class`'s name as the caches hold it (None: none
+    yet, so it is created first); used only if it is what `priority_class` says
+    (`build.unusable_class`)."""
 
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
@@ -243,17 +246,19 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     placeholder = view.placeholder
     if placeholder is None:
         priority_class = view.priority_class
-        if priority_class is not None and not view.priority_class_known:
-            # Created once per priority value, then kept (an existing one counts as done).
+        found = view.priority_class_found
+        if priority_class is not None and found is None:
+            # Created once per priority value, then kept (an existing one counts as done:
+            # the placeholder states the class's value and policy, and admission refuses
+            # it under a class made otherwise).
             plan.then(Create(PRIORITYCLASSES, priority_class))
+        unusable = build.unusable_class(priority_class, found) if priority_class and found else None
+        if unusable:
+            return _refuse_class(view, status, plan, unusable)
         plan.then(
             Create(
                 PODS,
-                placeholder_for(
-                    reservation,
-                    image=view.image,
-                    priority_class=priority_class["metadata"]["name"] if priority_class else None,
-                ),
+                placeholder_for(reservation, image=view.image, priority_class=priority_class),
                 namespace=protocol.placeholder_namespace(reservation),
                 record=Record(RESERVATIONS, _name(view), keys.PLACEHOLDER),
             )
@@ -312,6 +317,38 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
             )
             plan.then(_status(view, status))
     return plan.again_in(_seconds_until(view))
+
+
+CLASS_POLL = 10.0
+"""Seconds between looks at a PriorityClass that is not as Berth needs it (its changes
+bring no Reservation into the queue)."""
+
+
+def _refuse_class(view: ReservationView, status: Object, plan: Plan, message: str) -> Plan:
+    """No placeholder under a PriorityClass that is not as Berth makes it: the Reservation
+    stays Pending (its job waits, with this message, until fixed or its TTL), and says so
+    once with a Warning event naming the class."""
+    if not same_condition(
+        status,
+        kind=Condition.SCHEDULED,
+        state="False",
+        reason=Reason.PRIORITY_CLASS_MISMATCH,
+        message=message,
+    ):
+        status.update(phase=ReservationPhase.PENDING, nodeName=None)
+        status = with_condition(
+            status,
+            kind=Condition.SCHEDULED,
+            state="False",
+            reason=Reason.PRIORITY_CLASS_MISMATCH,
+            message=message,
+            now=view.now,
+        )
+        plan.then(
+            _status(view, status),
+            Event(view.reservation, Reason.PRIORITY_CLASS_MISMATCH, message, type="Warning"),
+        )
+    return plan.again_in(min(CLASS_POLL, _seconds_until(view)))
 
 
 class Step(StrEnum):

@@ -39,6 +39,7 @@ from berth.protocol import (
     Object,
     claim_of,
     controller_of,
+    created_by_controller,
     fingerprint,
     is_consumable,
     is_replicaset,
@@ -56,6 +57,7 @@ from webhook.decide import (
     Reassert,
     Skip,
     bind_patch,
+    creator_of,
     decide,
     pod_of,
 )
@@ -149,7 +151,9 @@ class Webhook:
         # Confirming the pod's controller costs a GET (or two): only worth it while some
         # Reservation can be claimed at all, which is rare.
         in_flight = any(is_consumable(r) or _opening(r) for r in reservations.values())
-        workload_uid = await self.workload_uid(pod) if in_flight else None
+        # A pod its controller did not create is refused without asking anything.
+        looked_up = in_flight and created_by_controller(controller_of(pod), creator_of(request))
+        workload_uid = await self.workload_uid(pod) if looked_up else None
         decision = decide(request, reservations=reservations, workload_uid=workload_uid)
         if isinstance(decision, Skip) and workload_uid is not None:
             # The controller opens a Reservation just before evicting; the replacement
@@ -205,8 +209,9 @@ class Webhook:
 
     async def workload_uid(self, pod: Object) -> str | None:
         """The top-level workload of a pod whose controller is a ReplicaSet the API server
-        confirms (`webhook.owners`); None otherwise: a pod of another controller matches a
-        Reservation by that controller's kind, name and UID alone."""
+        confirms (`webhook.owners`); None otherwise: a pod of another controller (which
+        created it, `decide` checks) matches a Reservation by that controller's kind, name
+        and UID alone."""
         controller = controller_of(pod)
         if controller is None or not is_replicaset(controller):
             return None

@@ -3,9 +3,12 @@
 Both are pure so that every case is a line in a test table; `webhook.app` does the I/O
 (the claim on the API server) between them. A mutating webhook sees a pod before it has a
 UID, and often before it has a name, so nothing here is keyed on either: the pod is
-matched to a Reservation through its controller and top-level workload only: a
-ReplicaSet once the API server has confirmed it, any other controller by its kind, name
-and UID (`webhook.owners`), since a pod's ownerReferences are whatever its author wrote.
+matched to a Reservation through its controller and top-level workload only. A pod's
+ownerReferences are whatever its author wrote, so they count only for a pod the API
+server says its controller created (`berth.protocol.created_by_controller`: the kinds
+Berth binds, created by kube-controller-manager's identity for that kind); then a
+ReplicaSet's Deployment is read from the API server (`webhook.owners`), any other
+controller is matched by its kind, name and UID.
 
 A claim token is what entitles a pod to a Reservation: it is never written into a reason
 or a log line, only its `fingerprint`.
@@ -30,7 +33,9 @@ from berth.protocol import (
     annotations_of,
     claim_of,
     controller_of,
+    created_by_controller,
     fingerprint,
+    is_bindable,
     is_consumable,
     is_replicaset,
     matches_owner,
@@ -85,11 +90,14 @@ def decide(
         return Skip("dry run: nothing is claimed")
     pod = pod_of(request)
     token = pod_claim(pod)
-    if token is not None:
-        return _reassert(pod, token=token, reservations=reservations)
-    not_a_replacement = _why_not_a_replacement(pod)
+    not_a_replacement = _why_not_a_replacement(pod) if token is None else None
     if not_a_replacement:
         return Skip(not_a_replacement)
+    not_its_controllers = _why_not_its_controllers(pod, creator_of(request))
+    if not_its_controllers:
+        return Skip(not_its_controllers)
+    if token is not None:
+        return _reassert(pod, token=token, reservations=reservations)
     controller = controller_of(pod) or {}
     consumable = [r for r in reservations.values() if is_consumable(r)]
     if consumable and workload_uid is None and is_replicaset(controller):
@@ -120,6 +128,29 @@ def _why_not_a_replacement(pod: Object) -> str | None:
         return f"already assigned to node {pod['spec']['nodeName']}"
     if controller_of(pod) is None:
         return "no controller"
+    return None
+
+
+def creator_of(request: Mapping[str, Any]) -> str | None:
+    """Who the API server says is creating the pod (the request's authenticated user)."""
+    user = request.get("userInfo")
+    name = user.get("username") if isinstance(user, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _why_not_its_controllers(pod: Object, creator: str | None) -> str | None:
+    """Why `pod` is not known to come from the controller its ownerReferences name (None:
+    it is). Anyone who may create pods in a namespace can name any controller there, UID
+    included; only the pod's creator, as the API server authenticated it, tells the
+    workload's own pods from such copies."""
+    controller = controller_of(pod)
+    if controller is None:
+        return "no controller"
+    kind = f"{controller.get('apiVersion')} {controller.get('kind')}"
+    if not is_bindable(controller):
+        return f"its controller is a {kind}, whose pods Berth does not bind to Reservations"
+    if not created_by_controller(controller, creator):
+        return f"created by {creator or 'an unknown user'}, not by the {kind} controller"
     return None
 
 

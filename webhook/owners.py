@@ -1,13 +1,14 @@
 """A pod's ReplicaSet, as the API server knows it.
 
 A pod's ownerReferences are whatever its author wrote: anyone who may create a pod in a
-namespace may name any UID there. Two ways keep a pod from taking a Reservation made for
-another workload, and neither needs the webhook to read other workloads (their pod
-templates hold env values: least privilege keeps `get` on them away from the webhook):
+namespace may name any controller there, UID included. So they count only for a pod the
+API server says its controller created (`berth.protocol.created_by_controller`, checked
+by `webhook.decide` before anything is looked up); then:
 
 - a controller owner matches a Reservation only with the same kind, name and UID as the
   controller the controller recorded from the real pod (`berth.protocol.matches_owner`),
-  in the Reservation's namespace;
+  in the Reservation's namespace; no other workload is read (their pod templates hold env
+  values: least privilege keeps `get` on them away from the webhook);
 - a ReplicaSet is looked up (the webhook may `get` ReplicaSets, and must: a rollout's new
   ReplicaSet matches through the Deployment above it), and believed only when the API
   server holds one of that name with that UID in the pod's namespace.

@@ -92,10 +92,15 @@ class Pod(_Read):
     spec: PodSpec
 
 
+class UserInfo(_Read):
+    username: str | None = None
+
+
 class AdmissionRequest(_Read):
     operation: str | None = None
     namespace: str | None = None
     dryRun: bool | None = None
+    userInfo: UserInfo | None = None
 
 
 def _request(body: bytes) -> dict[str, Any]:

@@ -52,6 +52,10 @@ class ReservationReason(StrEnum):
     """Scheduled=False: the scheduler has no node for its placeholder (its message says why)."""
     LOST = "Lost"
     """Scheduled=False: its placeholder disappeared; a new one is created."""
+    PRIORITY_CLASS_MISMATCH = "PriorityClassMismatch"
+    """Scheduled=False, and a Warning event: the PriorityClass its placeholder must run
+    under exists with another value or a preemptionPolicy other than Never; no placeholder
+    is created until it is fixed."""
     AVAILABLE = "Available"
     """Ready=True: capacity is held on its node."""
     ALLOCATED = "Allocated"

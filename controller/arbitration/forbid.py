@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from berth.eviction import forbidden
+from berth.protocol import controller_of, is_bindable
 from berth.scheduling import selector_matches
 from berth.settings import SYSTEM_NAMESPACES, MigrationControllerArgs
 
@@ -92,15 +93,26 @@ def _scheduler_name(c: Candidate, r: Rules) -> str | None:
 
 
 def _unbindable(c: Candidate, _r: Rules) -> str | None:
-    """A ReservationFirst job only helps if the replacement pod binds its Reservation, and
-    Berth's webhook does not see kube-system or berth-system: refused before anything is
-    evicted, whatever namespaces.include says."""
-    if not c.reservation_first or c.namespace not in SYSTEM_NAMESPACES:
+    """A ReservationFirst job only helps if the replacement pod binds its Reservation:
+    refused before anything is evicted, whatever namespaces.include says, where it never
+    could. Berth's webhook does not see kube-system or berth-system, and binds only pods
+    it knows were created by their controller (`berth.protocol.CONTROLLER_IDENTITIES`).
+    A pod without a controller has no replacement; the rules on bare pods decide."""
+    if not c.reservation_first:
         return None
-    return (
-        f"namespace {c.namespace} is not seen by Berth's webhook, so a replacement pod "
-        "could never bind the Reservation; use EvictDirectly"
-    )
+    if c.namespace in SYSTEM_NAMESPACES:
+        return (
+            f"namespace {c.namespace} is not seen by Berth's webhook, so a replacement pod "
+            "could never bind the Reservation; use EvictDirectly"
+        )
+    controller = controller_of(c.pod)
+    if controller is not None and not is_bindable(controller):
+        return (
+            f"pod's controller is a {controller.get('apiVersion')} {controller.get('kind')}; "
+            "Berth binds a Reservation only to a replacement made by a ReplicaSet, "
+            "StatefulSet or Job, so this one could never bind it; use EvictDirectly"
+        )
+    return None
 
 
 def forbid_checks(args: MigrationControllerArgs) -> tuple[Forbid, ...]:

@@ -1,9 +1,10 @@
 """Nobody gets more from Berth than their own RBAC gives them.
 
 A user who may create pods in a namespace can copy anything a pod carries: the
-placeholder label, a claim token seen on a Reservation, Berth's scheduling gate. None of
-it makes the session's controller, or a real extender process, treat the pod as a
-placeholder or as a Reservation's owner, and no claim token ever shows in an event.
+placeholder label, a claim token seen on a Reservation, Berth's scheduling gate, the
+ownerReference of a workload. None of it makes the session's controller, webhook, or a
+real extender process, treat the pod as a placeholder or as a Reservation's owner, and no
+claim token ever shows in an event.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from berth.api import API_VERSION, keys
-from berth.protocol import claim_of, is_gated, owner_uids, phase
+from berth.protocol import annotations_of, claim_of, is_gated, owner_uids, phase
 from tests.e2e.capacity import PAUSE, pod
 from tests.e2e.kube import Cluster, pods
+from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
 from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
     Scheduling,
     extender_log,
@@ -31,6 +34,7 @@ from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.e2e
 
 TEST_LABEL = "berth.sh/test-forgery"
+SOFT_EVICTION = "scheduling.koordinator.sh/soft-eviction"
 
 
 @pytest.fixture(autouse=True)
@@ -386,3 +390,230 @@ async def test_a_claim_no_pod_carries_is_released(cluster: Cluster, namespace: s
     reservation = await cluster.aget("reservation", name)
     assert phase(reservation) == "Available"
     assert owner_uids(reservation) == set()
+
+
+# ----- finding 2b: a hand-made ownerReference to the workload -----------------------------
+
+
+def statefulset(name: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 1,
+                "serviceName": name,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "db",
+                                "image": PAUSE,
+                                "resources": {"requests": {"cpu": "200m"}},
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+    )
+
+
+def controlled_by(owner: dict[str, Any], name: str) -> dict[str, Any]:
+    """A pod naming `owner` (apiVersion, kind, name, uid) as its controller."""
+    forged = pod(name, cpu="200m")
+    forged["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
+    return forged
+
+
+def webhook_log(cluster: Cluster) -> str:
+    return "".join(
+        Path(c.log).read_text() for c in cluster.local.components if c.name == "berth-webhook"
+    )
+
+
+def test_a_hand_made_owner_reference_to_a_statefulset_gets_no_claim(
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
+    """A StatefulSet pod's Reservation is open (the soft eviction waits for someone to
+    remove the pod). A user who may edit the namespace creates pods naming the
+    StatefulSet, its real UID included, as their controller: the webhook gives them no
+    claim, since the API server says they were created by that user and not by the
+    StatefulSet controller. The StatefulSet's own replacement then takes the Reservation
+    and the migration ends on the reserved node."""
+    restart_controller("evictionPolicy: SoftEviction\n")
+    cluster.apply(statefulset("db"), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "db", 1), what="db-0")[0]
+    sts = cluster.get("statefulset", "db", "-n", namespace)
+    name, manifest = job_manifest(old)
+    cluster.apply(manifest)
+
+    def marked() -> bool:
+        current = cluster.get("pod", "db-0", "-n", namespace)["metadata"]
+        return SOFT_EVICTION in (current.get("annotations") or {})
+
+    cluster.wait(marked, what="the soft eviction: the Reservation is open")
+    reservation_name = job_of(cluster, name)["spec"]["reservationOptions"]["reservationRef"]["name"]
+    open_reservation = cluster.get("reservation", reservation_name)
+    assert annotations_of(open_reservation).get(keys.CONSUMABLE) == "true"
+    assert claim_of(open_reservation) is None
+
+    cluster.kubectl(
+        "create", "rolebinding", "mallory-edit", "--clusterrole=edit", "--user=mallory",
+        "-n", namespace,
+    )  # fmt: skip
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "name": "db",
+        "uid": sts["metadata"]["uid"],
+    }
+    forged = {
+        "forged-db": controlled_by(owner, "forged-db"),
+        # The same, as kube-controller-manager's own name for it.
+        "forged-db-1": controlled_by(owner, "db-1"),
+    }
+    for forged_name, body in forged.items():
+        created = json.loads(
+            cluster.kubectl(
+                "create", "--as=mallory", "-n", namespace, "-o", "json", "-f", "-",
+                input=json.dumps(body),
+            ).stdout
+        )  # fmt: skip
+        assert not is_gated(created), f"{forged_name} was bound to the Reservation"
+        assert keys.CLAIM not in annotations_of(created), f"{forged_name} got a claim"
+    assert claim_of(cluster.get("reservation", reservation_name)) is None
+    log = cluster.wait(
+        lambda: (
+            (text := webhook_log(cluster)).count(
+                "created by mallory, not by the apps/v1 StatefulSet controller"
+            )
+            >= 2
+            and text
+        ),
+        what="the webhook to log why it refused the forged pods",
+    )
+    assert f"pod {namespace}/db-1: created by mallory" in log
+
+    # Whoever honours soft evictions removes the pod; its replacement takes the place.
+    cluster.kubectl("delete", "pod", "db-0", "-n", namespace, "--wait=false")
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    assert job["status"]["phase"] == "Succeed", job["status"]
+    new = cluster.get("pod", "db-0", "-n", namespace)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert job["status"]["podRef"]["uid"] == new["metadata"]["uid"]
+    assert new["spec"]["nodeName"] == job["status"]["nodeName"] != old["spec"]["nodeName"]
+
+
+def test_a_pod_of_a_kind_berth_cannot_bind_is_refused_before_eviction(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A pod whose controller is of a kind Berth's webhook binds no replacement of (a
+    custom controller's): a ReservationFirst job for it fails before anything is created
+    or evicted, saying why, instead of evicting it for a Reservation only a pod naming
+    that controller's UID (anyone's) could take."""
+    # Any object will do as a controller Berth does not know.
+    configmap = json.loads(
+        cluster.kubectl("create", "configmap", "custom", "-n", namespace, "-o", "json").stdout
+    )
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": configmap["metadata"]["name"],
+        "uid": configmap["metadata"]["uid"],
+    }
+    cluster.apply(json.dumps(controlled_by(owner, "custom-0")), namespace)
+    target = cluster.wait(
+        lambda: (
+            (p := cluster.get("pod", "custom-0", "-n", namespace)).get("spec", {}).get("nodeName")
+            and p
+        ),
+        what="the pod to be scheduled",
+    )
+    name, manifest = job_manifest(target)
+    cluster.apply(manifest)
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Running", "Succeed", "Failed"),
+        what="arbitration to decide the job",
+    )
+    assert (job["status"]["phase"], job["status"]["reason"]) == ("Failed", "ForbiddenMigratePod")
+    assert "pod's controller is a v1 ConfigMap" in job["status"]["message"]
+    assert not job["spec"].get("reservationOptions", {}).get("reservationRef")
+    still = cluster.get("pod", "custom-0", "-n", namespace)
+    assert still["metadata"]["uid"] == target["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp")
+
+
+# ----- a non-preempting PriorityClass made in advance -------------------------------------
+
+
+def priority_class(name: str, value: int, *, policy: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {TEST_LABEL: "priority"}},
+            "value": value,
+            "preemptionPolicy": policy,
+        }
+    )
+
+
+@pytest.fixture
+def priority_value(cluster: Cluster) -> Iterator[int]:
+    """A priority value no other test uses; the classes made for it are deleted after."""
+    value = 100_000 + secrets.randbelow(800_000)
+    yield value
+    cluster.kubectl(
+        "delete", "priorityclass", f"berth-non-preempting-{value}", f"test-{value}",
+        "--ignore-not-found",
+    )  # fmt: skip
+
+
+def test_a_non_preempting_class_made_with_preemption_is_never_used(
+    cluster: Cluster, namespace: str, priority_value: int
+) -> None:
+    """Someone who may create PriorityClasses made `berth-non-preempting-<value>` first,
+    with preemption on: no placeholder runs under it (it would preempt pods to make room);
+    the job waits, saying why, and a Warning event on the Reservation names the class.
+    Once that class is deleted, the controller makes its own and the migration ends."""
+    value = priority_value
+    berths = f"berth-non-preempting-{value}"
+    cluster.apply(priority_class(f"test-{value}", value, policy="PreemptLowerPriority"))
+    cluster.apply(priority_class(berths, value, policy="PreemptLowerPriority"))
+    cluster.apply(deployment("web", spec_extra={"priorityClassName": f"test-{value}"}), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(old)
+    cluster.apply(manifest)
+    said = f"PriorityClass {berths} has value {value} and preemptionPolicy PreemptLowerPriority"
+
+    def waiting() -> dict[str, Any] | None:
+        job = job_of(cluster, name)
+        return job if said in (job.get("status", {}).get("message") or "") else None
+
+    job = cluster.wait(waiting, what="the job to say why it waits")
+    assert job["status"]["phase"] == "Running", job["status"]
+    reservation_name = job["spec"]["reservationOptions"]["reservationRef"]["name"]
+    assert placeholders(cluster, namespace, reservation_name) == []
+    warnings = [
+        e
+        for e in cluster.get(
+            "events", "-n", "default", f"--field-selector=involvedObject.name={reservation_name}"
+        )["items"]
+        if e["reason"] == "PriorityClassMismatch"
+    ]
+    assert warnings, "no event names the PriorityClass"
+    assert warnings[0]["type"] == "Warning"
+    assert said in warnings[0]["message"]
+    current = cluster.get("pod", old["metadata"]["name"], "-n", namespace)
+    assert current["metadata"]["uid"] == old["metadata"]["uid"]
+    assert not current["metadata"].get("deletionTimestamp")
+
+    cluster.kubectl("delete", "priorityclass", berths)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    assert job["status"]["phase"] == "Succeed", job["status"]
+    remade = cluster.get("priorityclass", berths)
+    assert (remade["value"], remade["preemptionPolicy"]) == (value, "Never")

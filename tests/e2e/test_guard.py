@@ -1,7 +1,7 @@
 """Nobody gets more from Berth than their own RBAC gives them: a phase written through
-the status subresource, a privileged reservation template, a job for a pod in a
-namespace the webhook does not see, and a job whose pod became forbidden after it was
-admitted all get nothing.
+the status subresource, a privileged reservation template (or one carrying Berth's own
+keys), a job for a pod in a namespace the webhook does not see, and a job whose pod
+became forbidden after it was admitted all get nothing.
 
 No test waits a fixed time for nothing to happen: each waits for what the controller
 writes when it refuses (a status, an event), then checks that nothing else happened."""
@@ -217,3 +217,48 @@ def test_a_pod_that_became_forbidden_before_its_eviction_is_not_evicted(
     assert ended["status"]["message"] == "pod does not match labelSelector"
     assert still_there(cluster, namespace, "web", pod["metadata"]["uid"])
     assert not any(c["type"] == "Eviction" for c in ended["status"].get("conditions") or [])
+
+
+def test_berth_keys_in_a_template_do_not_open_the_reservation(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A job's template asks for nothing the pod lacks but carries `berth.sh/consumable`
+    (which opens a Reservation to claims before its eviction): the Reservation is made
+    without it, and, its placeholder having no node, stays closed with the pod in place."""
+    cluster.apply(deployment("web", replicas=2, cpu="50m"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 2), what="the pods")[0]
+    nowhere = {"key": "metadata.name", "operator": "In", "values": ["no-such-node"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [nowhere]}]
+            }
+        }
+    }
+    opened = {"berth.sh/consumable": "true", "berth.sh/migrating": "true"}
+    name, manifest = job_manifest(
+        pod,
+        reservationOptions={
+            "template": {
+                "metadata": {"annotations": opened, "labels": opened},
+                "spec": {"template": {"spec": {"affinity": affinity}}},
+            }
+        },
+    )
+    cluster.apply(manifest)
+
+    def unschedulable() -> dict[str, object] | None:
+        job = job_of(cluster, name)
+        return job if condition(job, "ReservationScheduled").get("status") == "False" else None
+
+    job = cluster.wait(unschedulable, what="the job's Reservation to wait for a place")
+    reservation = cluster.get(
+        "reservation", job["spec"]["reservationOptions"]["reservationRef"]["name"]
+    )
+    metadata = reservation["metadata"]
+    assert not {
+        **(metadata.get("annotations") or {}),
+        **(metadata.get("labels") or {}),
+    }.keys() & set(opened)
+    assert job["status"]["phase"] == "Running"
+    assert still_there(cluster, namespace, "web", pod["metadata"]["uid"])

@@ -9,7 +9,8 @@ checked as the API server first stored them, right after admission.
 
 The API server's dry-run probe of test_wire cannot tell when the configuration is in
 effect here, since this webhook rightly changes nothing on dry run. Instead a probe pod,
-owned by a ConfigMap with a Reservation of its own, is created until it comes back bound.
+owned by a ReplicaSet of no replicas with a Reservation of its own and created as the
+ReplicaSet controller (impersonated), is created until it comes back bound.
 The probe Reservation is made after the test's own, and a watch delivers events in order,
 so a bound probe also proves the replica's cache holds the test's Reservations.
 """
@@ -32,6 +33,7 @@ from berth.api import keys
 from berth.protocol import claim_of, is_gated, pod_claim
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.webhook_world import (
+    AS_REPLICASET_CONTROLLER,
     TEST_LABEL,
     Replica,
     allocated_name,
@@ -214,6 +216,7 @@ async def test_dry_run_claims_nothing(
             (
                 await cluster.akubectl(
                     "create",
+                    AS_REPLICASET_CONTROLLER,
                     "-n",
                     namespace,
                     "--dry-run=server",
@@ -234,6 +237,7 @@ async def test_dry_run_claims_nothing(
             (
                 await cluster.akubectl(
                     "create",
+                    AS_REPLICASET_CONTROLLER,
                     "-n",
                     namespace,
                     "-o",

@@ -102,7 +102,8 @@ async def test_a_pod_naming_an_owner_uid_not_its_own_claims_nothing(
     forge: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> None:
     """The pod names the ReplicaSet's UID, but no such owner of that kind and name has it
-    in the namespace: the API server is asked, and the pod gets nothing."""
+    in the namespace: the pod gets nothing (another name: the API server is asked;
+    another kind: the review says the ReplicaSet controller, not that kind's, made it)."""
     owner, name = await claimable(cluster, namespace, webhook)
     async with aiohttp.ClientSession() as session:
         forged = await post(session, webhook, review(namespace, forge(owner)), webhook.context)

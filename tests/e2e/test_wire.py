@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from berth.protocol import CONTROLLER_IDENTITIES
 from devtools.processes import free_port
 from tests.e2e.kube import Cluster
 
@@ -289,6 +290,10 @@ async def test_apiserver_calls_tls_webhook_on_pod_create(
     owner = request["object"]["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "ReplicaSet"
     assert owner["controller"] is True
+    # Who created the pod, as the API server authenticated it: the ReplicaSet controller's
+    # own identity (kube-controller-manager --use-service-account-credentials), which the
+    # webhook requires of a replacement (berth.protocol.created_by_controller).
+    assert request["userInfo"]["username"] == CONTROLLER_IDENTITIES[("apps/v1", "ReplicaSet")]
     assert request["object"]["metadata"]["generateName"].startswith("web-")
     assert review["apiVersion"] == "admission.k8s.io/v1"
     assert request["operation"] == "CREATE"

@@ -24,7 +24,7 @@ import aiohttp
 from berth.api import keys
 from berth.kube.client import PODS, Kube
 from berth.kube.informer import Informer
-from berth.protocol import is_gated, node_of, phase
+from berth.protocol import CONTROLLER_IDENTITIES, is_gated, node_of, phase
 from devtools.processes import free_port
 from tests.e2e.kube import Cluster
 
@@ -211,12 +211,30 @@ async def reservation(cluster: Cluster, name: str) -> dict[str, Any]:
     return await cluster.aget("reservation", name)
 
 
+AS_REPLICASET_CONTROLLER = "--as=" + CONTROLLER_IDENTITIES[("apps/v1", "ReplicaSet")]
+"""kubectl's flag to create a pod as the ReplicaSet controller does: the webhook binds a
+pod only when the API server says its controller created it (the test's admin
+credentials may impersonate)."""
+
+
 async def probe_owner(cluster: Cluster, namespace: str, tag: str) -> dict[str, Any]:
-    """A ConfigMap that controls probe pods, and a Reservation for them."""
-    configmap = json.loads(
-        (await cluster.akubectl("create", "configmap", tag, "-n", namespace, "-o", "json")).stdout
-    )
-    owner = reference(configmap)
+    """A ReplicaSet of no replicas that controls probe pods (created as its controller
+    would create them), and a Reservation for them."""
+    replicaset = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": tag},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"probe": tag}},
+            "template": {
+                "metadata": {"labels": {"probe": tag}},
+                "spec": {"containers": [{"name": "app", "image": PAUSE}]},
+            },
+        },
+    }
+    await cluster.aapply(json.dumps(replicaset), namespace)
+    owner = reference(await cluster.aget("rs", tag, "-n", namespace))
     await make_reservations(cluster, namespace, owner=owner, nodes=["node-0"], prefix=tag)
     return owner
 
@@ -312,7 +330,15 @@ async def registered(
 
         def bound() -> bool:
             created = cluster.kubectl(
-                "create", "-n", namespace, "-o", "json", "-f", "-", input=owned_pod(owner)
+                "create",
+                AS_REPLICASET_CONTROLLER,
+                "-n",
+                namespace,
+                "-o",
+                "json",
+                "-f",
+                "-",
+                input=owned_pod(owner),
             )
             return is_gated(json.loads(created.stdout))
 
@@ -323,7 +349,8 @@ async def registered(
 
 
 def review(namespace: str, owner: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-    """The recorded AdmissionReview, for a new pod of `owner` in `namespace`."""
+    """The recorded AdmissionReview, for a new pod of `owner` in `namespace`, created (as
+    recorded) by the ReplicaSet controller."""
     body = copy.deepcopy(REVIEW)
     request = body["request"]
     request.update(uid=str(uuid.uuid4()), namespace=namespace, dryRun=dry_run)

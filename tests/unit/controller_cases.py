@@ -108,7 +108,7 @@ def rsv_plan(
     strays: tuple[dict[str, Any], ...] = (),
     now: datetime = T0,
     priority_class: dict[str, Any] | None = None,
-    priority_class_known: bool = False,
+    priority_class_found: dict[str, Any] | None = None,
 ) -> Plan:
     return reservations.decide(
         reservations.ReservationView(
@@ -122,6 +122,6 @@ def rsv_plan(
             image="pause",
             strays=strays,
             priority_class=priority_class,
-            priority_class_known=priority_class_known,
+            priority_class_found=priority_class_found,
         )
     )

@@ -316,7 +316,8 @@ def _parse_error(text: str) -> str | None:
         (ReservationConditionType, ["Scheduled", "Ready"]),
         (
             ReservationReason,
-            ["Scheduled", "Unschedulable", "Lost", "Available", "Allocated", "Expired",
+            ["Scheduled", "Unschedulable", "Lost", "PriorityClassMismatch", "Available",
+             "Allocated", "Expired",
              "OwnerGone", "Released", "ReservationExpired", "ReservationClaimed",
                 "ReservationClaimRefused",
                 "ReservationClaimReleased",

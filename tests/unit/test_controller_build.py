@@ -168,13 +168,11 @@ def test_placeholder_under_a_non_preempting_class_drops_its_own_preemption_polic
     rsv["metadata"]["uid"] = "uid-rsv"
     assert build.placeholder_for(rsv, image="pause")["spec"]["priorityClassName"] == "high"
     never = build.non_preempting_class(build.placeholder_priority(rsv, {}, 0))
-    spec = build.placeholder_for(rsv, image="pause", priority_class=never["metadata"]["name"])[
-        "spec"
-    ]
-    # Admission fills priority and preemptionPolicy (Never) from the class.
+    spec = build.placeholder_for(rsv, image="pause", priority_class=never)["spec"]
+    # The class's value and policy, stated so that admission refuses the pod under a
+    # class of that name made otherwise.
     assert spec["priorityClassName"] == "berth-non-preempting-1000"
-    assert "priority" not in spec
-    assert "preemptionPolicy" not in spec
+    assert (spec["priority"], spec["preemptionPolicy"]) == (1000, "Never")
     assert (never["value"], never["preemptionPolicy"], never["globalDefault"]) == (
         1000,
         "Never",

@@ -74,7 +74,7 @@ async def test_a_reservation_view_names_the_non_preempting_class_of_its_pods_pri
     view = cache.reservation_view(rsv)
     assert view.priority_class is not None
     assert view.priority_class["metadata"]["name"] == "berth-non-preempting-0"
-    assert not view.priority_class_known
+    assert view.priority_class_found is None
     # No priority in the template: the global default class's, as admission gives it.
     default = {"metadata": {"name": "normal", "uid": "u1"}, "value": 10, "globalDefault": True}
     await watch(cache.priority_classes, "ADDED", default)
@@ -83,7 +83,7 @@ async def test_a_reservation_view_names_the_non_preempting_class_of_its_pods_pri
     await watch(cache.priority_classes, "ADDED", build.non_preempting_class(1000))
     view = cache.reservation_view(rsv)
     assert view.priority_class == build.non_preempting_class(1000)
-    assert view.priority_class_known
+    assert view.priority_class_found == build.non_preempting_class(1000)
 
 
 async def test_a_reservation_allowed_to_preempt_keeps_the_pods_own_class() -> None:
@@ -94,7 +94,7 @@ async def test_a_reservation_allowed_to_preempt_keeps_the_pods_own_class() -> No
     await watch(cache.priority_classes, "ADDED", high)
     view = cache.reservation_view(rsv)
     assert view.priority_class is None
-    assert view.priority_class_known  # nothing to create first
+    assert view.priority_class_found is None  # nothing to create first
     # The class made again with another value: the placeholder no longer preempts.
     await watch(cache.priority_classes, "MODIFIED", {**high, "value": 5000})
     assert cache.reservation_view(rsv).priority_class == build.non_preempting_class(1000)
@@ -134,3 +134,30 @@ async def test_a_job_view_reads_the_victims_on_its_placeholders_node() -> None:
     view = cache.job_view(job())
     assert view.placeholder == ph
     assert view.preempted == (victim,)
+
+
+def controlled(api_version: str, kind: str, uid: str) -> dict[str, Any]:
+    found = pod("web-2", node=None)
+    found["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": "web", "uid": uid, "controller": True}
+    ]
+    return found
+
+
+async def test_a_claimers_controller_counts_only_as_the_caches_or_its_kind_vouch() -> None:
+    """A StatefulSet (watched) counts only as the cache holds it; a Job (not watched) as
+    the pod names it, since only the Job controller's pods get a claim from the webhook; a
+    kind Berth does not bind never counts, whatever UID the pod names."""
+    cache, _ = caches()
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-sts"},
+    }
+    await watch(cache.statefulsets, "ADDED", statefulset)
+    resolved = cache.resolved_controller
+    assert resolved(controlled("apps/v1", "StatefulSet", "uid-sts")) == ("uid-sts", "uid-sts")
+    assert resolved(controlled("apps/v1", "StatefulSet", "uid-other")) == (None, None)
+    assert resolved(controlled("batch/v1", "Job", "uid-job")) == ("uid-job", "uid-job")
+    assert resolved(controlled("example.com/v1", "Game", "uid-game")) == (None, None)
+    assert resolved(controlled("v1", "ConfigMap", "uid-cm")) == (None, None)

@@ -80,8 +80,53 @@ def test_a_placeholder_runs_under_its_non_preempting_class_created_first() -> No
     assert create_class.body == never
     assert create_pod.body["spec"]["priorityClassName"] == "berth-non-preempting-1000"
     # Once the caches hold the class, only the placeholder is created.
-    known = rsv_plan(reservation(), priority_class=never, priority_class_known=True)
+    known = rsv_plan(reservation(), priority_class=never, priority_class_found=never)
     assert kinds(known) == ["Create:pods"]
+
+
+@pytest.mark.parametrize(
+    ("found", "shown"),
+    [
+        pytest.param(
+            {"preemptionPolicy": "PreemptLowerPriority"},
+            "value 1000 and preemptionPolicy PreemptLowerPriority",
+            id="preempts",
+        ),
+        pytest.param({"value": 999}, "value 999 and preemptionPolicy Never", id="another value"),
+        pytest.param(
+            {"preemptionPolicy": None},
+            "value 1000 and preemptionPolicy PreemptLowerPriority",
+            id="the API's default policy",
+        ),
+    ],
+)
+def test_no_placeholder_under_a_class_made_otherwise(found: dict[str, Any], shown: str) -> None:
+    """Someone made `berth-non-preempting-1000` before Berth, with preemption on or another
+    value: no placeholder runs under it; the Reservation says why, with a Warning event
+    naming the class, and looks again later."""
+    never = build.non_preempting_class(1000)
+    forged = {**never, **found}
+    plan = rsv_plan(reservation(), priority_class=never, priority_class_found=forged)
+    assert kinds(plan) == ["UpdateStatus:reservations", "Event:PriorityClassMismatch"]
+    status = status_of(plan)
+    [scheduled] = [c for c in status["conditions"] if c["type"] == "Scheduled"]
+    assert (status["phase"], scheduled["status"], scheduled["reason"]) == (
+        "Pending",
+        "False",
+        "PriorityClassMismatch",
+    )
+    message = f"PriorityClass berth-non-preempting-1000 has {shown}, not value 1000"
+    assert message in scheduled["message"]
+    [event] = [a for a in plan.actions if isinstance(a, Event)]
+    assert (event.type, event.reason) == ("Warning", "PriorityClassMismatch")
+    assert message in event.message
+    assert plan.requeue_after is not None
+    assert plan.requeue_after <= 10
+    # Said once: the next look, with the condition written, writes nothing.
+    again = rsv_plan(
+        {**reservation(), "status": status}, priority_class=never, priority_class_found=forged
+    )
+    assert kinds(again) == []
 
 
 def test_reservation_without_template_namespace_places_its_placeholder_by_its_owner() -> None:

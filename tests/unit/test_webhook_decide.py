@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from berth.api import API_VERSION, keys
-from berth.protocol import top_level_workload
+from berth.protocol import controller_of, is_replicaset, top_level_workload
 from tests.unit.webhook_cases import (
     DEPLOYMENT_UID,
     REPLICASET_UID,
@@ -275,3 +275,125 @@ def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:
 def test_top_level_workload(replicaset: dict[str, Any] | None, expected: str) -> None:
     controller = REVIEW["request"]["object"]["metadata"]["ownerReferences"][0]
     assert top_level_workload(controller, replicaset) == expected
+
+
+# ----- who created the pod ------------------------------------------------------------------
+
+STATEFULSET_UID = "5e7f0000-0000-4000-8000-00000000f5f5"
+STATEFULSET = {
+    "apiVersion": "apps/v1",
+    "kind": "StatefulSet",
+    "name": "db",
+    "uid": STATEFULSET_UID,
+    "controller": True,
+}
+
+
+def statefulset_reservation(name: str) -> dict[str, Any]:
+    found = reservation(name)
+    found["spec"]["owners"] = [{"controller": dict(STATEFULSET)}]
+    return found
+
+
+def created_by(username: str | None) -> Change:
+    def change(req: dict[str, Any]) -> None:
+        if username is None:
+            req.pop("userInfo")
+        else:
+            req["userInfo"] = {"username": username, "groups": ["system:authenticated"]}
+
+    return change
+
+
+def owned_by(owner: dict[str, Any]) -> Change:
+    return set_in("object.metadata.ownerReferences", [owner])
+
+
+@pytest.mark.parametrize(
+    ("changes", "reservations", "expected"),
+    [
+        pytest.param(
+            [created_by("alice")],
+            [reservation("r1")],
+            "created by alice, not by the apps/v1 ReplicaSet controller",
+            id="a user copies a ReplicaSet's owner reference",
+        ),
+        pytest.param(
+            [created_by(None)],
+            [reservation("r1")],
+            "created by an unknown user",
+            id="no userInfo",
+        ),
+        pytest.param(
+            [created_by("system:serviceaccount:kube-system:statefulset-controller")],
+            [reservation("r1")],
+            "not by the apps/v1 ReplicaSet controller",
+            id="another kind's controller",
+        ),
+        pytest.param(
+            [created_by("system:serviceaccount:other:replicaset-controller")],
+            [reservation("r1")],
+            "not by the apps/v1 ReplicaSet controller",
+            id="a ServiceAccount of the same name elsewhere",
+        ),
+        pytest.param(
+            [created_by("system:kube-controller-manager")],
+            [reservation("r1")],
+            ["r1"],
+            id="kube-controller-manager without per-controller credentials",
+        ),
+        pytest.param(
+            [
+                owned_by(STATEFULSET),
+                created_by("system:serviceaccount:kube-system:statefulset-controller"),
+            ],
+            [statefulset_reservation("r1")],
+            ["r1"],
+            id="a StatefulSet's pod",
+        ),
+        pytest.param(
+            [owned_by(STATEFULSET), created_by("alice")],
+            [statefulset_reservation("r1")],
+            "created by alice, not by the apps/v1 StatefulSet controller",
+            id="a user copies a StatefulSet's owner reference",
+        ),
+        pytest.param(
+            [
+                owned_by({**STATEFULSET, "kind": "CloneSet", "apiVersion": "apps.kruise.io/v1"}),
+                created_by("system:serviceaccount:kruise-system:kruise-manager"),
+            ],
+            [reservation("r1")],
+            "a apps.kruise.io/v1 CloneSet, whose pods Berth does not bind",
+            id="a kind Berth does not bind",
+        ),
+        pytest.param(
+            [
+                owned_by({**STATEFULSET, "apiVersion": "apps/v1beta2"}),
+                created_by("system:serviceaccount:kube-system:statefulset-controller"),
+            ],
+            [statefulset_reservation("r1")],
+            "whose pods Berth does not bind",
+            id="a kind of the same name in another API version",
+        ),
+        pytest.param(
+            [claimed_by("r1"), created_by("alice")],
+            [reservation("r1", claim=TOKEN)],
+            "created by alice",
+            id="a user's pod carrying a copied claim",
+        ),
+    ],
+)
+def test_only_the_controllers_own_pods_take_a_reservation(
+    changes: list[Change], reservations: list[dict[str, Any]], expected: list[str] | str
+) -> None:
+    req = request(*changes)
+    # What webhook.app resolves through the API server for a ReplicaSet's pod.
+    controller = controller_of(req["object"]) or {}
+    workload_uid = REPLICASET_UID if is_replicaset(controller) else None
+    decision = decide(req, reservations=by_name(*reservations), workload_uid=workload_uid)
+    if isinstance(expected, str):
+        assert isinstance(decision, Skip)
+        assert expected in decision.reason
+    else:
+        assert isinstance(decision, Claim)
+        assert [r["metadata"]["name"] for r in decision.candidates] == expected

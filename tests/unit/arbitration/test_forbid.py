@@ -137,6 +137,15 @@ NEVER = str(keys.EVICTION_COST_NEVER)
             "pod's scheduler volcano is not in schedulerNames (default-scheduler, koord-scheduler)",
             id="schedulerNames",
         ),
+        pytest.param(
+            lambda p: p["metadata"]["ownerReferences"][0].update(
+                apiVersion="apps.kruise.io/v1alpha1", kind="CloneSet"
+            ),
+            {},
+            "pod's controller is a apps.kruise.io/v1alpha1 CloneSet; Berth binds a Reservation "
+            "only to a replacement made by a ReplicaSet, StatefulSet or Job",
+            id="a controller kind whose replacement Berth cannot bind",
+        ),
     ],
 )
 def test_forbidden_pods_fail(change: Tweak, args: dict[str, Any], message: str) -> None:
@@ -210,3 +219,24 @@ def test_pods_the_configuration_allows_are_admitted(change: Tweak, args: dict[st
 def test_evict_directly_needs_no_reservation_scheduler() -> None:
     target = tweaked(pods_of()[0], tweak(spec__schedulerName="volcano"))
     assert one(target, mode="EvictDirectly").verdict == "admit"
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "mode", "verdict"),
+    [
+        pytest.param("apps/v1", "StatefulSet", "ReservationFirst", "admit", id="StatefulSet"),
+        pytest.param("batch/v1", "Job", "ReservationFirst", "admit", id="Job"),
+        pytest.param("example.com/v1", "Game", "ReservationFirst", "fail", id="custom kind"),
+        pytest.param("example.com/v1", "Game", "EvictDirectly", "admit", id="custom, direct"),
+    ],
+)
+def test_reservation_first_needs_a_controller_berth_binds(
+    api_version: str, kind: str, mode: str, verdict: str
+) -> None:
+    target = tweaked(
+        pods_of()[0],
+        lambda p: p["metadata"]["ownerReferences"][0].update(apiVersion=api_version, kind=kind),
+    )
+    # One replica: EvictDirectly would otherwise wait for the expected-replicas rule.
+    decision = one(target, mode=mode, skipCheckExpectedReplicas=True)
+    assert decision.verdict == verdict, decision.message

@@ -215,7 +215,15 @@ def test_unavailable_counted_from_pods_for_owners_without_status(
         "metadata": {"name": "clone", "namespace": "default", "uid": "uid-clone"},
         "spec": {"replicas": 3},
     }
-    decision = one(clones[0], pods=clones, workloads=[clone_set], maxMigratingPerWorkload=3)
+    # EvictDirectly: Berth binds no Reservation to a CloneSet's replacement.
+    decision = one(
+        clones[0],
+        pods=clones,
+        workloads=[clone_set],
+        maxMigratingPerWorkload=3,
+        mode="EvictDirectly",
+        skipCheckExpectedReplicas=True,
+    )
     assert (decision.verdict, decision.reason) == (
         verdict,
         "" if verdict == "admit" else "MaxUnavailablePerWorkload",
