@@ -19,7 +19,7 @@ def parse(text: str) -> list[Sample]:
 async def scrape(cluster: Cluster, component: str) -> list[Sample]:
     """A Berth component's `/metrics`, over HTTPS with the cluster CA's certificate."""
     port = next(c.port for c in cluster.local.components if c.name == component)
-    context = ssl.create_default_context(cafile=cluster.local.pki / "ca.crt")
+    context = ssl.create_default_context(cafile=cluster.local.serving_ca)
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"https://127.0.0.1:{port}/metrics", ssl=context) as response,

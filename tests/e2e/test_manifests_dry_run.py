@@ -2,8 +2,9 @@
 
 `kubectl apply --dry-run=server` runs every object through the real API
 server's validation and admission (CRD schemas, RBAC, Pod Security) without
-persisting anything. The cert-manager kinds are left out because the local
-control plane has no cert-manager CRDs; tools/certcheck covers them offline.
+persisting anything. Both install paths of the README: the full overlay (the
+session's cluster runs cert-manager, so its Issuer and Certificate kinds are served)
+and without-cert-manager. tools/certcheck also checks the cert-manager objects offline.
 """
 
 from __future__ import annotations
@@ -74,6 +75,17 @@ def test_server_accepts_every_object_without_cert_manager(cluster: Cluster) -> N
         "poddisruptionbudget",
         "mutatingwebhookconfiguration",
     } <= kinds
+
+
+@pytest.mark.usefixtures("berth_namespace")
+def test_server_accepts_every_object_with_cert_manager(cluster: Cluster) -> None:
+    expected = {name_of(obj) for obj in rendered(cluster, MANIFESTS)}
+
+    result = cluster.kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS), "-o", "name")
+
+    assert set(result.stdout.split()) == expected
+    assert "PodSecurity" not in result.stderr, result.stderr
+    assert {"issuer.cert-manager.io/berth-ca", "certificate.cert-manager.io/berth-tls"} <= expected
 
 
 def test_full_overlay_adds_only_the_cert_manager_objects(cluster: Cluster) -> None:
