@@ -378,14 +378,10 @@ class LocalCluster(Processes):
     def _start_cert_manager(self) -> None:
         """cert-manager's CRDs from its Go module, then its controllers and CA injector
         (one process, the cluster admin's credentials)."""
-        self.kubectl("apply", "--server-side", "-f", str(go_binaries.cert_manager_crds()))
+        crds = str(go_binaries.cert_manager_crds())
+        self.kubectl("apply", "--server-side", "-f", crds)
         self.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "-l",
-            "app.kubernetes.io/name=cert-manager",
-            f"--timeout={START_TIMEOUT:.0f}s",
+            "wait", "--for=condition=Established", "-f", crds, f"--timeout={START_TIMEOUT:.0f}s"
         )
         port = free_port()
         self._spawn(
