@@ -75,11 +75,13 @@ var controllers = []string{
 const workers = 2
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster (required)")
-	namespace := flag.String("namespace", "", "watch only this namespace (default: all)")
-	healthPort := flag.Int("health-port", 0, "serve /healthz on 127.0.0.1:PORT once started (0: none)")
-	klog.InitFlags(nil)
-	flag.Parse()
+	// A flag set of its own: controller-runtime defines --kubeconfig on the global one.
+	flags := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	kubeconfig := flags.String("kubeconfig", "", "kubeconfig of the cluster (required)")
+	namespace := flags.String("namespace", "", "watch only this namespace (default: all)")
+	healthPort := flags.Int("health-port", 0, "serve /healthz on 127.0.0.1:PORT (0: none)")
+	klog.InitFlags(flags)
+	_ = flags.Parse(os.Args[1:])
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "certmanager: --kubeconfig is required")
 		os.Exit(2)
@@ -123,7 +125,7 @@ func startControllers(ctx context.Context, group *errgroup.Group, kubeconfig, na
 		IssuerOptions:      controller.IssuerOptions{ClusterResourceNamespace: "cert-manager"},
 		CertificateOptions: controller.CertificateOptions{
 			// cert-manager's defaults.
-			CopiedAnnotationPrefixes: []string{"*", "-kubectl.kubernetes.io/", "-fluxcd.io/", "-argocd.argoproj.io/"},
+			CopiedAnnotationPrefixes:                 []string{"*", "-kubectl.kubernetes.io/", "-fluxcd.io/", "-argocd.argoproj.io/"},
 			CertificateRequestMinimumBackoffDuration: time.Hour,
 			CertificateRequestMaximumBackoffDuration: 32 * time.Hour,
 		},
