@@ -135,8 +135,9 @@ class ServingCertificate:
         self.tls = tls
         self.loaded: Signature = signature(tls.files())
         self.refused: Signature | None = None
-        self.context = tls.context()  # at start, a file that does not load is fatal
-        self._announce()
+        # At start, files that do not load are fatal.
+        self.context, certificate = self._load()
+        self._announce(certificate)
 
     def reload(self) -> bool:
         """Load the files again if they changed since the last load; True when a new
@@ -149,8 +150,8 @@ class ServingCertificate:
         if current in (self.loaded, self.refused):
             return False
         try:
-            context = self.tls.context()
-        except (OSError, ssl.SSLError) as error:
+            context, certificate = self._load()
+        except (OSError, ssl.SSLError, ValueError) as error:
             self.refused = current
             log.warning(
                 "serving certificate files changed but do not load (%s); "
@@ -159,12 +160,17 @@ class ServingCertificate:
             )
             return False
         self.context, self.loaded, self.refused = context, current, None
-        self._announce()
+        self._announce(certificate)
         return True
 
-    def _announce(self) -> None:
+    def _load(self) -> tuple[ssl.SSLContext, x509.Certificate]:
+        """A context of the files, and the certificate it serves (read first: should the
+        files change in between, their signature changed too and they are loaded again)."""
+        certificate = x509.load_pem_x509_certificate(self.tls.cert_file.read_bytes())
+        return self.tls.context(), certificate
+
+    def _announce(self, cert: x509.Certificate) -> None:
         """The log line and the metrics of a load: which certificate, until when."""
-        cert = x509.load_pem_x509_certificate(self.tls.cert_file.read_bytes())
         not_after = cert.not_valid_after_utc
         metrics.SERVING_CERTIFICATE_NOT_AFTER.set(not_after.timestamp())
         metrics.SERVING_CERTIFICATE_LOADED.set(time.time())

@@ -85,13 +85,17 @@ def test_a_load_sets_the_metrics_and_logs_serial_and_expiry(
     assert cert.not_valid_after_utc.isoformat() in caplog.text
 
 
+@pytest.mark.parametrize("broken", ["another key", "not PEM"])
 def test_files_that_do_not_load_keep_the_previous_certificate(
-    tmp_path: Path, ca: tls.KeyPair, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, ca: tls.KeyPair, caplog: pytest.LogCaptureFixture, broken: str
 ) -> None:
     first, second, third = (tls.issue(ca, common_name="a") for _ in range(3))
     certificate = server.ServingCertificate(mount(tmp_path, first))
-    # A certificate with another certificate's key.
-    write_atomically(tmp_path, {"tls.crt": second.cert_pem, "tls.key": third.key_pem})
+    files = {
+        "another key": {"tls.crt": second.cert_pem, "tls.key": third.key_pem},
+        "not PEM": {"tls.crt": b"garbage", "tls.key": second.key_pem},
+    }[broken]
+    write_atomically(tmp_path, files)
 
     with caplog.at_level(logging.WARNING, logger="berth.server"):
         assert certificate.reload() is False
