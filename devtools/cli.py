@@ -93,6 +93,8 @@ def _status(args: argparse.Namespace) -> int:
             f"{state}  {seen[:60]}"
         )
     print(f"scope: {cluster.scope}")
+    if cluster.cert_manager:
+        print(f"serving certificate: cert-manager's, mounted in {cluster.tls_mount}")
     print(f"kubeconfig: {cluster.kubeconfig}")
     return 0 if all(healthy for _, healthy, _ in report) else 1
 

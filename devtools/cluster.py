@@ -546,11 +546,24 @@ class LocalCluster(Processes):
             wait_until(self._ca_injected, what="cert-manager's CA injector to fill the caBundle")
 
     def _ca_injected(self) -> bool:
-        config = yaml.safe_load(
-            self.kubectl("get", "mutatingwebhookconfiguration", "berth", "-o", "yaml").stdout
+        """Whether every webhook configuration that asks for the CA of Berth's Certificate
+        (the annotation, whichever configuration carries it) has it in every entry."""
+        listed = yaml.safe_load(
+            self.kubectl(
+                "get",
+                "mutatingwebhookconfigurations,validatingwebhookconfigurations",
+                "-o",
+                "yaml",
+            ).stdout
         )
+        wanted = f"{BERTH_NAMESPACE}/{TLS_SECRET}"
         ca = base64.b64encode(self.serving_ca.read_bytes()).decode()
-        return all(w["clientConfig"].get("caBundle") == ca for w in config["webhooks"])
+        return all(
+            hook["clientConfig"].get("caBundle") == ca
+            for config in listed["items"]
+            if (config["metadata"].get("annotations") or {}).get(render.INJECT_CA_FROM) == wanted
+            for hook in config.get("webhooks") or []
+        )
 
     # ----- use ------------------------------------------------------------------------
 
