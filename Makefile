@@ -34,7 +34,7 @@ test: binaries lint
 
 demo: binaries
 	$(BERTH) dev down
-	$(BERTH) dev up --nodes 3 --node-cpu 4 --node-memory 8Gi
+	$(BERTH) dev up --nodes 3 --node-cpu 4 --node-memory 8Gi --cert-manager
 	$(BERTH) dev demo
 	@bash scripts/demo-intro.sh
 

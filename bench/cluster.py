@@ -60,7 +60,7 @@ class Bench:
         """The /metrics page of one of Berth's components (served without a client
         certificate, with a certificate of the cluster's CA)."""
         port = self.component(name).port
-        context = ssl.create_default_context(cafile=str(self.cluster.pki / "ca.crt"))
+        context = ssl.create_default_context(cafile=str(self.cluster.serving_ca))
         async with self.api.session.get(
             f"https://127.0.0.1:{port}/metrics", ssl=context
         ) as response:

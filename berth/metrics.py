@@ -173,3 +173,17 @@ def _first_step(job: Object) -> datetime | None:
         ),
         default=None,
     )
+
+
+# ----- serving (webhook, extender, the controller's health port) -------------------------
+
+SERVING_CERTIFICATE_NOT_AFTER = Gauge(
+    "berth_serving_certificate_not_after_timestamp_seconds",
+    "When the serving certificate in use expires (Unix time).",
+)
+
+SERVING_CERTIFICATE_LOADED = Gauge(
+    "berth_serving_certificate_last_load_timestamp_seconds",
+    "When the serving certificate in use was loaded from its files (Unix time): at start, "
+    "and again each time the files change (a renewal).",
+)

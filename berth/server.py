@@ -28,6 +28,13 @@ connection and passes every callback on to it.
   client CA requires a verified client certificate on everything but the probes.
 
 A connection between requests is left to aiohttp's keep-alive timer (the idle timeout).
+
+The serving certificate is renewed in place: cert-manager writes a new one into the
+Secret and the kubelet swaps the mounted files (a new directory behind the `..data`
+symlink). `ServingCertificate` looks at the files every `RELOAD_INTERVAL` and, when they
+changed, builds a new `SSLContext` that every connection accepted afterwards uses;
+connections already open keep theirs, so no request in flight is dropped and nothing
+restarts.
 """
 
 from __future__ import annotations
@@ -35,8 +42,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +53,10 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
+from cryptography import x509
 from prometheus_client.aiohttp import make_aiohttp_handler
+
+from berth import metrics
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +105,87 @@ class Tls:
             context.load_verify_locations(cafile=self.client_ca_file)
             context.verify_mode = ssl.CERT_OPTIONAL
         return context
+
+    def files(self) -> tuple[Path, ...]:
+        return tuple(p for p in (self.cert_file, self.key_file, self.client_ca_file) if p)
+
+
+# ----- the serving certificate, reloaded when its files change ---------------------------
+
+RELOAD_INTERVAL = 1.0
+"""Seconds between two looks at the certificate files (a `stat` of each)."""
+
+Signature = tuple[tuple[int, int, int, int], ...]
+
+
+def signature(paths: tuple[Path, ...]) -> Signature:
+    """What tells one version of the files from the next: device, inode, mtime and size of
+    each, symlinks followed (a kubelet swap gives every file a new inode)."""
+    stats = [os.stat(path) for path in paths]
+    return tuple((s.st_dev, s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
+
+
+class ServingCertificate:
+    """The `SSLContext` a server hands each new connection, made again from `tls`'s files
+    whenever they change. Files that change into something that does not load (a
+    certificate without its key, say) leave the previous context in use: a warning says
+    so once, and the next change is tried again."""
+
+    def __init__(self, tls: Tls) -> None:
+        self.tls = tls
+        self.loaded: Signature = signature(tls.files())
+        self.refused: Signature | None = None
+        # At start, files that do not load are fatal.
+        self.context, certificate = self._load()
+        self._announce(certificate)
+
+    def reload(self) -> bool:
+        """Load the files again if they changed since the last load; True when a new
+        context took over."""
+        try:
+            current = signature(self.tls.files())
+        except OSError as error:  # between a delete and its replacement
+            log.debug("serving certificate files not readable: %s", error)
+            return False
+        if current in (self.loaded, self.refused):
+            return False
+        try:
+            context, certificate = self._load()
+        except (OSError, ssl.SSLError, ValueError) as error:
+            self.refused = current
+            log.warning(
+                "serving certificate files changed but do not load (%s); "
+                "still serving the previous certificate",
+                error,
+            )
+            return False
+        self.context, self.loaded, self.refused = context, current, None
+        self._announce(certificate)
+        return True
+
+    def _load(self) -> tuple[ssl.SSLContext, x509.Certificate]:
+        """A context of the files, and the certificate it serves (read first: should the
+        files change in between, their signature changed too and they are loaded again)."""
+        certificate = x509.load_pem_x509_certificate(self.tls.cert_file.read_bytes())
+        return self.tls.context(), certificate
+
+    def _announce(self, cert: x509.Certificate) -> None:
+        """The log line and the metrics of a load: which certificate, until when."""
+        not_after = cert.not_valid_after_utc
+        metrics.SERVING_CERTIFICATE_NOT_AFTER.set(not_after.timestamp())
+        metrics.SERVING_CERTIFICATE_LOADED.set(time.time())
+        log.info(
+            "serving certificate loaded from %s: serial %x, expires %s",
+            self.tls.cert_file,
+            cert.serial_number,
+            not_after.isoformat(),
+        )
+
+    async def watch(self, interval: float = RELOAD_INTERVAL) -> None:
+        """Reload on change until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            self.reload()
 
 
 # ----- flags --------------------------------------------------------------------------------
@@ -357,18 +450,23 @@ class _Site(web.BaseSite):
         *,
         host: str,
         port: int,
-        context: ssl.SSLContext | None,
+        certificate: ServingCertificate | None,
         limits: Limits,
     ) -> None:
-        super().__init__(runner, ssl_context=context)
-        self.host, self.port, self.context, self.limits = host, port, context, limits
+        super().__init__(runner, ssl_context=certificate.context if certificate else None)
+        self.host, self.port, self.certificate, self.limits = host, port, certificate, limits
         self.connections: set[_Connection] = set()
         self.handshakes: set[asyncio.Task[None]] = set()
         self.full = False
 
     @property
+    def context(self) -> ssl.SSLContext | None:
+        """The TLS context for a connection accepted now: the latest certificate."""
+        return self.certificate.context if self.certificate else None
+
+    @property
     def name(self) -> str:
-        return f"{'https' if self.context else 'http'}://{self.host}:{self.port}"
+        return f"{'https' if self.certificate else 'http'}://{self.host}:{self.port}"
 
     def handler(self) -> RequestHandler:
         server = self._runner.server
@@ -470,9 +568,14 @@ async def serve(
         lingering_time=limits.body_timeout,
     )
     await runner.setup()
+    watch: asyncio.Task[None] | None = None
     try:
-        context = tls.context() if tls is not None else None
-        await _Site(runner, host=host, port=port, context=context, limits=limits).start()
+        certificate = ServingCertificate(tls) if tls is not None else None
+        if certificate is not None:
+            watch = asyncio.create_task(certificate.watch())
+        await _Site(runner, host=host, port=port, certificate=certificate, limits=limits).start()
         await asyncio.Event().wait()
     finally:
+        if watch is not None:
+            watch.cancel()
         await runner.cleanup()

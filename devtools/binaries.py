@@ -8,6 +8,7 @@ the binaries and a change of Kubernetes release builds anew.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -134,6 +135,31 @@ def tool_binary(name: str, *, package: str = ".", ldflags: str = "") -> Path:
         output.parent.mkdir(parents=True, exist_ok=True)
         _build(go, module=module, package=package, output=output, ldflags=ldflags)
     return output
+
+
+def module_dir(tool: str, module: str) -> Path:
+    """The source of `module`, at the version `tools/<tool>` requires, in the Go module
+    cache (downloaded if missing): where files a tool's module ships (CRDs, say) are read
+    from at run time rather than copied into the repository."""
+    env = {**os.environ, "GOTOOLCHAIN": "local"}
+    command = [_go(), "mod", "download", "-json", module]
+    result = subprocess.run(command, cwd=TOOLS / tool, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"`{' '.join(command)}` failed in tools/{tool}:\n{result.stderr[-2000:]}")
+    return Path(json.loads(result.stdout)["Dir"])
+
+
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
+
+
+def cert_manager() -> Path:
+    """cert-manager's controllers and CA injector, built from its Go module (tools/certmanager)."""
+    return tool_binary("certmanager")
+
+
+def cert_manager_crds() -> Path:
+    """cert-manager's CRDs, from the module tools/certmanager is built from."""
+    return module_dir("certmanager", CERT_MANAGER_MODULE) / "deploy" / "crds"
 
 
 def ensure_binaries() -> Binaries:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from devtools.binaries import BuildError, ensure_binaries
+from devtools.binaries import BuildError, cert_manager, ensure_binaries
 from devtools.cluster import ClusterSpec, LocalCluster
 from devtools.processes import ClusterError
 from devtools.render import Scope
@@ -28,11 +28,14 @@ def _up(args: argparse.Namespace) -> int:
         node_memory=args.node_memory,
         node_pods=args.node_pods,
         scope=Scope(args.scope),
+        cert_manager=args.cert_manager,
     )
     cluster.up(spec)
     for component in cluster.components:
         print(f"{component.name:<24} pid {component.pid:<8} port {component.port}")
     print(f"scope: {cluster.scope}")
+    if cluster.cert_manager:
+        print(f"serving certificate: cert-manager's, mounted in {cluster.tls_mount}")
     print(f"logs: {cluster.logs}")
     print(_export_line(cluster))
     return 0
@@ -40,6 +43,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def _build(_args: argparse.Namespace) -> int:
     print(ensure_binaries().bin_dir)
+    print(cert_manager())
     return 0
 
 
@@ -89,6 +93,8 @@ def _status(args: argparse.Namespace) -> int:
             f"{state}  {seen[:60]}"
         )
     print(f"scope: {cluster.scope}")
+    if cluster.cert_manager:
+        print(f"serving certificate: cert-manager's, mounted in {cluster.tls_mount}")
     print(f"kubeconfig: {cluster.kubeconfig}")
     return 0 if all(healthy for _, healthy, _ in report) else 1
 
@@ -116,7 +122,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("down", _down, "stop exactly the processes `up` started"),
         ("status", _status, "show each component and its health"),
         ("env", _env, "print the line that points kubectl at the running cluster"),
-        ("build", _build, "build (or reuse) the control plane binaries; print their dir"),
+        (
+            "build",
+            _build,
+            "build (or reuse) the control plane binaries and cert-manager; print where",
+        ),
         ("demo", _demo, "defragment the running cluster with reservation-first migrations"),
     ):
         sub = dev_commands.add_parser(name, help=help_text)
@@ -143,4 +153,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 help="which pods reach Berth's extender and webhook: `default`, only those "
                 "of a migration (managedResources, namespaceSelector); `strict`, every pod, "
                 "as manifests/strict (default: default)",
+            )
+            sub.add_argument(
+                "--cert-manager",
+                action="store_true",
+                help="run cert-manager (built from its Go module): it issues the webhook's "
+                "and extender's certificate from manifests/cert-manager and injects the "
+                "webhook's caBundle; the components reload the certificate when renewed",
             )

@@ -3,7 +3,10 @@
 `up` starts etcd, kube-apiserver (with this cluster's own CA, Berth's CRDs and RBAC),
 kube-controller-manager, Berth's extender, kube-scheduler configured with it, kwok and
 its fake nodes, then Berth's controller and webhook; each after the previous one is
-healthy. Berth's components run as their own ServiceAccounts (`devtools.accounts`).
+healthy. With `cert_manager`, cert-manager runs after kube-controller-manager and issues
+Berth's serving certificate from manifests/cert-manager; a mirror of its Secret stands
+in for the kubelet's volume, and the CA injector fills the webhook's caBundle. Berth's
+components run as their own ServiceAccounts (`devtools.accounts`).
 Starting and stopping processes is `devtools.processes`; the files they read are
 `devtools.render`.
 """
@@ -23,6 +26,7 @@ import yaml
 from berth import tls
 from berth.settings import DEFAULT_SCHEDULER_NAMES
 from devtools import accounts, nodes, render
+from devtools import binaries as go_binaries
 from devtools.binaries import REPO, ensure_binaries
 from devtools.processes import (
     START_TIMEOUT,
@@ -67,6 +71,12 @@ class ClusterSpec:
     """Also run Berth's own components against the cluster."""
     scope: render.Scope = render.Scope.DEFAULT
     """Which pods reach Berth's extender and webhook."""
+    cert_manager: bool = False
+    """Run cert-manager, and serve the certificate it issues (else one of this cluster's CA)."""
+
+
+TLS_SECRET = "berth-tls"
+"""The Secret of Berth's serving certificate (manifests/cert-manager/certificate.yaml)."""
 
 
 class LocalCluster(Processes):
@@ -90,6 +100,7 @@ class LocalCluster(Processes):
             )
         self.binaries = ensure_binaries()
         self.scope = render.Scope(spec.scope)
+        self.cert_manager = spec.cert_manager
         self._reset_dirs()
         try:
             self._write_pki()
@@ -99,6 +110,10 @@ class LocalCluster(Processes):
             if spec.berth:
                 accounts.install_rbac(self.kubectl)
             self._start_controller_manager()
+            if spec.cert_manager:
+                self._start_cert_manager()
+                if spec.berth:
+                    self._issue_serving_certificate()
             extenders = list(spec.extenders)
             if spec.berth:
                 extenders.append(self._berth_extender(self.start_extender(name="berth-extender")))
@@ -117,7 +132,7 @@ class LocalCluster(Processes):
             raise
 
     def _reset_dirs(self) -> None:
-        for directory in (self.pki, self.logs, self.state_dir / "etcd"):
+        for directory in (self.pki, self.logs, self.state_dir / "etcd", self.tls_mount):
             if directory.exists():
                 subprocess.run(["rm", "-rf", str(directory)], check=True)
         for directory in (self.pki, self.logs):
@@ -143,10 +158,12 @@ class LocalCluster(Processes):
             ca, common_name="berth-dev-admin", organization="system:masters", client=True
         )
         admin.write(cert_path=self.pki / "admin.crt", key_path=self.pki / "admin.key")
-        # Berth's webhook and extender serve on loopback with a certificate of this CA.
-        tls.issue(
-            ca, common_name="berth", dns_names=("localhost",), ip_addresses=("127.0.0.1",)
-        ).write(cert_path=self.pki / "berth.crt", key_path=self.pki / "berth.key")
+        if not self.cert_manager:
+            # Berth's webhook and extender serve on loopback with a certificate of this CA
+            # (with cert-manager, only the certificate it issues).
+            tls.issue(
+                ca, common_name="berth", dns_names=("localhost",), ip_addresses=("127.0.0.1",)
+            ).write(cert_path=self.pki / "berth.crt", key_path=self.pki / "berth.key")
         private, public = tls.make_signing_key()
         (self.pki / "sa.key").write_bytes(private)
         (self.pki / "sa.pub").write_bytes(public)
@@ -358,6 +375,71 @@ class LocalCluster(Processes):
             what="the default ServiceAccount",
         )
 
+    def _start_cert_manager(self) -> None:
+        """cert-manager's CRDs from its Go module, then its controllers and CA injector
+        (one process, the cluster admin's credentials)."""
+        crds = str(go_binaries.cert_manager_crds())
+        self.kubectl("apply", "--server-side", "-f", crds)
+        self.kubectl(
+            "wait", "--for=condition=Established", "-f", crds, f"--timeout={START_TIMEOUT:.0f}s"
+        )
+        port = free_port()
+        self._spawn(
+            "cert-manager",
+            [f"--kubeconfig={self.kubeconfig}", f"--health-port={port}"],
+            port=port,
+            health_url=f"http://127.0.0.1:{port}/healthz",
+            command=[str(go_binaries.cert_manager())],
+        )
+
+    def _issue_serving_certificate(self) -> None:
+        """Apply Berth's Issuers and Certificate (manifests/cert-manager, with the loopback
+        names), wait until cert-manager made the Certificate Ready, and mount its Secret
+        for the components to serve."""
+        documents: list[dict[str, Any]] = []
+        for path in sorted((REPO / "manifests" / "cert-manager").glob("*.yaml")):
+            if path.name != "kustomization.yaml":
+                documents += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+        objects = [
+            render.local_certificate(doc)
+            if doc["kind"] == "Certificate" and doc["metadata"]["name"] == TLS_SECRET
+            else doc
+            for doc in documents
+        ]
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+        self.kubectl(
+            "wait",
+            "--for=condition=Ready",
+            f"certificate/{TLS_SECRET}",
+            f"--namespace={BERTH_NAMESPACE}",
+            f"--timeout={START_TIMEOUT:.0f}s",
+        )
+        port = free_port()
+        self._spawn(
+            "berth-tls-mount",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--namespace={BERTH_NAMESPACE}",
+                f"--name={TLS_SECRET}",
+                f"--dir={self.tls_mount}",
+                f"--health-port={port}",
+            ],
+            port=port,
+            health_url=f"http://127.0.0.1:{port}/healthz",
+            command=[sys.executable, "-m", "devtools.secretmount"],
+        )
+
+    @property
+    def serving_files(self) -> tuple[Path, Path]:
+        """The certificate and key Berth's components serve."""
+        if self.cert_manager:
+            return self.tls_mount / "tls.crt", self.tls_mount / "tls.key"
+        return self.pki / "berth.crt", self.pki / "berth.key"
+
+    def _serving_flags(self) -> list[str]:
+        cert, key = self.serving_files
+        return [f"--tls-cert-file={cert}", f"--tls-private-key-file={key}"]
+
     def _install_crds(self) -> None:
         """Berth's own API: the PodMigrationJob and Reservation CRDs from manifests/crds."""
         crds = REPO / "manifests" / "crds"
@@ -389,8 +471,7 @@ class LocalCluster(Processes):
                 f"--kubeconfig={self._credentials('controller')}",
                 f"--lease-namespace={BERTH_NAMESPACE}",
                 f"--health-port={port}",
-                f"--tls-cert-file={self.pki / 'berth.crt'}",
-                f"--tls-private-key-file={self.pki / 'berth.key'}",
+                *self._serving_flags(),
                 *extra,
             ],
             port=port,
@@ -407,8 +488,7 @@ class LocalCluster(Processes):
                 f"--kubeconfig={self._credentials(args[0])}",
                 "--host=127.0.0.1",
                 f"--port={port}",
-                f"--tls-cert-file={self.pki / 'berth.crt'}",
-                f"--tls-private-key-file={self.pki / 'berth.key'}",
+                *self._serving_flags(),
             ],
             port=port,
             health_url=f"https://127.0.0.1:{port}/healthz",
@@ -434,28 +514,34 @@ class LocalCluster(Processes):
         scope recommend."""
         return render.berth_extender(
             url=f"https://127.0.0.1:{extender.port}",
-            ca_bundle=base64.b64encode((self.pki / "ca.crt").read_bytes()).decode(),
+            ca_bundle=base64.b64encode(self.serving_ca.read_bytes()).decode(),
             scope=render.Scope(self.scope),
         )
 
     def register_webhooks(self) -> None:
         """Point both webhook configurations at every running webhook replica. With no
         Service to balance them here, each replica gets an entry of its own and every pod
-        passes all of them in turn (the first claims; the others find the claim made)."""
-        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        passes all of them in turn (the first claims; the others find the claim made).
+        With cert-manager the caBundle is left to its CA injector, and this returns once
+        it was injected into every entry."""
+        ca = None if self.cert_manager else base64.b64encode(self.serving_ca.read_bytes()).decode()
         bases = [
             f"https://127.0.0.1:{c.port}"
             for c in self.running()
             if c.name.startswith("berth-webhook")
         ]
         urls = [f"{base}/mutate-pod" for base in bases]
+        inject_ca_from = f"{BERTH_NAMESPACE}/{TLS_SECRET}" if self.cert_manager else None
         self.kubectl(
             "apply",
             "-f",
             "-",
             input=yaml.safe_dump(
                 render.eviction_webhook_configuration(
-                    urls=bases, ca_bundle=ca, skip_namespaces=["kube-system", BERTH_NAMESPACE]
+                    urls=bases,
+                    ca_bundle=ca,
+                    skip_namespaces=["kube-system", BERTH_NAMESPACE],
+                    inject_ca_from=inject_ca_from,
                 )
             ),
         )
@@ -469,8 +555,31 @@ class LocalCluster(Processes):
                     ca_bundle=ca,
                     skip_namespaces=["kube-system", BERTH_NAMESPACE],
                     scope=render.Scope(self.scope),
+                    inject_ca_from=inject_ca_from,
                 )
             ),
+        )
+        if self.cert_manager:
+            wait_until(self._ca_injected, what="cert-manager's CA injector to fill the caBundle")
+
+    def _ca_injected(self) -> bool:
+        """Whether every webhook configuration that asks for the CA of Berth's Certificate
+        (the annotation, whichever configuration carries it) has it in every entry."""
+        listed = yaml.safe_load(
+            self.kubectl(
+                "get",
+                "mutatingwebhookconfigurations,validatingwebhookconfigurations",
+                "-o",
+                "yaml",
+            ).stdout
+        )
+        wanted = f"{BERTH_NAMESPACE}/{TLS_SECRET}"
+        ca = base64.b64encode(self.serving_ca.read_bytes()).decode()
+        return all(
+            hook["clientConfig"].get("caBundle") == ca
+            for config in listed["items"]
+            if (config["metadata"].get("annotations") or {}).get(render.INJECT_CA_FROM) == wanted
+            for hook in config.get("webhooks") or []
         )
 
     # ----- use ------------------------------------------------------------------------

@@ -82,6 +82,8 @@ class Processes:
         self.binaries: Binaries | None = None
         self.scope = "default"
         """Which pods reach Berth's extender and webhook (`devtools.render.Scope`)."""
+        self.cert_manager = False
+        """Whether cert-manager issues Berth's serving certificate (`up --cert-manager`)."""
         # Children started by this process, so they can be reaped rather than left as zombies.
         self._processes: dict[int, subprocess.Popen[bytes]] = {}
         self._load_state()
@@ -95,12 +97,14 @@ class Processes:
         self.components = [Component(**item) for item in state["components"]]
         self.binaries = Binaries(Path(state["bin_dir"]))
         self.scope = str(state.get("scope", "default"))
+        self.cert_manager = bool(state.get("cert_manager", False))
 
     def _save_state(self) -> None:
         assert self.binaries is not None
         state = {
             "bin_dir": str(self.binaries.bin_dir),
             "scope": self.scope,
+            "cert_manager": self.cert_manager,
             "components": [asdict(component) for component in self.components],
         }
         self.state_file.write_text(json.dumps(state, indent=2))
@@ -114,6 +118,17 @@ class Processes:
         except OSError:
             return False
         return str(self.state_dir).encode() in cmdline
+
+    @property
+    def tls_mount(self) -> Path:
+        """Where the `berth-tls` Secret cert-manager issued is mounted, as in a pod."""
+        return self.state_dir / "mounts" / "berth-tls"
+
+    @property
+    def serving_ca(self) -> Path:
+        """The CA of the certificate Berth's components serve: cert-manager's Berth CA
+        from the mounted Secret, or else this cluster's own CA."""
+        return self.tls_mount / "ca.crt" if self.cert_manager else self.pki / "ca.crt"
 
     def running(self) -> list[Component]:
         return [component for component in self.components if self.owns(component)]
@@ -178,6 +193,8 @@ class Processes:
     def probe(self, component: Component) -> tuple[bool, str]:
         """One health request: (healthy, what was seen)."""
         context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        if component.verify_tls and self.serving_ca.exists():
+            context.load_verify_locations(cafile=str(self.serving_ca))
         if component.name == "kube-apiserver":
             context.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
         elif not component.verify_tls:

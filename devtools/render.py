@@ -194,22 +194,51 @@ def kwok_configuration(*, parallelism: int) -> dict[str, Any]:
     }
 
 
+INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
+"""The annotation cert-manager's CA injector fills a webhook configuration's caBundle by."""
+
+
+def local_certificate(certificate: dict[str, Any]) -> dict[str, Any]:
+    """Berth's Certificate (manifests/cert-manager) for components reached on loopback:
+    the same, plus `localhost` and 127.0.0.1, the names the API server, the scheduler
+    and the health checks use here."""
+    spec = certificate["spec"]
+    return {
+        **certificate,
+        "spec": {
+            **spec,
+            "dnsNames": [*spec.get("dnsNames", []), "localhost"],
+            "ipAddresses": [*spec.get("ipAddresses", []), "127.0.0.1"],
+        },
+    }
+
+
 def webhook_configuration(
-    *, urls: list[str], ca_bundle: str, skip_namespaces: list[str], scope: Scope = Scope.DEFAULT
+    *,
+    urls: list[str],
+    ca_bundle: str | None,
+    skip_namespaces: list[str],
+    scope: Scope = Scope.DEFAULT,
+    inject_ca_from: str | None = None,
 ) -> dict[str, Any]:
     """Berth's MutatingWebhookConfiguration for webhook replicas reached by URL (the local
     cluster); the same settings as manifests/webhook (default scope) or manifests/strict,
-    which go through a Service."""
+    which go through a Service. With `inject_ca_from` (a Certificate, `namespace/name`)
+    it carries no caBundle: cert-manager's CA injector writes it, as in an install."""
+    metadata: dict[str, Any] = {"name": "berth"}
+    if inject_ca_from is not None:
+        metadata["annotations"] = {INJECT_CA_FROM: inject_ca_from}
+    client_config: dict[str, str] = {} if ca_bundle is None else {"caBundle": ca_bundle}
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "berth"},
+        "metadata": metadata,
         "webhooks": [
             {
                 "name": f"reservation-binding-{index}.berth.sh"
                 if index
                 else "reservation-binding.berth.sh",
-                "clientConfig": {"url": url, "caBundle": ca_bundle},
+                "clientConfig": {"url": url, **client_config},
                 "rules": [
                     {
                         "operations": ["CREATE"],
@@ -256,11 +285,20 @@ def eviction_namespace_selector(*, skip_namespaces: list[str], labelled: bool) -
 
 
 def eviction_webhook_configuration(
-    *, urls: list[str], ca_bundle: str, skip_namespaces: list[str]
+    *,
+    urls: list[str],
+    ca_bundle: str | None,
+    skip_namespaces: list[str],
+    inject_ca_from: str | None = None,
 ) -> dict[str, Any]:
     """Berth's ValidatingWebhookConfiguration on `pods/eviction` for webhook replicas
     reached by URL (`url` is the replica's base: https://host:port); the same settings as
-    manifests/webhook/validating-webhook.yaml, which goes through a Service."""
+    manifests/webhook/validating-webhook.yaml, which goes through a Service. The caBundle
+    as for `webhook_configuration`."""
+    metadata: dict[str, Any] = {"name": "berth-evictions"}
+    if inject_ca_from is not None:
+        metadata["annotations"] = {INJECT_CA_FROM: inject_ca_from}
+    client_config: dict[str, str] = {} if ca_bundle is None else {"caBundle": ca_bundle}
     webhooks = []
     for index, url in enumerate(urls):
         suffix = f"-{index}" if index else ""
@@ -272,7 +310,7 @@ def eviction_webhook_configuration(
                 {
                     "name": f"{name}{suffix}.berth.sh",
                     "admissionReviewVersions": ["v1"],
-                    "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle},
+                    "clientConfig": {"url": f"{url}{path}", **client_config},
                     "rules": [
                         {
                             "apiGroups": [""],
@@ -294,6 +332,6 @@ def eviction_webhook_configuration(
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "berth-evictions"},
+        "metadata": metadata,
         "webhooks": webhooks,
     }

@@ -94,6 +94,7 @@ class Pod(_Read):
 
 class UserInfo(_Read):
     username: str | None = None
+    groups: list[str] | None = None
 
 
 class AdmissionRequest(_Read):
@@ -142,9 +143,10 @@ def parse(body: bytes) -> dict[str, Any]:
     return request
 
 
-class UserInfo(_Read):
+class Requester(UserInfo):
+    """Who asks for an eviction: the API server always names the user."""
+
     username: str
-    groups: list[str] | None = None
 
 
 class Preconditions(_Read):
@@ -167,7 +169,7 @@ class EvictionRequest(_Read):
     name: str
     namespace: str
     subResource: str
-    userInfo: UserInfo
+    userInfo: Requester
     dryRun: bool | None = None
     object: EvictionObject
 

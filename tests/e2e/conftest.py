@@ -4,7 +4,9 @@ The cluster is started through the real `berth dev up` command and stopped with
 `berth dev down`, so every session also exercises the CLI; teardown checks that no
 process is left behind. When an e2e test fails, the tail of every component's log
 is attached to its report. `BERTH_E2E_SCOPE=strict` runs the session's cluster in the
-strict scope (`berth dev up --scope strict`); the default scope otherwise.
+strict scope (`berth dev up --scope strict`); the default scope otherwise. The cluster
+runs cert-manager (`--cert-manager`), as most clusters Berth is installed on do: Berth's
+serving certificate is the one it issues, and its CA injector fills the webhook's caBundle.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "up",
             f"--state-dir={state_dir}",
             "--nodes=3",
+            "--cert-manager",
             f"--scope={os.environ.get('BERTH_E2E_SCOPE', 'default')}",
         ],
         capture_output=True,

@@ -17,9 +17,10 @@ def parse(text: str) -> list[Sample]:
 
 
 async def scrape(cluster: Cluster, component: str) -> list[Sample]:
-    """A Berth component's `/metrics`, over HTTPS with the cluster CA's certificate."""
+    """A Berth component's `/metrics`, over HTTPS, verified with the CA of its serving
+    certificate (cert-manager's Berth CA in the session's cluster)."""
     port = next(c.port for c in cluster.local.components if c.name == component)
-    context = ssl.create_default_context(cafile=cluster.local.pki / "ca.crt")
+    context = ssl.create_default_context(cafile=cluster.local.serving_ca)
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"https://127.0.0.1:{port}/metrics", ssl=context) as response,

@@ -41,7 +41,7 @@ def standby(cluster: Cluster) -> Iterator[None]:
 
 
 def ready(cluster: Cluster, port: int) -> bool:
-    context = ssl.create_default_context(cafile=cluster.local.pki / "ca.crt")
+    context = ssl.create_default_context(cafile=cluster.local.serving_ca)
     url = f"https://127.0.0.1:{port}/readyz"
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as answer:

@@ -2,18 +2,24 @@
 
 `kubectl apply --dry-run=server` runs every object through the real API
 server's validation and admission (CRD schemas, RBAC, Pod Security) without
-persisting anything. The cert-manager kinds are left out because the local
-control plane has no cert-manager CRDs; tools/certcheck covers them offline.
+persisting anything. Both install paths of the README: the full overlay (the
+session's cluster runs cert-manager, so its Issuer and Certificate kinds are served)
+and without-cert-manager. tools/certcheck also checks the cert-manager objects offline.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from tests.e2e.kube import Cluster
 
@@ -74,6 +80,63 @@ def test_server_accepts_every_object_without_cert_manager(cluster: Cluster) -> N
         "poddisruptionbudget",
         "mutatingwebhookconfiguration",
     } <= kinds
+
+
+@pytest.mark.usefixtures("berth_namespace")
+def test_server_accepts_every_object_with_cert_manager(cluster: Cluster) -> None:
+    expected = {name_of(obj) for obj in rendered(cluster, MANIFESTS)}
+
+    result = cluster.kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS), "-o", "name")
+
+    assert set(result.stdout.split()) == expected
+    assert "PodSecurity" not in result.stderr, result.stderr
+    assert {"issuer.cert-manager.io/berth-ca", "certificate.cert-manager.io/berth-tls"} <= expected
+
+
+def test_the_readme_path_without_cert_manager(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """`berth certs`, the Secret made from its files and the webhook's caBundle set to its
+    CA, as the README's install section says (the Secret in a test namespace: the
+    session's berth-system holds cert-manager's)."""
+    names = ["berth-webhook.berth-system.svc", "berth-extender.berth-system.svc"]
+    certs = tmp_path / "certs"
+    made = subprocess.run(
+        [sys.executable, "-m", "cli.berth", "certs", f"--out={certs}"]
+        + [f"--dns={name}" for name in names],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    secret = json.loads(
+        cluster.kubectl(
+            "create",
+            "secret",
+            "generic",
+            "berth-tls",
+            f"--namespace={namespace}",
+            *(f"--from-file={certs / name}" for name in ("tls.crt", "tls.key", "ca.crt")),
+            "--dry-run=server",
+            "-o",
+            "json",
+        ).stdout
+    )
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}  # what the pods mount
+    served = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes())
+    san = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == names
+
+    [webhooks] = [
+        obj
+        for obj in rendered(cluster, MANIFESTS / "without-cert-manager")
+        if obj["kind"] == "MutatingWebhookConfiguration"
+    ]
+    assert "cert-manager.io/inject-ca-from" not in (webhooks["metadata"].get("annotations") or {})
+    for hook in webhooks["webhooks"]:
+        hook["clientConfig"]["caBundle"] = base64.b64encode(
+            (certs / "ca.crt").read_bytes()
+        ).decode()
+    cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(webhooks))
 
 
 def test_full_overlay_adds_only_the_cert_manager_objects(cluster: Cluster) -> None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import yaml
+
 from berth.api import keys
 from berth.settings import DEFAULT_SCHEDULER_NAMES
 from devtools import binaries, render
 from devtools.render import Scope
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
 
 def test_kubeconfig_embeds_certificates_and_selects_its_context() -> None:
@@ -103,6 +107,36 @@ def test_webhook_configuration_has_one_entry_per_replica_and_never_blocks() -> N
         assert hook["failurePolicy"] == "Ignore"
         assert hook["sideEffects"] == "NoneOnDryRun"
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+
+
+def test_with_cert_manager_the_caBundle_is_left_to_the_injector() -> None:
+    config = render.webhook_configuration(
+        urls=["https://127.0.0.1:1/m"],
+        ca_bundle=None,
+        skip_namespaces=["kube-system"],
+        inject_ca_from="berth-system/berth-tls",
+    )
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "berth-system/berth-tls"
+    }
+    assert config["webhooks"][0]["clientConfig"] == {"url": "https://127.0.0.1:1/m"}
+
+
+def test_the_local_certificate_adds_the_loopback_names_to_the_manifest() -> None:
+    [certificate] = [
+        doc
+        for doc in yaml.safe_load_all((MANIFESTS / "cert-manager" / "certificate.yaml").read_text())
+        if doc
+    ]
+    local = render.local_certificate(certificate)
+    assert local["spec"]["dnsNames"] == [*certificate["spec"]["dnsNames"], "localhost"]
+    assert local["spec"]["ipAddresses"] == ["127.0.0.1"]
+    assert {**local["spec"], "dnsNames": None, "ipAddresses": None} == {
+        **certificate["spec"],
+        "dnsNames": None,
+        "ipAddresses": None,
+    }
+    assert local["metadata"] == certificate["metadata"]
 
 
 def test_default_scope_calls_the_extender_for_berths_pods_only() -> None:
