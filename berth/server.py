@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client.aiohttp import make_aiohttp_handler
@@ -424,6 +425,27 @@ def _refusal(request: web.Request, *, client_auth: bool) -> web.Response | None:
     return None
 
 
+def _problem(error: BadHttpMessage | web.RequestPayloadError) -> str:
+    """aiohttp's words for what it could not parse, on one line."""
+    problem = error.message if isinstance(error, BadHttpMessage) else str(error)
+    return " ".join(str(problem).split()).removeprefix("400, message: ")
+
+
+async def _refuse_unreadable(
+    request: web.Request, error: BadHttpMessage | web.RequestPayloadError
+) -> web.Response:
+    """Answer a body that cannot be decoded as its headers say (a Content-Encoding it is
+    not in, or one aiohttp does not know) with a 400 naming the problem, and close the
+    connection: the rest of its stream cannot be read either, and aiohttp would try to
+    drain it (and log the same error again as a crash)."""
+    response = web.Response(status=400, text=f"the body cannot be read: {_problem(error)}")
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()  # after the answer is written: it is flushed, then closed
+    return response
+
+
 def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -442,12 +464,36 @@ def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
                     if connection is not None:
                         connection.abort()
                     return web.Response(status=408)  # not delivered: the socket is gone
+                except (BadHttpMessage, web.RequestPayloadError) as error:
+                    return await _refuse_unreadable(request, error)
             return await handler(request)
         finally:
             if connection is not None:
                 connection.request_finished()
 
     return guard
+
+
+class _RefusedRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse (a header it refuses, a Content-Encoding
+    it cannot decode) with a traceback, though it answers the client a 400 and nothing
+    on the server failed; and so it logs the same problem found while it drains the body
+    of a request answered without reading it (a 415). Such a record becomes one warning
+    line naming the problem."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, BadHttpMessage | web.RequestPayloadError):
+            record.msg = "refused a request that cannot be parsed: %s"
+            record.args = (_problem(error),)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_AIOHTTP_SERVER_LOG = logging.getLogger("aiohttp.server")
+if not any(isinstance(f, _RefusedRequests) for f in _AIOHTTP_SERVER_LOG.filters):
+    _AIOHTTP_SERVER_LOG.addFilter(_RefusedRequests())
 
 
 async def serve(
