@@ -285,6 +285,9 @@ INVALID_STATUS = [
      ["status.phase", "Unsupported value"]),
     ("reservation-allocatable-as-number", reservation, {"allocatable": {"cpu": 2}},
      ["status.allocatable.cpu", "string"]),
+    ("reservation-allocatable-not-a-quantity", reservation,
+     {"allocatable": {"cpu": "1.5 cores"}},
+     ["status.allocatable", "allocatable values must be quantities"]),
 ]  # fmt: skip
 
 

@@ -112,6 +112,8 @@ def mutated(draw: st.DrawFn, bases: list[Any]) -> Any:
             current = target[last]
         except (KeyError, IndexError, TypeError):
             continue  # gone with an earlier change
+        if not isinstance(target, dict | list):
+            continue  # now a string: an earlier change put it there
         action = draw(st.sampled_from(["replace", "replace", "replace", "remove", "add"]))
         if action == "remove":
             del target[last]
