@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,7 +149,9 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
         what="arbitration to hold the job for the PDB",
     )
     assert job["status"].get("phase", "Pending") == "Pending"
-    assert "g" in job["status"]["message"]
+    assert f"PodDisruptionBudget {namespace}/g allows no more disruptions" in (
+        job["status"]["message"]
+    )
     job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
     assert job["status"]["reason"] == "Timeout"
     assert "BlockedByPDB" in job["status"]["message"]
@@ -175,6 +178,15 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
     assert job["status"]["reason"] == "Timeout"
     assert "BlockedByPDB" in events(cluster, name)
+    # The refusal is written on the job as the Evicting write left it: no write of this
+    # job's status lost a race with the controller's own previous write.
+    controller = next(c for c in cluster.local.components if c.name == "berth-controller")
+    conflicts = [
+        line
+        for line in Path(controller.log).read_text().splitlines()
+        if "conflict on UpdateStatus" in line and f'"{name}"' in line
+    ]
+    assert not conflicts, conflicts
     still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
     assert still["metadata"]["uid"] == pods[0]["metadata"]["uid"]
     cluster.wait(
