@@ -9,6 +9,7 @@ from pathlib import Path
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
+from berth.exits import CONFIG_ERRORS, bad_config
 from webhook.app import DEADLINE, run
 
 
@@ -65,6 +66,8 @@ def handle(args: argparse.Namespace) -> int:
             limits=server.limits_from(args),
             deadline=args.request_deadline,
         )
+    except CONFIG_ERRORS as error:
+        return bad_config("berth webhook", error)
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth webhook: {error}", file=sys.stderr)
         return 1

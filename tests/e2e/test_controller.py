@@ -149,8 +149,9 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
         what="arbitration to hold the job for the PDB",
     )
     assert job["status"].get("phase", "Pending") == "Pending"
-    assert f"PodDisruptionBudget {namespace}/g allows no more disruptions" in (
-        job["status"]["message"]
+    assert (
+        f"PodDisruptionBudget {namespace}/g allows no more disruptions"
+        in (job["status"]["message"])
     )
     job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
     assert job["status"]["reason"] == "Timeout"
