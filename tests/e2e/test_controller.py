@@ -14,10 +14,12 @@ from berth.protocol import is_ready
 from berth.resources import parse_quantity, pod_requests
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
+    LONG_TTL,
     PAUSE,
     condition,
     deployment,
     events,
+    expire,
     job_manifest,
     job_of,
     leftovers,
@@ -40,7 +42,7 @@ def test_no_room_anywhere_waits_then_times_out_without_evicting(
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "pinned", 1), what="the pinned pod")[
         0
     ]
-    name, manifest = job_manifest(pod, ttl="15s")
+    name, manifest = job_manifest(pod, ttl=LONG_TTL)
     cluster.apply(manifest)
 
     def unschedulable() -> dict[str, Any] | None:
@@ -51,7 +53,8 @@ def test_no_room_anywhere_waits_then_times_out_without_evicting(
     job = cluster.wait(unschedulable, what="ReservationScheduled=False")
     assert job["status"]["phase"] == "Running"
     assert "node affinity" in condition(job, "ReservationScheduled")["message"]
-    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    expire(cluster, name)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
     assert job["status"]["reason"] == "Timeout"
     assert "nothing was evicted" in job["status"]["message"]
     survivor = cluster.get("pod", pod["metadata"]["name"], "-n", namespace)
@@ -142,7 +145,7 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
     cluster: Cluster, namespace: str
 ) -> None:
     pods = guarded_pods(cluster, namespace)
-    name, manifest = job_manifest(pods[0], ttl="20s")
+    name, manifest = job_manifest(pods[0], ttl=LONG_TTL)
     cluster.apply(manifest)
     job = cluster.wait(
         lambda: pending_with(cluster, name, "BlockedByPDB"),
@@ -153,7 +156,8 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
         f"PodDisruptionBudget {namespace}/g allows no more disruptions"
         in (job["status"]["message"])
     )
-    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    expire(cluster, name)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
     assert job["status"]["reason"] == "Timeout"
     assert "BlockedByPDB" in job["status"]["message"]
     still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
@@ -167,7 +171,7 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     # With arbitration off, the Eviction API itself refuses: the job says BlockedByPDB.
     restart_controller("arbitrationArgs:\n  enabled: false\n")
     pods = guarded_pods(cluster, namespace)
-    name, manifest = job_manifest(pods[0], ttl="20s")
+    name, manifest = job_manifest(pods[0], ttl=LONG_TTL)
     cluster.apply(manifest)
 
     def blocked() -> dict[str, Any] | None:
@@ -176,7 +180,8 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
 
     job = cluster.wait(blocked, what="BlockedByPDB")
     assert "disruption budget" in condition(job, "Eviction")["message"]
-    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    expire(cluster, name)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
     assert job["status"]["reason"] == "Timeout"
     assert "BlockedByPDB" in events(cluster, name)
     # The refusal is written on the job as the Evicting write left it: no write of this
