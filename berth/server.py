@@ -24,8 +24,11 @@ connection and passes every callback on to it.
   all end there. The deadline lives on the connection, not in aiohttp's parser, because
   the parser's state is private.
 - The same middleware reads a request's body under the body deadline (and aborts the
-  connection when it passes), requires `application/json` on POST (415), and with a
-  client CA requires a verified client certificate on everything but the probes.
+  connection when it passes), answers a body that cannot be decoded as its
+  Content-Encoding says with a 400 naming the problem, requires `application/json` on
+  POST (415), and with a client CA requires a verified client certificate on everything
+  but the probes. aiohttp's own refusals of requests it cannot parse are logged as one
+  warning line, not as the traceback of a crash.
 
 A connection between requests is left to aiohttp's keep-alive timer (the idle timeout).
 """
@@ -491,9 +494,10 @@ class _RefusedRequests(logging.Filter):
         return True
 
 
-_AIOHTTP_SERVER_LOG = logging.getLogger("aiohttp.server")
-if not any(isinstance(f, _RefusedRequests) for f in _AIOHTTP_SERVER_LOG.filters):
-    _AIOHTTP_SERVER_LOG.addFilter(_RefusedRequests())
+def _log_refusals_in_one_line() -> None:
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _RefusedRequests) for f in server_log.filters):
+        server_log.addFilter(_RefusedRequests())
 
 
 async def serve(
@@ -506,6 +510,7 @@ async def serve(
 ) -> None:
     """Serve until cancelled: HTTPS with `tls`, else plain HTTP."""
     limits = limits or Limits()
+    _log_refusals_in_one_line()
     client_auth = tls is not None and tls.client_ca_file is not None
     app.middlewares.append(_guard(limits, client_auth=client_auth))
     runner = web.AppRunner(
