@@ -24,8 +24,8 @@ connection and passes every callback on to it.
   all end there. The deadline lives on the connection, not in aiohttp's parser, because
   the parser's state is private.
 - The same middleware reads a request's body under the body deadline (and aborts the
-  connection when it passes), answers a body that cannot be decoded as its
-  Content-Encoding says with a 400 naming the problem, requires `application/json` on
+  connection when it passes), decodes it (gzip or deflate: `decoded`; a body that is not
+  what its Content-Encoding says is a 400 naming the problem), requires `application/json` on
   POST (415), and with a client CA requires a verified client certificate on everything
   but the probes. aiohttp's own refusals of requests it cannot parse are logged as one
   warning line, not as the traceback of a crash.
@@ -40,6 +40,7 @@ import asyncio
 import logging
 import signal
 import ssl
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -434,19 +435,43 @@ def _problem(error: BadHttpMessage | web.RequestPayloadError) -> str:
     return " ".join(str(problem).split()).removeprefix("400, message: ")
 
 
-async def _refuse_unreadable(
-    request: web.Request, error: BadHttpMessage | web.RequestPayloadError
-) -> web.Response:
-    """Answer a body that cannot be decoded as its headers say (a Content-Encoding it is
-    not in, or one aiohttp does not know) with a 400 naming the problem, and close the
-    connection: the rest of its stream cannot be read either, and aiohttp would try to
-    drain it (and log the same error again as a crash)."""
-    response = web.Response(status=400, text=f"the body cannot be read: {_problem(error)}")
-    response.force_close()
-    await response.prepare(request)
-    await response.write_eof()
-    request.protocol.force_close()  # after the answer is written: it is flushed, then closed
-    return response
+_BODY = web.RequestKey("berth.body", bytes)
+"""Where the guard keeps a request's body, decoded."""
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+"""The Content-Encodings the servers read (zlib's window bits for each)."""
+
+
+def decoded(raw: bytes, encoding: str | None) -> bytes | web.Response:
+    """The body as its sender wrote it, before its Content-Encoding; or the answer that
+    refuses it, naming the problem. Decoded here rather than by aiohttp, whose parser,
+    meeting a body that is not in its encoding, can leave the request waiting for the
+    rest of a body it will never deliver."""
+    name = (encoding or "identity").strip().lower()
+    if name == "identity":
+        return raw
+    if name not in _WBITS:
+        return web.Response(
+            status=415,
+            text=f"Content-Encoding {encoding} is not read: send gzip, deflate or none",
+        )
+    decompressor = zlib.decompressobj(_WBITS[name])
+    try:
+        body = decompressor.decompress(raw, MAX_BODY + 1)
+    except zlib.error as error:
+        return web.Response(status=400, text=f"the body is not {name}: {error}")
+    if len(body) > MAX_BODY:
+        return web.Response(status=413, text=f"the body is over {MAX_BODY} bytes once decoded")
+    if not decompressor.eof:
+        return web.Response(status=400, text=f"the body is not {name}: it is cut short")
+    return body
+
+
+async def body(request: web.Request) -> bytes:
+    """A request's body before its Content-Encoding: as the guard of `serve` decoded it,
+    or aiohttp's own reading for an app served otherwise (a test's server)."""
+    kept = request.get(_BODY)
+    return kept if kept is not None else await request.read()
 
 
 def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
@@ -462,13 +487,15 @@ def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
             if request.can_read_body:
                 try:
                     async with asyncio.timeout(limits.body_timeout):
-                        await request.read()  # kept by aiohttp for the handler's read
+                        raw = await request.read()
                 except TimeoutError:
                     if connection is not None:
                         connection.abort()
                     return web.Response(status=408)  # not delivered: the socket is gone
-                except (BadHttpMessage, web.RequestPayloadError) as error:
-                    return await _refuse_unreadable(request, error)
+                found = decoded(raw, request.headers.get("Content-Encoding"))
+                if isinstance(found, web.Response):
+                    return found
+                request[_BODY] = found
             return await handler(request)
         finally:
             if connection is not None:
@@ -519,6 +546,7 @@ async def serve(
         keepalive_timeout=limits.idle_timeout,
         # A body left unread (a refused request) is drained for at most this long.
         lingering_time=limits.body_timeout,
+        auto_decompress=False,  # the guard decodes (`decoded`)
     )
     await runner.setup()
     try:

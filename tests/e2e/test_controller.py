@@ -190,7 +190,7 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     conflicts = [
         line
         for line in Path(controller.log).read_text().splitlines()
-        if "conflict on UpdateStatus" in line and f'"{name}"' in line
+        if "conflict on UpdateStatus" in line and name in line
     ]
     assert not conflicts, conflicts
     still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
