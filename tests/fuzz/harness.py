@@ -27,14 +27,13 @@ from pathlib import Path
 from aiohttp import web
 
 from berth import tls as berth_tls
-from berth.server import Limits, Tls, serve
+from berth.server import MAX_BODY, Limits, Tls, serve
 from devtools.processes import free_port
 
-REFUSED_EARLY = 1024 * 1024
+REFUSED_EARLY = MAX_BODY
 """A body above this size may meet a closed connection instead of an answer: aiohttp
-refuses a body past the limit, or in a Content-Encoding it cannot decode, from its
-headers, and closes the connection without reading the rest (the client's send fails
-before it reads the 4xx)."""
+refuses a body past the limit from its Content-Length, and closes the connection
+without reading the rest (the client's send fails before it reads the 413)."""
 
 MakeApp = Callable[[AsyncExitStack], Awaitable[web.Application]]
 
