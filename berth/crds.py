@@ -25,6 +25,7 @@ HEADER = "# Generated from the models in berth/api by `berth crds`; do not edit.
 _KEPT = {
     "type", "description", "properties", "required", "items", "additionalProperties",
     "enum", "default", "format", "maxLength", "minLength", "maxItems", "minItems",
+    "maxProperties",
 }  # fmt: skip
 _ROOT_FIELDS: Schema = {
     "apiVersion": {"type": "string", "description": "Versioned schema of this representation."},

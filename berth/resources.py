@@ -44,21 +44,31 @@ _QUANTITY = re.compile(
 )
 
 
+MAX_EXPONENT = 30
+"""The largest power of ten a quantity may carry (`1e30`, or a number that long): far
+beyond any capacity, and the bound keeps `1e999999999` from costing gigabytes of digits."""
+
+
 def parse_quantity(value: str | int | float) -> Decimal:
-    """Parse a Kubernetes quantity ("100m", "4Gi", "1e3", 2) into a Decimal."""
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    match = _QUANTITY.match(value.strip())
+    """Parse a Kubernetes quantity ("100m", "4Gi", "1e3", 2) into a Decimal; ValueError
+    for anything else, including numbers beyond `MAX_EXPONENT` and booleans."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"invalid quantity {value!r}: not a string or a number")
+    text = str(value) if isinstance(value, int | float) else value.strip()
+    match = _QUANTITY.match(text)
     if match is None:
-        raise ValueError(f"invalid quantity {value!r}")
+        raise ValueError(f"invalid quantity {str(value)[:100]!r}")
     number, exponent, suffix = match.groups()
     try:
         base = Decimal(number)
-    except InvalidOperation as error:
-        raise ValueError(f"invalid quantity {value!r}") from error
-    if exponent:
-        return base * Decimal(10) ** int(exponent[1:])
-    return base * _SUFFIXES[suffix or ""]
+        power = int(exponent[1:]) if exponent else 0
+        if abs(power) > MAX_EXPONENT or base.adjusted() > MAX_EXPONENT:
+            raise ValueError(f"quantity {str(value)[:100]!r} is out of range")
+        if exponent:
+            return base * Decimal(10) ** power
+        return base * _SUFFIXES[suffix or ""]
+    except (InvalidOperation, ArithmeticError) as error:
+        raise ValueError(f"invalid quantity {str(value)[:100]!r}") from error
 
 
 def parse_resources(values: Mapping[str, Any] | None) -> Resources:

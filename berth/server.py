@@ -24,8 +24,11 @@ connection and passes every callback on to it.
   all end there. The deadline lives on the connection, not in aiohttp's parser, because
   the parser's state is private.
 - The same middleware reads a request's body under the body deadline (and aborts the
-  connection when it passes), requires `application/json` on POST (415), and with a
-  client CA requires a verified client certificate on everything but the probes.
+  connection when it passes), decodes it (gzip or deflate: `decoded`; a body that is not
+  what its Content-Encoding says is a 400 naming the problem), requires `application/json` on
+  POST (415), and with a client CA requires a verified client certificate on everything
+  but the probes. aiohttp's own refusals of requests it cannot parse are logged as one
+  warning line, not as the traceback of a crash.
 
 A connection between requests is left to aiohttp's keep-alive timer (the idle timeout).
 
@@ -46,11 +49,13 @@ import os
 import signal
 import ssl
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from cryptography import x509
@@ -522,6 +527,51 @@ def _refusal(request: web.Request, *, client_auth: bool) -> web.Response | None:
     return None
 
 
+def _problem(error: BadHttpMessage | web.RequestPayloadError) -> str:
+    """aiohttp's words for what it could not parse, on one line."""
+    problem = error.message if isinstance(error, BadHttpMessage) else str(error)
+    return " ".join(str(problem).split()).removeprefix("400, message: ")
+
+
+_BODY = web.RequestKey("berth.body", bytes)
+"""Where the guard keeps a request's body, decoded."""
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+"""The Content-Encodings the servers read (zlib's window bits for each)."""
+
+
+def decoded(raw: bytes, encoding: str | None) -> bytes | web.Response:
+    """The body as its sender wrote it, before its Content-Encoding; or the answer that
+    refuses it, naming the problem. Decoded here rather than by aiohttp, whose parser,
+    meeting a body that is not in its encoding, can leave the request waiting for the
+    rest of a body it will never deliver."""
+    name = (encoding or "identity").strip().lower()
+    if name == "identity":
+        return raw
+    if name not in _WBITS:
+        return web.Response(
+            status=415,
+            text=f"Content-Encoding {encoding} is not read: send gzip, deflate or none",
+        )
+    decompressor = zlib.decompressobj(_WBITS[name])
+    try:
+        body = decompressor.decompress(raw, MAX_BODY + 1)
+    except zlib.error as error:
+        return web.Response(status=400, text=f"the body is not {name}: {error}")
+    if len(body) > MAX_BODY:
+        return web.Response(status=413, text=f"the body is over {MAX_BODY} bytes once decoded")
+    if not decompressor.eof:
+        return web.Response(status=400, text=f"the body is not {name}: it is cut short")
+    return body
+
+
+async def body(request: web.Request) -> bytes:
+    """A request's body before its Content-Encoding: as the guard of `serve` decoded it,
+    or aiohttp's own reading for an app served otherwise (a test's server)."""
+    kept = request.get(_BODY)
+    return kept if kept is not None else await request.read()
+
+
 def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -535,17 +585,44 @@ def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
             if request.can_read_body:
                 try:
                     async with asyncio.timeout(limits.body_timeout):
-                        await request.read()  # kept by aiohttp for the handler's read
+                        raw = await request.read()
                 except TimeoutError:
                     if connection is not None:
                         connection.abort()
                     return web.Response(status=408)  # not delivered: the socket is gone
+                found = decoded(raw, request.headers.get("Content-Encoding"))
+                if isinstance(found, web.Response):
+                    return found
+                request[_BODY] = found
             return await handler(request)
         finally:
             if connection is not None:
                 connection.request_finished()
 
     return guard
+
+
+class _RefusedRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse (a header it refuses, a Content-Encoding
+    it cannot decode) with a traceback, though it answers the client a 400 and nothing
+    on the server failed; and so it logs the same problem found while it drains the body
+    of a request answered without reading it (a 415). Such a record becomes one warning
+    line naming the problem."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, BadHttpMessage | web.RequestPayloadError):
+            record.msg = "refused a request that cannot be parsed: %s"
+            record.args = (_problem(error),)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _log_refusals_in_one_line() -> None:
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _RefusedRequests) for f in server_log.filters):
+        server_log.addFilter(_RefusedRequests())
 
 
 async def serve(
@@ -558,6 +635,7 @@ async def serve(
 ) -> None:
     """Serve until cancelled: HTTPS with `tls`, else plain HTTP."""
     limits = limits or Limits()
+    _log_refusals_in_one_line()
     client_auth = tls is not None and tls.client_ca_file is not None
     app.middlewares.append(_guard(limits, client_auth=client_auth))
     runner = web.AppRunner(
@@ -566,6 +644,7 @@ async def serve(
         keepalive_timeout=limits.idle_timeout,
         # A body left unread (a refused request) is drained for at most this long.
         lingering_time=limits.body_timeout,
+        auto_decompress=False,  # the guard decodes (`decoded`)
     )
     await runner.setup()
     watch: asyncio.Task[None] | None = None

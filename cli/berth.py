@@ -2,7 +2,8 @@
 control plane).
 
 Each sub-command is a thin shell over a library function; errors a user can fix are
-printed as one line naming the problem, with exit code 1, never as a traceback.
+printed as one line naming the problem, never as a traceback: exit code 2 for a
+configuration that cannot be used (`berth.exits`), 1 for the others.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from berth import tls
-from berth.settings import ConfigError
+from berth.exits import CONFIG_ERRORS, bad_config
 from cli import migrate
 from controller import cli as controller_cli
 from extender import cli as extender_cli
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (ConfigError, ValueError) as error:
+    except CONFIG_ERRORS as error:
+        return bad_config(f"berth {args.command}", error)
+    except ValueError as error:
         print(f"berth: {error}", file=sys.stderr)
         return 1
 

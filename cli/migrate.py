@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from berth import eviction
 from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES
+from berth.exits import CONFIG_ERRORS, bad_config
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
 
 Object = dict[str, Any]
@@ -200,7 +201,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
             default=None,
             help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)",
         )
-    parser.set_defaults(handler=lambda args: asyncio.run(_run(args)))
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_run(args))
+    except CONFIG_ERRORS as error:
+        return bad_config("kubectl-migrate", error)
 
 
 def main(argv: list[str] | None = None) -> int:

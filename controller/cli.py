@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from berth import log, server
+from berth.exits import CONFIG_ERRORS, bad_config
 from berth.settings import load_args
 from controller.app import run
 
@@ -49,16 +50,19 @@ def handle(args: argparse.Namespace) -> int:
     if problem:
         print(f"berth controller: {problem}", file=sys.stderr)
         return 1
-    settings = load_args(args.config) if args.config else None  # a bad file stops us here
-    log.setup()
-    with contextlib.suppress(asyncio.CancelledError):  # SIGTERM or SIGINT: a normal stop
-        asyncio.run(
-            run(
-                kubeconfig=args.kubeconfig,
-                settings=settings,
-                lease_namespace=args.lease_namespace,
-                health_port=args.health_port,
-                tls=server.tls_from(args),
+    try:
+        settings = load_args(args.config) if args.config else None
+        log.setup()
+        with contextlib.suppress(asyncio.CancelledError):  # SIGTERM or SIGINT: a normal stop
+            asyncio.run(
+                run(
+                    kubeconfig=args.kubeconfig,
+                    settings=settings,
+                    lease_namespace=args.lease_namespace,
+                    health_port=args.health_port,
+                    tls=server.tls_from(args),
+                )
             )
-        )
+    except CONFIG_ERRORS as error:
+        return bad_config("berth controller", error)
     return 0

@@ -39,7 +39,8 @@ class Outcome:
 
     done: bool = True
     eviction_refused: KubeError | None = None
-    """The API server refused the eviction (429: a PodDisruptionBudget; 500, 503)."""
+    """The API server refused the eviction (429: a PodDisruptionBudget; or any other
+    error: 403, 500, 503...), to be recorded on the job."""
     conflict: bool = False
     """A write lost a race with another writer: the plan was made on stale objects."""
 
@@ -64,7 +65,7 @@ class Executor:
             try:
                 await self._one(action, versions)
             except KubeError as error:
-                if isinstance(action, Evict) and error.status in (429, 500, 503):
+                if isinstance(action, Evict):
                     return Outcome(done=False, eviction_refused=error)
                 if error.conflict:
                     log.info("conflict on %s, will retry: %s", type(action).__name__, error)

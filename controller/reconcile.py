@@ -74,11 +74,19 @@ class Reconciler:
         if outcome.done:
             record_job_writes(job, plan)
         refused = outcome.eviction_refused
-        if refused is not None:
-            await self.executor.run(
-                jobs.eviction_refused(view, status_code=refused.status, message=refused.message)
-            )
-        return plan, outcome
+        if refused is None:
+            return plan, outcome
+        # Said on the job as the plan left it: the plan wrote Evicting before the eviction
+        # (its write is in the cache), and a status built on the copy read before that
+        # write would conflict. The refusal's plan says when to try again.
+        current = self.caches.jobs.get(name) or job
+        refusal = jobs.eviction_refused(
+            self.caches.job_view(current), status_code=refused.status, message=refused.message
+        )
+        said = await self.executor.run(refusal)
+        if not said.done:
+            log.warning("job %s: could not record the refused eviction (%s)", name, refused)
+        return refusal, said
 
 
 async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | None]]) -> None:

@@ -27,6 +27,7 @@ from berth.server import (
     Tls,
     add_health,
     add_metrics,
+    body,
     cancel_on_signals,
     serve,
 )
@@ -41,7 +42,7 @@ def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.A
         synced = ready()
         with metrics.EXTENDER_REQUEST_DURATION.labels(verb=name).time():
             status, result = answer(
-                ledger, name, await request.read(), placement=placement, ready=synced
+                ledger, name, await body(request), placement=placement, ready=synced
             )
         outcome = _outcome(status, result, ready=synced)
         metrics.EXTENDER_REQUESTS.labels(verb=name, result=outcome).inc()

@@ -9,6 +9,7 @@ from pathlib import Path
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
+from berth.exits import CONFIG_ERRORS, bad_config
 from extender.app import run
 from extender.decide import Placement
 
@@ -61,6 +62,8 @@ def handle(args: argparse.Namespace) -> int:
             limits=server.limits_from(args),
             placement=args.placement,
         )
+    except CONFIG_ERRORS as error:
+        return bad_config("berth extender", error)
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth extender: {error}", file=sys.stderr)
         return 1

@@ -29,8 +29,9 @@ result with `Error` set for filter (HTTP 200: the scheduler then fails this sche
 attempt, or skips the extender if it is `ignorable`, and logs the message), and an HTTP
 400 for prioritize and preempt, whose result types have no error field (the scheduler
 scores without a failed prioritize, and a failed preempt ends that preemption attempt
-unless the extender is `ignorable`). The `Pod` is trusted to be what the API server
-validated; only the envelope around it is checked.
+unless the extender is `ignorable`). The fields of the `Pod` (and of whole victims) that
+the extender reads are checked for their types too (`read_pod`): the scheduler sends what
+the API server validated, but anyone who reaches the port can send anything.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from berth.ledger import Ledger
 from berth.protocol import Object, placeholder_reservation
@@ -125,13 +127,74 @@ def _string(value: Any, what: str) -> str:
     return value
 
 
+class _Read(BaseModel):
+    """The fields of a pod the extender reads, each of the type the API has; the others
+    are not looked at."""
+
+    model_config = ConfigDict(strict=True)
+
+
+Quantities = dict[str, str | int | float] | None
+
+
+class _OwnerReference(_Read):
+    apiVersion: str | None = None
+    kind: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    controller: bool | None = None
+
+
+class _Metadata(_Read):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    ownerReferences: list[_OwnerReference] | None = None
+
+
+class _Resources(_Read):
+    requests: Quantities = None
+    limits: Quantities = None
+
+
+class _Container(_Read):
+    restartPolicy: str | None = None
+    resources: _Resources | None = None
+
+
+class _PodSpec(_Read):
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    overhead: Quantities = None
+    resources: _Resources | None = None
+
+
+class _Pod(_Read):
+    metadata: _Metadata
+    spec: _PodSpec | None = None
+
+
+def read_pod(value: Any, what: str) -> Object:
+    """`value` when it is a pod whose fields the extender reads have their API types
+    (WireError naming the first that does not). A pod comes from the scheduler, which
+    sends what the API server validated, but anyone who reaches the port can send any."""
+    pod = _object(value, what)
+    try:
+        _Pod.model_validate(pod)
+    except ValidationError as error:
+        problem = error.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise WireError(f"{what}.{where}: {problem['msg']}") from None
+    return pod
+
+
 def _pod(body: Any) -> Object:
     args = _object(body, "the request")
     if args.get("Pod") is None:
         raise WireError("the request has no Pod")
-    pod = _object(args["Pod"], "Pod")
-    _object(pod.get("metadata"), "Pod.metadata")
-    return pod
+    return read_pod(args["Pod"], "Pod")
 
 
 def parse_args(body: Any) -> ExtenderArgs:
@@ -178,7 +241,7 @@ def parse_preemption_args(body: Any) -> PreemptionArgs:
         for node, value in _object(body["NodeNameToVictims"], "NodeNameToVictims").items():
             full = _object(value, f"the victims on {node}")
             pods = [
-                _object(item, "a victim")
+                read_pod(item, "a victim")
                 for item in _list(full.get("Pods"), f"the victims on {node}")
             ]
             victims[node] = Victims(
@@ -380,7 +443,9 @@ def _preemption_refusal(ledger: Ledger, pod: Pending, node: str, victims: Victim
     for victim in victims.pods:
         if victim.pod is not None:
             name = pod_name(victim.pod)
-            reservation = ledger.placeholder_of_pod(victim.pod)
+            # By UID too: a victim the ledger knows as a placeholder stays one, whatever
+            # the body says of it.
+            reservation = ledger.placeholder_of_pod(victim.pod) or ledger.placeholder_of(victim.uid)
             requests = pod_requests(victim.pod.get("spec") or {})
         else:
             entry = ledger.pod(victim.uid)

@@ -49,7 +49,16 @@ from berth.protocol import (
     phase,
     top_level_workload,
 )
-from berth.server import MAX_BODY, Limits, Tls, add_health, add_metrics, cancel_on_signals, serve
+from berth.server import (
+    MAX_BODY,
+    Limits,
+    Tls,
+    add_health,
+    add_metrics,
+    body,
+    cancel_on_signals,
+    serve,
+)
 from webhook import review
 from webhook.decide import (
     Claim,
@@ -105,7 +114,7 @@ class Webhook:
     async def answer(self, request: web.Request) -> tuple[metrics.WebhookResult, web.Response]:
         """The response to one admission review, and what became of the pod."""
         try:
-            admission = review.parse(await request.read())
+            admission = review.parse(await body(request))
         except review.MalformedReview as error:
             log.warning("refused an admission review: %s", error)
             return "malformed", web.Response(status=400, text=str(error))

@@ -9,7 +9,8 @@ from pathlib import Path
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
-from berth.settings import ConfigError, MigrationControllerArgs, load_args
+from berth.exits import CONFIG_ERRORS, bad_config
+from berth.settings import MigrationControllerArgs, load_args
 from webhook.app import DEADLINE, run
 from webhook.intercept import CONTROLLER_USER, Interception
 
@@ -73,9 +74,8 @@ def handle(args: argparse.Namespace) -> int:
         return 1
     try:
         settings = load_args(args.config) if args.config else MigrationControllerArgs()
-    except ConfigError as error:
-        print(f"berth webhook: {error}", file=sys.stderr)
-        return 1
+    except CONFIG_ERRORS as error:
+        return bad_config("berth webhook", error)
     log.setup()
     try:
         run(
@@ -87,6 +87,8 @@ def handle(args: argparse.Namespace) -> int:
             deadline=args.request_deadline,
             interception=Interception(settings, args.controller_user),
         )
+    except CONFIG_ERRORS as error:
+        return bad_config("berth webhook", error)
     except (OSError, ConfigException) as error:  # unreadable certificate, port in use, ...
         print(f"berth webhook: {error}", file=sys.stderr)
         return 1

@@ -81,8 +81,19 @@ class PodSchedulingGate(_Read):
     name: str
 
 
+class ResourceRequirements(_Read):
+    requests: dict[str, Any] | None = None
+    limits: dict[str, Any] | None = None
+
+
+class Container(_Read):
+    name: str | None = None
+    resources: ResourceRequirements | None = None
+
+
 class PodSpec(_Read):
     nodeName: str | None = None
+    containers: list[Container] | None = None
     schedulingGates: list[PodSchedulingGate] | None = None
     affinity: Affinity | None = None
 

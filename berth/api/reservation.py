@@ -9,7 +9,7 @@ design, reduced to the fields Berth acts on.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field
 
@@ -150,6 +150,12 @@ class ReservationSpec(ApiModel):
     """Whether the capacity goes to one pod only."""
 
 
+MAX_RESOURCES = 64
+"""Resource names a Reservation's allocatable may list."""
+MAX_QUANTITY_LENGTH = 64
+"""Characters of one quantity."""
+
+
 class ReservationStatus(ApiModel):
     """Where the Reservation stands, as the controller last observed it."""
 
@@ -163,8 +169,19 @@ class ReservationStatus(ApiModel):
     """Scheduled and Ready."""
     current_owners: list[ObjectReference] | None = None
     """Pods that hold the capacity now."""
-    allocatable: dict[str, str] | None = None
+    allocatable: dict[str, Annotated[str, Field(max_length=MAX_QUANTITY_LENGTH)]] | None = Field(
+        default=None,
+        max_length=MAX_RESOURCES,
+        json_schema_extra=cel(
+            Rule(
+                "self.all(name, isQuantity(self[name]))",
+                "allocatable values must be quantities, such as 1500m or 2Gi",
+            )
+        ),
+    )
     """Resources held, as quantities."""
+    # Checked by the API server, so that no cache meets a value it cannot parse; the
+    # bounds keep the rule's estimated cost within what the API server allows.
 
 
 class ReservationTemplateSpec(ApiModel):

@@ -67,6 +67,35 @@ RESERVATIONS = Resource("scheduling.koordinator.sh", "v1alpha1", "reservations",
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 
 
+class KubeconfigError(Exception):
+    """No usable kubeconfig: the message names the file and what is wrong with it."""
+
+
+def _kubeconfig_file(given: Path | None) -> Path:
+    """The kubeconfig to read: `given`, else the first of $KUBECONFIG, else
+    ~/.kube/config; KubeconfigError when it is not a file."""
+    if given is not None:
+        candidates = [given]
+    else:
+        listed = os.environ.get("KUBECONFIG", "")
+        candidates = [Path(p) for p in listed.split(os.pathsep) if p] or [
+            Path.home() / ".kube" / "config"
+        ]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    if given is not None:
+        raise KubeconfigError(f"{given}: no such kubeconfig file")
+    raise KubeconfigError(
+        f"no kubeconfig ({', '.join(str(c) for c in candidates)} not found): give "
+        "--kubeconfig, set KUBECONFIG, or run in a cluster"
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 class KubeError(Exception):
     """A non-2xx answer from the API server, with its Status reason and message."""
 
@@ -97,13 +126,20 @@ class Kube:
 
     @classmethod
     async def connect(cls, kubeconfig: Path | None = None) -> Kube:
-        """From a kubeconfig file, else from the in-cluster service account."""
+        """From a kubeconfig file, else from the in-cluster service account, else from
+        $KUBECONFIG or ~/.kube/config. KubeconfigError, naming the file and the problem,
+        when none of these can be used."""
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except config.ConfigException as error:
+                raise KubeconfigError(f"in-cluster configuration: {_one_line(error)}") from None
             return cls(client.ApiClient())
-        api = await config.new_client_from_config(
-            config_file=str(kubeconfig) if kubeconfig else None
-        )
+        path = _kubeconfig_file(kubeconfig)
+        try:
+            api = await config.new_client_from_config(config_file=str(path))
+        except Exception as error:  # the library raises what its parsers raise
+            raise KubeconfigError(f"{path}: not a usable kubeconfig: {_one_line(error)}") from None
         return cls(api)
 
     async def close(self) -> None:

@@ -178,6 +178,21 @@ class Informer(Store):
                 self.resource_version = obj["metadata"]["resourceVersion"]
 
     async def _apply(self, kind: str, obj: Object) -> None:
+        """Take one event into the cache and hand it to the handler. An object the cache
+        or the handler cannot take is logged by name and skipped: were the error to end
+        the watch, the watch would resume from before it, meet it again, and never get
+        past it, so that every later change is lost to this cache."""
+        try:
+            await self._take(kind, obj)
+        except Exception:
+            log.exception(
+                "%s %s: skipped a %s event that could not be handled",
+                self.resource.plural,
+                _name_of(obj),
+                kind,
+            )
+
+    async def _take(self, kind: str, obj: Object) -> None:
         key = object_key(obj)
         old = self.store.get(key)
         if kind == "MODIFIED" and old is not None and _newer(old, obj):
@@ -213,6 +228,15 @@ class Informer(Store):
             for value in after:
                 if value not in before:
                     index[value] = index.get(value, frozenset()) | {key}
+
+
+def _name_of(obj: Object) -> str:
+    """`namespace/name` of an object that may lack either, for a log line."""
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(metadata, dict):
+        return "(an object without metadata)"
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    return f"{namespace}/{name}" if namespace else str(name)
 
 
 def _newer(obj: Object, than: Object) -> bool:

@@ -119,20 +119,27 @@ def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bo
 
 
 def eviction_refused(view: JobView, *, status_code: int, message: str) -> Plan:
-    """The API server refused the eviction: say why on the job and try again later.
+    """The API server refused the eviction: say why on the job (condition, status and a
+    Warning event) and try again in `EVICTION_RETRY` seconds, until the TTL.
 
-    HTTP 429 means a PodDisruptionBudget allows no disruption now; the job keeps trying
-    until its TTL, and reports BlockedByPDB meanwhile.
+    HTTP 429 means a PodDisruptionBudget allows no disruption now: BlockedByPDB. Any other
+    refusal (403, 500, 503...) is FailedEvict, with the status code in the message.
     """
     status: Object = dict(view.job.get("status") or {})
-    reason = Reason.BLOCKED_BY_PDB if status_code == 429 else Reason.FAILED_EVICT
+    if status_code == 429:
+        reason = Reason.BLOCKED_BY_PDB
+    else:
+        reason = Reason.FAILED_EVICT
+        message = f"the Eviction API answered {status_code}: {message}"
     if same_condition(status, kind=Type.EVICTION, state="False", reason=reason, message=message):
         return Plan().again_in(EVICTION_RETRY)
     status = with_condition(
         status, kind=Type.EVICTION, state="False", reason=reason, message=message, now=view.now
     )
     status.update(status=reason, reason=reason, message=message)
-    plan = Plan().then(write_status(view, status))
-    if reason == Reason.BLOCKED_BY_PDB:
-        plan.then(Event(view.job, reason, message, type="Warning"))
-    return plan.again_in(EVICTION_RETRY)
+    return (
+        Plan()
+        .then(write_status(view, status))
+        .then(Event(view.job, reason, message, type="Warning"))
+        .again_in(EVICTION_RETRY)
+    )

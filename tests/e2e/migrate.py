@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -44,6 +45,21 @@ def ready_pods(cluster: Cluster, namespace: str, app: str, count: int) -> list[d
         if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")
     ]
     return found if len(found) == count else []
+
+
+LONG_TTL = "10m"
+"""A TTL no step of a test waits out: a test that wants the TTL to pass says so with
+`expire`, once what it waits for before has been seen. A short TTL would be a hidden
+timing assertion (a slow machine would expire the job before the state under test)."""
+
+
+def expire(cluster: Cluster, name: str) -> None:
+    """End job `name`'s TTL now: it counts from the job's creation, so a second has passed."""
+    cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"ttl":"1s"}}')
+
+
+async def aexpire(cluster: Cluster, name: str) -> None:
+    await asyncio.to_thread(expire, cluster, name)
 
 
 def job_manifest(

@@ -285,6 +285,9 @@ INVALID_STATUS = [
      ["status.phase", "Unsupported value"]),
     ("reservation-allocatable-as-number", reservation, {"allocatable": {"cpu": 2}},
      ["status.allocatable.cpu", "string"]),
+    ("reservation-allocatable-not-a-quantity", reservation,
+     {"allocatable": {"cpu": "1.5 cores"}},
+     ["status.allocatable", "allocatable values must be quantities"]),
 ]  # fmt: skip
 
 
@@ -330,7 +333,9 @@ def test_ttl_and_paused_can_change(cluster: Cluster, created: Created) -> None:
     name = document["metadata"]["name"]
     result = patch(cluster, "pmj", name, {"spec": {"ttl": "1h", "paused": False}}, status=False)
     assert result.returncode == 0, result.stderr
-    assert cluster.get("pmj", name)["spec"]["ttl"] in ("1h", "1h0m0s")  # Go's form, in time
+    spec = cluster.get("pmj", name)["spec"]
+    assert spec["ttl"] in ("1h", "1h0m0s")  # Go's form, once the controller rewrote it
+    assert spec["paused"] is False
 
 
 def test_a_job_stored_as_succeeded_stays_finished(cluster: Cluster, created: Created) -> None:

@@ -169,17 +169,18 @@ def test_rollout_in_progress_holds_the_job(cluster: Cluster, namespace: str) -> 
         lambda: pending_with(cluster, name, "RolloutInProgress"), what="arbitration to hold the job"
     )
     assert job["status"].get("phase", "Pending") == "Pending"
-    assert "web" in job["status"]["message"]
+    assert f"Deployment {namespace}/web is rolling out" in job["status"]["message"]
     cluster.kubectl("rollout", "resume", "deployment/web", "-n", namespace)
     cluster.kubectl("rollout", "status", "deployment/web", "-n", namespace, "--timeout=60s")
     # Once the rollout is done the job is no longer held; its pod was one the rollout
-    # replaced, so it ends as MissingPod (or, if the round saw the pod still going, as
+    # replaced, so it fails as MissingPod (or, if the round saw the pod still going, as
     # forbidden because it is terminating) rather than migrating a pod that is gone.
     job = cluster.wait(
         lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to be released"
     )
+    assert job["status"]["phase"] == "Failed", job["status"]
     outcome = (job["status"]["reason"], job["status"].get("message", ""))
-    assert outcome[0] in ("MissingPod", "Complete", "") or outcome == (
+    assert outcome[0] == "MissingPod" or outcome == (
         "ForbiddenMigratePod",
         "pod is terminating",
     ), job["status"]

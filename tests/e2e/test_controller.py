@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.kube import Cluster
 from tests.e2e.migrate import (
+    LONG_TTL,
     condition,
     deployment,
     events,
+    expire,
     job_manifest,
     job_of,
     leftovers,
@@ -35,7 +38,7 @@ def test_no_room_anywhere_waits_then_times_out_without_evicting(
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "pinned", 1), what="the pinned pod")[
         0
     ]
-    name, manifest = job_manifest(pod, ttl="15s")
+    name, manifest = job_manifest(pod, ttl=LONG_TTL)
     cluster.apply(manifest)
 
     def unschedulable() -> dict[str, Any] | None:
@@ -47,7 +50,9 @@ def test_no_room_anywhere_waits_then_times_out_without_evicting(
 
     job = cluster.wait(unschedulable, what="ReservationScheduled=False, node affinity")
     assert job["status"]["phase"] == "Running"
-    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    assert "node affinity" in condition(job, "ReservationScheduled")["message"]
+    expire(cluster, name)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
     assert job["status"]["reason"] == "Timeout"
     assert "nothing was evicted" in job["status"]["message"]
     survivor = cluster.get("pod", pod["metadata"]["name"], "-n", namespace)
@@ -138,15 +143,19 @@ def test_pdb_holds_the_job_until_its_ttl_without_touching_anything(
     cluster: Cluster, namespace: str
 ) -> None:
     pods = guarded_pods(cluster, namespace)
-    name, manifest = job_manifest(pods[0], ttl="20s")
+    name, manifest = job_manifest(pods[0], ttl=LONG_TTL)
     cluster.apply(manifest)
     job = cluster.wait(
         lambda: pending_with(cluster, name, "BlockedByPDB"),
         what="arbitration to hold the job for the PDB",
     )
     assert job["status"].get("phase", "Pending") == "Pending"
-    assert "g" in job["status"]["message"]
-    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    assert (
+        f"PodDisruptionBudget {namespace}/g allows no more disruptions"
+        in (job["status"]["message"])
+    )
+    expire(cluster, name)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
     assert job["status"]["reason"] == "Timeout"
     assert "BlockedByPDB" in job["status"]["message"]
     still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
@@ -160,7 +169,7 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     # With arbitration off, the Eviction API itself refuses: the job says BlockedByPDB.
     restart_controller("arbitrationArgs:\n  enabled: false\n")
     pods = guarded_pods(cluster, namespace)
-    name, manifest = job_manifest(pods[0], ttl="20s")
+    name, manifest = job_manifest(pods[0], ttl=LONG_TTL)
     cluster.apply(manifest)
 
     def blocked() -> dict[str, Any] | None:
@@ -169,9 +178,19 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
 
     job = cluster.wait(blocked, what="BlockedByPDB")
     assert "disruption budget" in condition(job, "Eviction")["message"]
-    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL", timeout=40)
+    expire(cluster, name)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
     assert job["status"]["reason"] == "Timeout"
     assert "BlockedByPDB" in events(cluster, name)
+    # The refusal is written on the job as the Evicting write left it: no write of this
+    # job's status lost a race with the controller's own previous write.
+    controller = next(c for c in cluster.local.components if c.name == "berth-controller")
+    conflicts = [
+        line
+        for line in Path(controller.log).read_text().splitlines()
+        if "conflict on UpdateStatus" in line and name in line
+    ]
+    assert not conflicts, conflicts
     still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
     assert still["metadata"]["uid"] == pods[0]["metadata"]["uid"]
     cluster.wait(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import ssl
@@ -10,6 +11,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,44 @@ def test_standby_takes_over_mid_migration_without_repeating_steps(
     for component in list(cluster.local.components):
         if component.pid == first:
             cluster.local.stop(component)
+
+
+INTRUDER = "intruder-of-test-ha"
+
+
+@pytest.fixture
+def lease_taken_from_the_leader(cluster: Cluster) -> Iterator[int]:
+    """The pid of the leader whose Lease is then given to another holder; afterwards the
+    session's controller runs again (it takes the Lease once it has seen it unchanged
+    for its duration)."""
+    leader = cluster.wait(lambda: leader_pid_or_none(cluster), what="a running leader")
+    yield leader
+    for component in list(cluster.local.components):
+        if component.name.startswith("berth-controller") and component.pid == leader:
+            cluster.local.stop(component)
+    if not any(c.name == "berth-controller" for c in cluster.local.running()):
+        cluster.local.start_controller(name="berth-controller")
+
+
+def test_a_leader_that_sees_another_holder_steps_down(
+    cluster: Cluster, lease_taken_from_the_leader: int
+) -> None:
+    """Another holder appears in the Lease, renewed (by its own clock) long ago. The
+    leader judges expiry on its own clock, so it does not take the Lease back; seeing
+    another holder, it stops acting and exits."""
+    leader = lease_taken_from_the_leader
+    component = next(c for c in cluster.local.components if c.pid == leader)
+    cluster.kubectl(
+        "patch", "lease", "berth-controller", "-n", "berth-system", "--type=merge", "-p",
+        json.dumps({"spec": {
+            "holderIdentity": INTRUDER,
+            "renewTime": "2000-01-01T00:00:00.000000Z",
+            "leaseDurationSeconds": 10,
+        }}),
+    )  # fmt: skip
+    cluster.wait(
+        lambda: not cluster.local.owns(component), what="the leader to step down", timeout=60
+    )
+    lease = cluster.get("lease", "berth-controller", "-n", "berth-system")
+    assert lease["spec"]["holderIdentity"] == INTRUDER, "the old leader took the Lease back"
+    assert "stepping down" in Path(component.log).read_text()

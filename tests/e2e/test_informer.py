@@ -102,3 +102,34 @@ async def test_informer_catches_up_after_missing_events(
         assert informer.get(f"{namespace}/kept") is not None
     finally:
         task.cancel()
+
+
+async def test_an_object_its_handler_cannot_take_does_not_stop_the_watch(
+    cluster: Cluster, namespace: str, kube: Kube, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that fails on one object (as the ledger did on a quantity it could not
+    read): that event is logged by name and skipped, and the watch goes on past it,
+    without restarting, to the objects that come after."""
+    seen: list[str] = []
+
+    def handler(kind: str, obj: dict[str, object]) -> None:
+        name = obj["metadata"]["name"]  # type: ignore[index]
+        if name == "bad":
+            raise ValueError("invalid quantity '1.5 cores'")
+        seen.append(f"{kind} {name}")
+
+    informer = Informer(kube, PODS, namespace=namespace, handler=handler)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 30)
+        await cluster.aapply(pod("bad"), namespace)
+        await cluster.aapply(pod("later"), namespace)
+        await cluster.await_(lambda: "ADDED later" in seen, what="the pod after the bad one")
+        bad = informer.get(f"{namespace}/bad")
+        assert bad is not None, "the cache holds what the API server holds"
+        assert int(informer.resource_version) >= int(bad["metadata"]["resourceVersion"])
+        assert f"pods {namespace}/bad: skipped a ADDED event" in caplog.text
+        assert "interrupted" not in caplog.text, "the watch went on without restarting"
+        assert informer.relists == 1
+    finally:
+        task.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Callable, Iterator
@@ -10,7 +11,7 @@ import pytest
 
 from berth.kube.client import PODS, Kube
 from berth.protocol import is_ready
-from tests.e2e.kube import Cluster, pods
+from tests.e2e.kube import DEFAULT_TIMEOUT, Cluster, pods
 from tests.e2e.migrate import (
     PAUSE,
     condition,
@@ -100,11 +101,17 @@ async def test_delete_options_grace_period_reaches_the_pod(
         await cluster.aapply(manifest)
         # The first update that marks the pod for deletion carries the grace period asked
         # for (kwok then finishes the deletion at once, as a kubelet would after it).
-        async for event in watch:
-            metadata = event["object"]["metadata"]
-            if metadata.get("uid") == pod["metadata"]["uid"] and metadata.get("deletionTimestamp"):
-                assert metadata["deletionGracePeriodSeconds"] == 60
-                break
+        marked = None
+        async with asyncio.timeout(DEFAULT_TIMEOUT):
+            async for event in watch:
+                metadata = event["object"]["metadata"]
+                if metadata.get("uid") == pod["metadata"]["uid"] and metadata.get(
+                    "deletionTimestamp"
+                ):
+                    marked = metadata
+                    break
+        assert marked is not None, "the watch ended before the pod was marked for deletion"
+        assert marked["deletionGracePeriodSeconds"] == 60
     finally:
         await kube.close()
     job = await cluster.await_(

@@ -37,6 +37,8 @@ from tests.e2e.capacity import (
 )
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
+    LONG_TTL,
+    aexpire,
     condition,
     deployment,
     job_manifest,
@@ -353,7 +355,7 @@ async def test_a_pod_of_higher_priority_and_a_place_in_handover(
     try:
         await reserve(cluster, namespace, reservation, node="node-1", cpu="3", scheduler=SCHEDULER)
         name, manifest = job_manifest(
-            old, ttl="45s", reservationOptions={"reservationRef": {"name": reservation}}
+            old, ttl=LONG_TTL, reservationOptions={"reservationRef": {"name": reservation}}
         )
         await cluster.aapply(manifest)
         await cluster.await_(
@@ -387,8 +389,9 @@ async def place_taken_and_job_reports_it(cluster: Cluster, namespace: str, job: 
     waiting = await cluster.await_(reported, what="the job to report the replacement")
     assert waiting["reason"] == "WaitForPodBindReservation"
     assert "Insufficient cpu" in waiting["message"]
+    await aexpire(cluster, job)
     ended = await cluster.await_(
-        lambda: phase_is(cluster, job, "Succeed", "Failed"), what="the job's TTL", timeout=90
+        lambda: phase_is(cluster, job, "Succeed", "Failed"), what="the job's TTL"
     )
     assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "Timeout")
     assert "does not fit on node-1" in ended["status"]["message"]

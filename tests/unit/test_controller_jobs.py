@@ -12,6 +12,7 @@ from berth.api import keys
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Evict, Patch, UpdateStatus
+from controller.jobs.view import EVICTION_RETRY
 from tests.unit.arbitration.helpers import one
 from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation
 from tests.unit.controller_cases import (
@@ -436,6 +437,25 @@ def test_blocked_eviction_is_reported_as_blocked_by_pdb() -> None:
     assert cond(status, "Eviction")["reason"] == "BlockedByPDB"
     assert status["reason"] == "BlockedByPDB"
     assert "Event:BlockedByPDB" in kinds(plan)
+    assert plan.requeue_after == EVICTION_RETRY
+
+
+@pytest.mark.parametrize("status_code", [403, 500, 503])
+def test_any_other_refused_eviction_is_recorded_with_its_code_and_an_event(
+    status_code: int,
+) -> None:
+    plan = jobs.eviction_refused(
+        view(job_obj=job(conditions=EVICTING), pod_obj=pod()),
+        status_code=status_code,
+        message='pods "web-1" is forbidden',
+    )
+    status = status_of(plan)
+    assert cond(status, "Eviction")["reason"] == "FailedEvict"
+    assert (
+        status["message"] == f'the Eviction API answered {status_code}: pods "web-1" is forbidden'
+    )
+    assert "Event:FailedEvict" in kinds(plan)
+    assert plan.requeue_after == EVICTION_RETRY
 
 
 def test_evict_directly_evicts_then_succeeds_when_the_pod_is_gone() -> None:

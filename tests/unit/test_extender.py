@@ -335,6 +335,23 @@ def test_preempt_with_whole_pods(ledger: Ledger) -> None:
     assert dropped == {"node-2": "victim ns/q-placeholder is the placeholder of Reservation q"}
 
 
+def test_a_whole_victim_is_a_placeholder_by_its_uid_whatever_its_body_says(
+    ledger: Ledger,
+) -> None:
+    """A whole victim carrying the UID of q's placeholder but no owner reference (the
+    body lies, or was cut): the ledger knows the UID, and the node is no candidate."""
+    placeholder = pod("q-placeholder", cpu="3", node="node-2", placeholder="q")
+    placeholder["metadata"]["ownerReferences"] = []
+    args = {
+        "Pod": scheduled(FILTER_ARGS, cpu="1")["Pod"],
+        "NodeNameToMetaVictims": None,
+        "NodeNameToVictims": {"node-2": {"Pods": [placeholder], "NumPDBViolations": 0}},
+    }
+    result, dropped = preempt(ledger, parse_preemption_args(args))
+    assert result == {"NodeNameToMetaVictims": {}}
+    assert dropped == {"node-2": "victim ns/q-placeholder is the placeholder of Reservation q"}
+
+
 def test_a_hand_made_owner_reference_makes_no_placeholder(ledger: Ledger) -> None:
     """A 4-CPU pod on node-0 naming q (name and UID) as its controller, in q's namespace,
     but not the pod q records: a victim like any other, promising nothing."""
@@ -370,7 +387,7 @@ BAD_QUANTITY = scheduled(FILTER_ARGS, cpu="lots")["Pod"]
         ],
         *[(verb, b"{}", "the request has no Pod") for verb in ("filter", "prioritize", "preempt")],
         ("filter", {"Pod": "accepted", "NodeNames": NODES}, "Pod must be an object, not str"),
-        ("filter", {"Pod": {"spec": {}}, "NodeNames": NODES}, "Pod.metadata must be an object"),
+        ("filter", {"Pod": {"spec": {}}, "NodeNames": NODES}, "Pod.metadata: Field required"),
         ("filter", {"Pod": POD, "NodeNames": "node-0"}, "NodeNames must be a list, not str"),
         ("filter", {"Pod": POD, "NodeNames": [0]}, "each of NodeNames must be a non-empty string"),
         (
@@ -384,6 +401,28 @@ BAD_QUANTITY = scheduled(FILTER_ARGS, cpu="lots")["Pod"]
             "a node's name must be a non-empty string",
         ),
         ("filter", {"Pod": BAD_QUANTITY, "NodeNames": NODES}, "invalid quantity 'lots'"),
+        ("filter", {"Pod": {**POD, "spec": 1}, "NodeNames": NODES}, "Pod.spec: Input should be"),
+        (
+            "filter",
+            {"Pod": {**POD, "spec": {"containers": [None]}}, "NodeNames": NODES},
+            "Pod.spec.containers.0: Input should be",
+        ),
+        (
+            "prioritize",
+            {"Pod": scheduled(FILTER_ARGS, cpu="1e999999999")["Pod"], "NodeNames": NODES},
+            "quantity '1e999999999' is out of range",
+        ),
+        (
+            "filter",
+            {
+                "Pod": {
+                    **POD,
+                    "spec": {"containers": [{"resources": {"requests": {"cpu": True}}}]},
+                },
+                "NodeNames": NODES,
+            },
+            "Pod.spec.containers.0.resources.requests.cpu",
+        ),
         ("prioritize", {"Pod": POD, "Nodes": []}, "Nodes must be an object, not list"),
         (
             "preempt",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import pytest
+
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube
 from berth.kube.informer import Informer, pod_node
 
@@ -116,3 +118,21 @@ async def test_an_update_that_moves_no_index_entry_leaves_the_index_as_it_was() 
     await informer._apply("MODIFIED", on_node("a", "node-1", rv="2"))
     assert informer.indexes["node"]["node-1"] is entry
     assert informer.get("ns/a") == on_node("a", "node-1", rv="2")
+
+
+def test_an_event_the_handler_cannot_take_is_logged_by_name_and_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[str] = []
+
+    def handler(kind: str, obj: Any) -> None:
+        if obj["metadata"]["name"] == "bad":
+            raise ValueError("invalid quantity '1.5 cores'")
+        seen.append(f"{kind} {obj['metadata']['name']}")
+
+    informer = Informer(cast(Kube, None), PODMIGRATIONJOBS, handler=handler)
+    for name in ("bad", "good"):
+        asyncio.run(informer._apply("ADDED", {"metadata": {"name": name, "resourceVersion": "1"}}))
+    assert seen == ["ADDED good"]
+    assert "podmigrationjobs bad: skipped a ADDED event" in caplog.text
+    assert "invalid quantity '1.5 cores'" in caplog.text

@@ -78,6 +78,19 @@ async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
             "object is not a Pod",
             id="metadata not an object",
         ),
+        pytest.param(
+            review_body(
+                request={
+                    **REVIEW["request"],
+                    "object": {
+                        **REVIEW["request"]["object"],
+                        "spec": {**REVIEW["request"]["object"]["spec"], "containers": [None]},
+                    },
+                }
+            ),
+            "object.spec.containers.0: Input should be",
+            id="a container null",
+        ),
     ],
 )
 async def test_malformed_review_is_refused_with_the_problem(

@@ -1,0 +1,76 @@
+"""Every command given a kubeconfig or a configuration file it cannot use says so on one
+line naming the file, and exits with code 2: never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from berth import tls
+
+COMMANDS = {
+    "berth controller": ["-m", "cli.berth", "controller", "--insecure", "--health-port=0"],
+    "berth webhook": ["-m", "cli.berth", "webhook", "{certs}", "--port=0"],
+    "berth extender": ["-m", "cli.berth", "extender", "--insecure", "--port=0"],
+    "python -m webhook": ["-m", "webhook", "{certs}", "--port=0"],
+    "python -m extender": ["-m", "extender", "--insecure", "--port=0"],
+    "kubectl-migrate": ["-m", "cli.migrate", "pod", "web-1"],
+}
+
+
+def run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    paths = tls.write_serving_set(tmp_path / "certs", dns_names=(), ip_addresses=("127.0.0.1",))
+    certs = [f"--tls-cert-file={paths[2]}", f"--tls-private-key-file={paths[3]}"]
+    args = [a for arg in argv for a in (certs if arg == "{certs}" else [arg])]
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "HOME": str(tmp_path)},  # no ~/.kube/config to fall back on
+        check=False,
+    )
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_missing_kubeconfig(command: str, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "kubeconfig"
+    line = one_line(run([*COMMANDS[command], f"--kubeconfig={missing}"], tmp_path))
+    assert line.endswith(f": {missing}: no such kubeconfig file")
+
+
+@pytest.mark.parametrize("command", ["berth controller", "python -m webhook", "kubectl-migrate"])
+def test_an_invalid_kubeconfig(command: str, tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("clusters: [unclosed\n")
+    line = one_line(run([*COMMANDS[command], f"--kubeconfig={bad}"], tmp_path))
+    assert f"{bad}: not a usable kubeconfig: " in line
+
+
+def test_no_kubeconfig_at_all(tmp_path: Path) -> None:
+    line = one_line(run(COMMANDS["berth extender"], tmp_path))
+    assert "no kubeconfig" in line
+    assert "give --kubeconfig, set KUBECONFIG, or run in a cluster" in line
+
+
+def test_a_bad_controller_configuration_file(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("maxMigratingGlobally: many\nfoo: 1\n")
+    line = one_line(run([*COMMANDS["berth controller"], f"--config={config}"], tmp_path))
+    assert line.startswith(f"berth controller: {config}: ")
+    assert "foo: unknown key" in line

@@ -1,0 +1,97 @@
+"""Leader election's decisions, on the observer's own clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kubernetes_asyncio import client
+
+from berth.kube.client import Kube
+from berth.kube.lease import LeaderElector, Observation, Record, Verdict, judge, observe
+
+HTTP_TIMEOUT = 30.0
+"""The Kube client's timeout for a request (`Kube.request`)."""
+
+OTHER = Record(holder="other", renew_time="2026-11-23T10:00:00.000000Z", duration=10.0)
+
+
+def test_an_unchanged_record_keeps_the_moment_it_was_first_seen() -> None:
+    first = observe(None, OTHER, now=100.0)
+    assert observe(first, OTHER, now=105.0) == Observation(OTHER, seen_at=100.0)
+
+
+def test_a_renewal_starts_the_count_again() -> None:
+    first = observe(None, OTHER, now=100.0)
+    renewed = Record("other", "2026-11-23T10:00:02.000000Z", 10.0)
+    assert observe(first, renewed, now=108.0) == Observation(renewed, seen_at=108.0)
+
+
+@pytest.mark.parametrize(
+    ("record", "seen_at", "now", "verdict"),
+    [
+        pytest.param(Record(None, None, 10.0), 0.0, 0.0, Verdict.FREE, id="no holder"),
+        pytest.param(Record("me", None, 10.0), 0.0, 50.0, Verdict.OURS, id="ours"),
+        pytest.param(OTHER, 100.0, 109.9, Verdict.HELD, id="another's, seen 9.9s unchanged"),
+        pytest.param(OTHER, 100.0, 110.0, Verdict.FREE, id="another's, seen 10s unchanged"),
+        pytest.param(
+            Record("other", "2000-01-01T00:00:00.000000Z", 10.0),
+            100.0,
+            100.0,
+            Verdict.HELD,
+            id="a renewTime long past, just seen: the holder's clock is not ours",
+        ),
+        pytest.param(
+            Record("other", "2999-01-01T00:00:00.000000Z", 10.0),
+            100.0,
+            111.0,
+            Verdict.FREE,
+            id="a renewTime in the future, unchanged for a duration: expired",
+        ),
+    ],
+)
+def test_whose_lease(record: Record, seen_at: float, now: float, verdict: Verdict) -> None:
+    assert judge(Observation(record, seen_at), identity="me", now=now) == verdict
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({}, Record(None, None, 7.0)),
+        ({"holderIdentity": "", "leaseDurationSeconds": 0}, Record(None, None, 7.0)),
+        ({"holderIdentity": "x", "leaseDurationSeconds": True}, Record("x", None, 7.0)),
+        (
+            {"holderIdentity": "x", "leaseDurationSeconds": 15, "renewTime": "t"},
+            Record("x", "t", 15.0),
+        ),
+    ],
+)
+def test_record_of_a_lease(spec: dict[str, object], expected: Record) -> None:
+    assert Record.of(spec, default_duration=7.0) == expected
+
+
+async def test_a_renewal_that_gets_no_answer_ends_at_the_renew_deadline() -> None:
+    """An API server that accepts the connection and never answers: the leader gives up
+    at its renew deadline (0.2 s here) and stops leading, long before the HTTP client's
+    own 30 s timeout would have ended the request."""
+    hung: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hung.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    kube = Kube(client.ApiClient(configuration))
+    elector = LeaderElector(
+        kube, namespace="ns", name="l", identity="me", renew_deadline=0.2, retry=0.05
+    )
+    elector.leading.set()  # as if it had renewed just now
+    try:
+        await asyncio.wait_for(elector.run(), timeout=HTTP_TIMEOUT / 2)
+        assert elector.lost.is_set()
+        assert hung, "the renewal reached the server"
+    finally:
+        server.close()
+        await kube.close()
