@@ -2,7 +2,7 @@
 
 For each scope, batches of pending pods are scheduled by kube-scheduler processes the
 bench starts from the cluster's own binary: with Berth's extender configured as `berth
-dev up` configures it (`bench.modes.extender_entry`), or with no extender. Batches
+dev up` configures it (`bench.modes.extender_entries`), or with no extender. Batches
 alternate with, without, without, with, ... so that whatever else the machine does
 weighs on both alike.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.api import Api, create_all, pods_path
 from bench.cluster import Bench, pod
-from bench.modes import MODES, Mode, extender_entry, ignored_resources
+from bench.modes import MODES, Mode, extender_entries, ignored_resources
 from bench.progress import say
 from bench.stats import rate, ratio, span_rate
 from bench.table import Row, Table, number
@@ -54,13 +54,13 @@ def order(batches: int) -> list[bool]:
 
 
 def scheduler_config(
-    bench: Bench, mode: Mode, *, name: str, extender: dict[str, Any] | None
+    bench: Bench, mode: Mode, *, name: str, extenders: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The scope's profile, with or without Berth's extender: nothing else differs."""
     return render.scheduler_config(
         kubeconfig_path=bench.cluster.kubeconfig,
         scheduler_names=[name],
-        extenders=[extender] if extender else None,
+        extenders=extenders or None,
         ignored_resources=ignored_resources(mode),
         qps=CLIENT_QPS,
         burst=CLIENT_QPS,
@@ -137,8 +137,8 @@ async def mode_row(bench: Bench, mode: Mode, *, batches: int, pods: int) -> Row:
     for index, with_berth in enumerate(order(batches)):
         side = "with" if with_berth else "without"
         name = f"bench-{bench.nodes}-{mode}-{index}-{side}"
-        extender = extender_entry(bench.cluster, mode) if with_berth else None
-        config = scheduler_config(bench, mode, name=name, extender=extender)
+        extenders = extender_entries(bench.cluster, mode) if with_berth else []
+        config = scheduler_config(bench, mode, name=name, extenders=extenders)
         count, took = await batch(bench, name=name, config=config, pods=pods)
         bound[with_berth] += count
         seconds[with_berth] += took
