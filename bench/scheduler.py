@@ -15,6 +15,7 @@ runs from the first bind to the last.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from bench.api import Api, create_all, pods_path
 from bench.cluster import Bench, pod
 from bench.modes import MODES, Mode, extender_entries, ignored_resources
 from bench.progress import say
-from bench.stats import rate, ratio, span_rate
+from bench.stats import paired_ratios, rate, span_rate, spread
 from bench.table import Row, Table, number
 from devtools import render
 
@@ -41,8 +42,10 @@ METHOD = (
     "pods (10m CPU, 16Mi) are created first and stay Pending until its scheduler starts; "
     "pods/s runs from the first bind to the last, as a watch sees them. Not timed from "
     "creation, because the bench creates pods more slowly than a scheduler binds them: "
-    "both sides would measure pod creation. Batches alternate with/without (ABBA); the "
-    "figure pools the batches of a side. n counts the requests Berth's extender answered "
+    "both sides would measure pod creation. Batches alternate with/without (ABBA): "
+    "each pair of batches (one with, one without, moments apart) is a trial with a ratio "
+    "of its own; the ratio column is the median trial, n gives the lowest and highest, "
+    "and the pods/s pool the batches of a side. n counts the requests Berth's extender answered "
     "during the scope's batches: none in the default scope, whose rows are therefore a "
     "control, and how far their ratio strays from 1 is the noise of the run."
 )
@@ -131,6 +134,7 @@ async def extender_calls(bench: Bench) -> float:
 
 
 async def mode_row(bench: Bench, mode: Mode, *, batches: int, pods: int) -> Row:
+    runs: list[tuple[bool, float]] = []
     bound = {True: 0, False: 0}
     seconds = {True: 0.0, False: 0.0}
     calls_before = await extender_calls(bench)
@@ -142,19 +146,19 @@ async def mode_row(bench: Bench, mode: Mode, *, batches: int, pods: int) -> Row:
         count, took = await batch(bench, name=name, config=config, pods=pods)
         bound[with_berth] += count
         seconds[with_berth] += took
+        runs.append((with_berth, rate(count, took)))
         say(
             f"scheduler {bench.nodes} nodes {mode}: batch {index + 1}/{batches} {side} "
-            f"Berth: {number(rate(count, took))} pods/s"
+            f"Berth: {number(runs[-1][1])} pods/s"
         )
     calls = await extender_calls(bench) - calls_before
-    with_rate = rate(bound[True], seconds[True])
-    without_rate = rate(bound[False], seconds[False])
+    ratios = paired_ratios(runs)
     return Row(
         measure=f"{bench.nodes:,} nodes, {mode}",
-        figure=number(with_rate, "pods/s"),
-        baseline=number(without_rate, "pods/s"),
-        ratio=ratio(with_rate, without_rate),
-        n=f"{batches // 2} batches of {pods:,} pods a side; {calls:,.0f} extender calls",
+        figure=number(rate(bound[True], seconds[True]), "pods/s"),
+        baseline=number(rate(bound[False], seconds[False]), "pods/s"),
+        ratio=statistics.median(ratios) if ratios else None,
+        n=f"{spread(ratios)}, {pods:,} pods a batch; {calls:,.0f} extender calls",
         what="pods kube-scheduler binds per second, Berth's extender configured vs none",
     )
 

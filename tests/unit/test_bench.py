@@ -12,10 +12,12 @@ from bench.stats import (
     bucket_bound,
     difference,
     histogram,
+    paired_ratios,
     percentile,
     rate,
     ratio,
     span_rate,
+    spread,
 )
 from bench.table import Row, Table, number, render_results, render_table
 
@@ -215,3 +217,24 @@ def test_a_new_node_counts_once_ready_and_untainted(
 def test_each_note_is_a_paragraph_of_its_own() -> None:
     page = render_results(machine=[("cores", "2")], notes=["One.", "Two."], tables=[])
     assert "- **cores**: 2\n\nOne.\n\nTwo.\n" in page
+
+
+def test_each_pair_of_batches_is_a_trial_with_its_own_ratio() -> None:
+    # ABBA: with, without, without, with.
+    runs = [(True, 90.0), (False, 100.0), (False, 50.0), (True, 55.0)]
+    assert paired_ratios(runs) == pytest.approx([0.9, 1.1])
+    assert spread(paired_ratios(runs)) == "2 pairs: ratios 0.90 to 1.10"
+    assert spread([0.5]) == "1 pair: ratio 0.50"
+    assert spread([]) == "no pair measured"
+    # A pair whose baseline measured nothing has no ratio.
+    assert paired_ratios([(True, 1.0), (False, 0.0)]) == []
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [[(True, 1.0)], [(True, 1.0), (True, 2.0)]],
+    ids=["odd", "one side twice"],
+)
+def test_batches_that_make_no_pairs_are_an_error(runs: list[tuple[bool, float]]) -> None:
+    with pytest.raises(ValueError, match="pair"):
+        paired_ratios(runs)
