@@ -7,7 +7,7 @@ import asyncio
 from typing import Any, cast
 
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube
-from berth.kube.informer import Informer, pod_node
+from berth.kube.informer import Informer, identity_only, pod_node
 
 
 def version(rv: str, *, phase: str, uid: str = "uid-1") -> dict[str, Any]:
@@ -116,3 +116,34 @@ async def test_an_update_that_moves_no_index_entry_leaves_the_index_as_it_was() 
     await informer._apply("MODIFIED", on_node("a", "node-1", rv="2"))
     assert informer.indexes["node"]["node-1"] is entry
     assert informer.get("ns/a") == on_node("a", "node-1", rv="2")
+
+
+def test_a_cache_may_keep_only_who_an_object_is_while_its_handler_gets_all() -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    informer = Informer(
+        cast(Kube, None),
+        PODS,
+        handler=lambda kind, obj: seen.append((kind, obj)),
+        keep=identity_only,
+    )
+    whole: dict[str, Any] = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "resourceVersion": "10",
+            "labels": {"app": "x"},
+        },
+        "spec": {"nodeName": "node-0", "containers": [{"name": "c"}]},
+    }
+    asyncio.run(informer._apply("ADDED", whole))
+    identity: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "10"}
+    }
+    assert informer.get("ns/p") == identity
+    assert seen == [("ADDED", whole)]
+    # Versions still order writes: an older event does not replace an own newer write.
+    informer.assume({**whole, "metadata": {**whole["metadata"], "resourceVersion": "12"}})
+    asyncio.run(informer._apply("MODIFIED", whole))
+    assert informer.get("ns/p") == {"metadata": {**identity["metadata"], "resourceVersion": "12"}}
+    assert len(seen) == 1
