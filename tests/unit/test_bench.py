@@ -7,6 +7,7 @@ import math
 import pytest
 
 from bench.cluster import schedulable
+from bench.run import earlier_tables
 from bench.scheduler import order
 from bench.stats import (
     bucket_bound,
@@ -238,3 +239,23 @@ def test_each_pair_of_batches_is_a_trial_with_its_own_ratio() -> None:
 def test_batches_that_make_no_pairs_are_an_error(runs: list[tuple[bool, float]]) -> None:
     with pytest.raises(ValueError, match="pair"):
         paired_ratios(runs)
+
+
+def test_a_partial_run_keeps_the_other_tables_of_the_earlier_page() -> None:
+    earlier = render_results(
+        machine=[("date", "2026-01-01 10:00 UTC"), ("git commit", "abc")],
+        notes=[],
+        tables=[
+            Table(title="Scheduler throughput", method="m", rows=[Row("a", "1")]),
+            Table(title="Memory", method="m2", rows=[Row("b", "2")]),
+        ],
+    )
+    origin, kept = earlier_tables(earlier, {"Scheduler throughput"})
+    assert origin == "2026-01-01 10:00 UTC, commit abc"
+    [memory] = kept
+    assert memory.startswith("## Memory\n\n*Not measured in this run (`--only`): kept from the ")
+    assert "| b | 2 |" in memory
+    # Kept again by a later partial run: it keeps its own origin, marked once.
+    again = render_results(machine=[("date", "later")], notes=[], tables=[]) + "\n" + memory
+    _, [still] = earlier_tables(again, {"Scheduler throughput"})
+    assert still == memory
