@@ -11,6 +11,15 @@ controller labels a namespace `berth.sh/migrating` in the default scope. Before
 measuring, dry-run creations in each namespace confirm that the API server calls the
 webhook exactly where the configuration says.
 
+In the default scope one more pair of rows measures what a pod that is not part of a
+migration pays: pods created in the namespace that is not migrating, with Berth's
+configuration registered against not registered at all (deleted), alternating. The API
+server never calls the webhook there (n counts its reviews), so the ratio is the cost of
+the registration itself, expected to be 1 within the run's noise.
+
+Each pair of batches (one each side, moments apart) is a trial with a ratio of its own;
+a row's ratio is the median trial, and n gives the lowest and the highest.
+
 The pods name a scheduler that does not exist, so they stay Pending: what is timed is
 admission and storage, not scheduling. The webhook's p50/p99 come from its own histogram
 (`berth_webhook_request_duration_seconds`), read before and after a scope's batches.
@@ -19,6 +28,7 @@ admission and storage, not scheduling. The webhook's p50/p99 come from its own h
 from __future__ import annotations
 
 import math
+import statistics
 import time
 
 from bench.api import Object, create_all, pods_path
@@ -26,7 +36,7 @@ from bench.cluster import Bench, pod, wait_for
 from bench.modes import MIGRATING_LABEL, MODES, Mode, webhook_configuration
 from bench.progress import say
 from bench.scheduler import order
-from bench.stats import bucket_bound, difference, histogram, rate, ratio
+from bench.stats import bucket_bound, difference, histogram, paired_ratios, rate, spread
 from bench.table import Row, Table, number
 
 HISTOGRAM = "berth_webhook_request_duration_seconds"
@@ -46,10 +56,16 @@ METHOD = (
     f"`{MIGRATING_LABEL}=true`; the other is unlabelled (default) or added to the "
     "namespaces the configuration skips, as kube-system is (strict). Before a scope's "
     "batches, dry-run creations confirm that the API server calls the webhook exactly in "
-    "the namespaces the configuration matches. The pods stay Pending (their scheduler "
+    "the namespaces the configuration matches. In the default scope the 'not migrating' "
+    "rows create pods in the unlabelled namespace only, with the configuration registered "
+    "against deleted (batches alternate, and dry-run creations confirm each change is in "
+    "effect before a batch): what a pod outside any migration pays. Each pair of batches "
+    "(one a side, moments apart) is a trial with a ratio of its own: the ratio column is "
+    "the median trial, n gives the lowest and highest; pods/s pool a side. The pods stay "
+    "Pending (their scheduler "
     "does not exist): this times admission and storage only. The webhook's p50/p99 come "
     "from its own histogram `berth_webhook_request_duration_seconds` over the batches: "
-    "the upper bound of the bucket holding each (buckets 5, 10, 25, 50, 75, 100, 250 ms, "
+    "the upper bound of the bucket holding each (buckets 0.1, 0.25, 0.5, 1, 2.5, 5, 10 ms, "
     "...). A ReplicaSet's pod in that namespace would also cost the webhook a lookup of "
     "its owner (not measured here)."
 )
@@ -153,6 +169,12 @@ async def rows(bench: Bench, *, batches: int, pods: int) -> list[Row]:
                     bench, mode, clients, batches=batches, pods=pods, into=(matched, unmatched)
                 )
                 result.append(row)
+            if mode == "default":
+                for clients in CONCURRENCY:
+                    row = await measure_registration(
+                        bench, clients, batches=batches, pods=pods, into=unmatched, probe=matched
+                    )
+                    result.append(row)
     finally:
         # The cluster's own configuration again, for the rows after these.
         await bench.api.apply(WEBHOOKS, {**own, "metadata": {"name": own["metadata"]["name"]}})
@@ -163,29 +185,98 @@ async def rows(bench: Bench, *, batches: int, pods: int) -> list[Row]:
 async def measure(
     bench: Bench, mode: Mode, clients: int, *, batches: int, pods: int, into: tuple[str, str]
 ) -> Row:
+    """Pods created where the webhook is called against where it is not, same configuration."""
     before = histogram(await bench.metrics("berth-webhook"), HISTOGRAM)
-    seconds = {True: 0.0, False: 0.0}
+    runs: list[tuple[bool, float]] = []
     for index, with_berth in enumerate(order(batches)):
         tag = f"c{clients}-{mode}-{index}"
         namespace = into[0] if with_berth else into[1]
         took = await create_batch(bench, namespace, pods=pods, clients=clients, tag=tag)
-        seconds[with_berth] += took
+        runs.append((with_berth, took))
         say(
             f"pod creation {mode}, {clients} client(s): batch {index + 1}/{batches} "
             f"{'with' if with_berth else 'without'} webhook: {number(rate(pods, took))} pods/s"
         )
     observed = difference(histogram(await bench.metrics("berth-webhook"), HISTOGRAM), before)
-    per_side = pods * (batches // 2)
-    with_rate, without_rate = rate(per_side, seconds[True]), rate(per_side, seconds[False])
     p50, p99 = (bucket_bound(observed, share) for share in (0.5, 0.99))
-    return Row(
-        measure=f"{mode}, {clients} client{'s' if clients > 1 else ''}",
-        figure=f"{number(with_rate, 'pods/s')}; webhook p50 {_ms(p50)}, p99 {_ms(p99)}",
-        baseline=number(without_rate, "pods/s"),
-        ratio=ratio(with_rate, without_rate),
-        n=f"{per_side:,} pods a side; {observed.get(math.inf, 0):,.0f} reviews",
+    scope = "migrating namespace" if mode == "default" else "every namespace"
+    return _row(
+        f"{mode}, {scope}, {_clients(clients)}",
+        runs,
+        pods=pods,
+        figure_note=f"; webhook p50 {_ms(p50)}, p99 {_ms(p99)}",
+        reviews=observed.get(math.inf, 0),
         what="pods the API server admits and stores per second, webhook called vs not",
     )
+
+
+async def measure_registration(
+    bench: Bench, clients: int, *, batches: int, pods: int, into: str, probe: str
+) -> Row:
+    """Pods created in a namespace that is not migrating, with the default scope's
+    configuration registered against not registered at all. `probe`, a migrating
+    namespace, shows when a change is in effect."""
+    config = webhook_configuration(bench.cluster, "default", skip=())
+    runs: list[tuple[bool, float]] = []
+    reviews = 0.0
+    for index, registered in enumerate(order(batches)):
+        if registered:
+            await bench.api.apply(WEBHOOKS, config)
+        else:
+            await bench.api.delete(f"{WEBHOOKS}/{config['metadata']['name']}")
+
+        async def in_effect(registered: bool = registered) -> bool:
+            return await is_called(bench, probe) == registered
+
+        state = "registered" if registered else "deleted"
+        await wait_for(in_effect, what=f"the API server to see the webhook configuration {state}")
+        before = await calls(bench)
+        took = await create_batch(
+            bench, into, pods=pods, clients=clients, tag=f"r{clients}-{index}"
+        )
+        reviews += await calls(bench) - before
+        runs.append((registered, took))
+        say(
+            f"pod creation, namespace not migrating, {clients} client(s): batch "
+            f"{index + 1}/{batches} webhook {state}: {number(rate(pods, took))} pods/s"
+        )
+    return _row(
+        f"default, namespace not migrating, {_clients(clients)}",
+        runs,
+        pods=pods,
+        figure_note="",
+        reviews=reviews,
+        what="pods the API server admits and stores per second, webhook registered vs not",
+    )
+
+
+def _row(
+    measure: str,
+    runs: list[tuple[bool, float]],
+    *,
+    pods: int,
+    figure_note: str,
+    reviews: float,
+    what: str,
+) -> Row:
+    """A row from the batches' seconds, `(with_berth, seconds)` in the order run."""
+    seconds = {
+        side: sum(took for with_berth, took in runs if with_berth == side) for side in (True, False)
+    }
+    per_side = pods * (len(runs) // 2)
+    ratios = paired_ratios([(with_berth, rate(pods, took)) for with_berth, took in runs])
+    return Row(
+        measure=measure,
+        figure=f"{number(rate(per_side, seconds[True]), 'pods/s')}{figure_note}",
+        baseline=number(rate(per_side, seconds[False]), "pods/s"),
+        ratio=statistics.median(ratios) if ratios else None,
+        n=f"{spread(ratios)}, {pods:,} pods a batch; {reviews:,.0f} reviews",
+        what=what,
+    )
+
+
+def _clients(clients: int) -> str:
+    return f"{clients} client{'s' if clients > 1 else ''}"
 
 
 def _ms(seconds: float | None) -> str:

@@ -30,26 +30,26 @@ MIGRATING_LABEL = keys.MIGRATING_LABEL
 SYSTEM_NAMESPACES = ("kube-system", BERTH_NAMESPACE)
 
 
-def _cluster_entry(cluster: LocalCluster) -> dict[str, Any]:
-    """Berth's entry in the cluster's own kube-scheduler config (in the state directory)."""
+def _cluster_entries(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """Berth's entries in the cluster's own kube-scheduler config (in the state directory)."""
     config = yaml.safe_load((cluster.state_dir / "kube-scheduler.yaml").read_text())
     extender = next(c for c in cluster.running() if c.name == "berth-extender")
-    entry: dict[str, Any] = next(
+    return [
         e for e in config.get("extenders") or [] if e["urlPrefix"].endswith(f":{extender.port}")
-    )
-    return entry
+    ]
 
 
 def cluster_mode(cluster: LocalCluster) -> Mode:
-    """The scope `berth dev up` gave the running cluster."""
-    return "default" if _cluster_entry(cluster).get("managedResources") else "strict"
+    """The scope `berth dev up` gave the running cluster: is the filter scoped?"""
+    [filtering] = [e for e in _cluster_entries(cluster) if e.get("filterVerb")]
+    return "default" if filtering.get("managedResources") else "strict"
 
 
-def extender_entry(cluster: LocalCluster, mode: Mode) -> dict[str, Any]:
-    """Berth's entry in kube-scheduler's `extenders`, in `mode`, as `berth dev up --scope`
-    renders it for the cluster's extender."""
-    entry = _cluster_entry(cluster)
-    return render.berth_extender(
+def extender_entries(cluster: LocalCluster, mode: Mode) -> list[dict[str, Any]]:
+    """Berth's entries in kube-scheduler's `extenders`, in `mode`, as `berth dev up
+    --scope` renders them for the cluster's extender."""
+    entry = _cluster_entries(cluster)[0]
+    return render.berth_extenders(
         url=entry["urlPrefix"],
         ca_bundle=(entry.get("tlsConfig") or {}).get("caData"),
         scope=render.Scope(mode),

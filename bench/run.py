@@ -7,7 +7,11 @@ then more again, and pods, for memory. Handlers and arbitration run in processes
 their own meanwhile. Every comparison is made in one run, in alternating batches, so the
 figures of a noisy machine still compare; absolute numbers depend on the machine.
 
-    python -m bench.run [--scale full|small] [--out bench/RESULTS.md]
+    python -m bench.run [--scale full|busy|small] [--only scheduler,creation,...]
+                        [--out bench/RESULTS.md]
+
+`--only` measures some row families; the tables of the others are kept from the results
+page already there, marked with the date and commit of the run that measured them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import asyncio
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -76,6 +81,20 @@ SCALES = {
         migration_jobs=50,
         memory_pods=50_000,
     ),
+    "busy": Scale(
+        name="busy",
+        nodes=(500, 2000, 5000),
+        scheduler_batches=8,
+        scheduler_pods=300,
+        creation_batches=8,
+        creation_pods=400,
+        handler_names=(500, 5000),
+        handler_requests=500,
+        arbitration=(10_000, 5_000, 50_000),
+        arbitration_rounds=7,
+        migration_jobs=50,
+        memory_pods=50_000,
+    ),
     "small": Scale(
         name="small",
         nodes=(50, 200, 500),
@@ -91,6 +110,10 @@ SCALES = {
         memory_pods=5_000,
     ),
 }
+
+
+FAMILIES = ("scheduler", "creation", "handlers", "arbitration", "migrations", "memory")
+"""The row families, in the order measured (`--only` names some of them)."""
 
 
 # ----- arbitration --------------------------------------------------------------------------
@@ -244,8 +267,8 @@ ARBITRATION = Table(
 )
 
 
-async def measure(scale: Scale, run: Run) -> None:
-    first, second, largest = scale.nodes
+async def measure(scale: Scale, run: Run, only: frozenset[str] = frozenset(FAMILIES)) -> None:
+    first = scale.nodes[0]
     say(f"starting a local cluster of {first:,} nodes (berth dev up)")
     cluster = await asyncio.to_thread(start, first)
     api = await Api.connect(cluster)
@@ -263,33 +286,70 @@ async def measure(scale: Scale, run: Run) -> None:
                 bench, batches=scale.scheduler_batches, pods=scale.scheduler_pods
             )
 
-        await run.family(scheduler.table([]), scheduler_rows)
-        await run.family(
-            creation.table([]),
-            lambda: creation.rows(bench, batches=scale.creation_batches, pods=scale.creation_pods),
-        )
-        await run.family(
-            handlers.table([]),
-            lambda: handlers.rows(names=scale.handler_names, requests=scale.handler_requests),
-        )
-        await run.family(ARBITRATION, lambda: asyncio.to_thread(arbitration_row, scale))
-        if await run.grow(bench, second):
-            await run.family(scheduler.table([]), scheduler_rows)
-            await run.family(
+        async def memory_rows() -> list[Row]:
+            await memory.populate(bench, scale.memory_pods)
+            return memory.rows(bench, start=at_start, pods=scale.memory_pods)
+
+        # (family, the cluster size it runs at: an index into scale.nodes, table, rows)
+        steps: list[tuple[str, int, Table, Family]] = [
+            ("scheduler", 0, scheduler.table([]), scheduler_rows),
+            (
+                "creation",
+                0,
+                creation.table([]),
+                lambda: creation.rows(
+                    bench, batches=scale.creation_batches, pods=scale.creation_pods
+                ),
+            ),
+            (
+                "handlers",
+                0,
+                handlers.table([]),
+                lambda: handlers.rows(names=scale.handler_names, requests=scale.handler_requests),
+            ),
+            ("arbitration", 0, ARBITRATION, lambda: asyncio.to_thread(arbitration_row, scale)),
+            ("scheduler", 1, scheduler.table([]), scheduler_rows),
+            (
+                "migrations",
+                1,
                 migrations.table([]),
                 lambda: migrations.rows(bench, jobs_per_mode=scale.migration_jobs),
-            )
-        if await run.grow(bench, largest):
-
-            async def memory_rows() -> list[Row]:
-                await memory.populate(bench, scale.memory_pods)
-                return memory.rows(bench, start=at_start, pods=scale.memory_pods)
-
-            await run.family(memory.table([]), memory_rows)
+            ),
+            ("memory", 2, memory.table([]), memory_rows),
+        ]
+        size, grown = 0, True
+        for family, at, table, rows in steps:
+            if family not in only:
+                continue
+            if at > size:
+                size, grown = at, await run.grow(bench, scale.nodes[at])
+            if grown:
+                await run.family(table, rows)
     finally:
         await api.close()
         say("stopping the local cluster (berth dev down)")
         await asyncio.to_thread(cluster.down)
+
+
+KEPT = "*Not measured in this run (`--only`): kept from the run of "
+
+
+def earlier_tables(previous: str, measured: set[str]) -> tuple[str, list[str]]:
+    """Where an earlier results page was measured (date and commit), and its tables
+    whose titles are not in `measured`, each marked as kept from that run (a table kept
+    before keeps its own mark)."""
+    head, *sections = previous.split("\n## ")
+    fields = dict(re.findall(r"^- \*\*(.+?)\*\*: (.*)$", head, flags=re.MULTILINE))
+    origin = f"{fields.get('date', 'an unknown date')}, commit {fields.get('git commit', '?')}"
+    kept = []
+    for section in sections:
+        title, _, body = section.partition("\n")
+        if title in measured:
+            continue
+        if not body.lstrip().startswith(KEPT):
+            body = f"\n{KEPT}{origin}.*\n{body}"
+        kept.append(f"## {title}\n{body.rstrip()}\n")
+    return origin, kept
 
 
 def notes(scale: Scale, seconds: float) -> list[str]:
@@ -297,7 +357,12 @@ def notes(scale: Scale, seconds: float) -> list[str]:
         f"Scale **{scale.name}**: clusters of {', '.join(f'{n:,}' for n in scale.nodes)} "
         f"fake nodes (kwok); the run took {seconds / 60:.1f} minutes.",
     ]
-    if scale.name != "full":
+    if scale.name == "busy":
+        lines.append(
+            "**Scale busy**: the full sizes with fewer pods per batch (scheduler 300, pod "
+            "creation 400), for a machine shared with other work."
+        )
+    elif scale.name != "full":
         lines.append(
             "**A small run, for checking the bench itself: these are not the figures of "
             "record.** `make bench` (full scale) on a quiet machine writes those."
@@ -309,18 +374,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--only",
+        type=lambda text: frozenset(text.split(",")),
+        default=frozenset(FAMILIES),
+        help=f"comma-separated row families to measure, of: {', '.join(FAMILIES)}",
+    )
     options = parser.parse_args(argv)
+    if unknown := options.only - set(FAMILIES):
+        parser.error(f"unknown row families: {', '.join(sorted(unknown))}")
     scale = SCALES[options.scale]
     described = machine()
     say(f"bench at {scale.name} scale; writing {options.out}")
     run = Run()
-    asyncio.run(measure(scale, run))
+    asyncio.run(measure(scale, run, options.only))
+    tables = merge(run.tables)
+    extra: list[str] = []
+    if options.only != frozenset(FAMILIES) and options.out.exists():
+        origin, extra = earlier_tables(options.out.read_text(), {t.title for t in tables})
+        if extra:
+            run.notes.append(
+                f"Only {', '.join(f for f in FAMILIES if f in options.only)} measured in "
+                f"this run (`--only`); the other tables are kept from the run of {origin}."
+            )
     document = render_results(
         machine=described,
         notes=[*notes(scale, elapsed()), *run.notes],
-        tables=merge(run.tables),
+        tables=tables,
     )
-    options.out.write_text(document)
+    options.out.write_text("\n".join([document, *extra]))
     say(f"wrote {options.out} after {elapsed() / 60:.1f} minutes")
     return 0
 

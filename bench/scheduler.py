@@ -2,7 +2,7 @@
 
 For each scope, batches of pending pods are scheduled by kube-scheduler processes the
 bench starts from the cluster's own binary: with Berth's extender configured as `berth
-dev up` configures it (`bench.modes.extender_entry`), or with no extender. Batches
+dev up` configures it (`bench.modes.extender_entries`), or with no extender. Batches
 alternate with, without, without, with, ... so that whatever else the machine does
 weighs on both alike.
 
@@ -15,14 +15,15 @@ runs from the first bind to the last.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from typing import Any
 
 from bench.api import Api, create_all, pods_path
 from bench.cluster import Bench, pod
-from bench.modes import MODES, Mode, extender_entry, ignored_resources
+from bench.modes import MODES, Mode, extender_entries, ignored_resources
 from bench.progress import say
-from bench.stats import rate, ratio, span_rate
+from bench.stats import paired_ratios, rate, span_rate, spread
 from bench.table import Row, Table, number
 from devtools import render
 
@@ -41,8 +42,10 @@ METHOD = (
     "pods (10m CPU, 16Mi) are created first and stay Pending until its scheduler starts; "
     "pods/s runs from the first bind to the last, as a watch sees them. Not timed from "
     "creation, because the bench creates pods more slowly than a scheduler binds them: "
-    "both sides would measure pod creation. Batches alternate with/without (ABBA); the "
-    "figure pools the batches of a side. n counts the requests Berth's extender answered "
+    "both sides would measure pod creation. Batches alternate with/without (ABBA): "
+    "each pair of batches (one with, one without, moments apart) is a trial with a ratio "
+    "of its own; the ratio column is the median trial, n gives the lowest and highest, "
+    "and the pods/s pool the batches of a side. n counts the requests Berth's extender answered "
     "during the scope's batches: none in the default scope, whose rows are therefore a "
     "control, and how far their ratio strays from 1 is the noise of the run."
 )
@@ -54,13 +57,13 @@ def order(batches: int) -> list[bool]:
 
 
 def scheduler_config(
-    bench: Bench, mode: Mode, *, name: str, extender: dict[str, Any] | None
+    bench: Bench, mode: Mode, *, name: str, extenders: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The scope's profile, with or without Berth's extender: nothing else differs."""
     return render.scheduler_config(
         kubeconfig_path=bench.cluster.kubeconfig,
         scheduler_names=[name],
-        extenders=[extender] if extender else None,
+        extenders=extenders or None,
         ignored_resources=ignored_resources(mode),
         qps=CLIENT_QPS,
         burst=CLIENT_QPS,
@@ -131,30 +134,31 @@ async def extender_calls(bench: Bench) -> float:
 
 
 async def mode_row(bench: Bench, mode: Mode, *, batches: int, pods: int) -> Row:
+    runs: list[tuple[bool, float]] = []
     bound = {True: 0, False: 0}
     seconds = {True: 0.0, False: 0.0}
     calls_before = await extender_calls(bench)
     for index, with_berth in enumerate(order(batches)):
         side = "with" if with_berth else "without"
         name = f"bench-{bench.nodes}-{mode}-{index}-{side}"
-        extender = extender_entry(bench.cluster, mode) if with_berth else None
-        config = scheduler_config(bench, mode, name=name, extender=extender)
+        extenders = extender_entries(bench.cluster, mode) if with_berth else []
+        config = scheduler_config(bench, mode, name=name, extenders=extenders)
         count, took = await batch(bench, name=name, config=config, pods=pods)
         bound[with_berth] += count
         seconds[with_berth] += took
+        runs.append((with_berth, rate(count, took)))
         say(
             f"scheduler {bench.nodes} nodes {mode}: batch {index + 1}/{batches} {side} "
-            f"Berth: {number(rate(count, took))} pods/s"
+            f"Berth: {number(runs[-1][1])} pods/s"
         )
     calls = await extender_calls(bench) - calls_before
-    with_rate = rate(bound[True], seconds[True])
-    without_rate = rate(bound[False], seconds[False])
+    ratios = paired_ratios(runs)
     return Row(
         measure=f"{bench.nodes:,} nodes, {mode}",
-        figure=number(with_rate, "pods/s"),
-        baseline=number(without_rate, "pods/s"),
-        ratio=ratio(with_rate, without_rate),
-        n=f"{batches // 2} batches of {pods:,} pods a side; {calls:,.0f} extender calls",
+        figure=number(rate(bound[True], seconds[True]), "pods/s"),
+        baseline=number(rate(bound[False], seconds[False]), "pods/s"),
+        ratio=statistics.median(ratios) if ratios else None,
+        n=f"{spread(ratios)}, {pods:,} pods a batch; {calls:,.0f} extender calls",
         what="pods kube-scheduler binds per second, Berth's extender configured vs none",
     )
 

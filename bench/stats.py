@@ -65,3 +65,28 @@ def bucket_bound(buckets: Mapping[float, float], share: float) -> float | None:
     if total <= 0:
         return None
     return min(bound for bound, count in buckets.items() if count >= share * total)
+
+
+def paired_ratios(batches: Sequence[tuple[bool, float]]) -> list[float]:
+    """The with/without ratio of each pair of consecutive batches (`(with_berth, rate)`
+    in the order run, each pair one of each side, in either order): one ratio per trial,
+    measured moments apart, so that the spread of the ratios shows the noise of the run."""
+    if len(batches) % 2:
+        raise ValueError("an odd number of batches makes no pairs")
+    ratios = []
+    for first, second in zip(batches[::2], batches[1::2], strict=True):
+        if first[0] == second[0]:
+            raise ValueError("a pair of batches must have one batch of each side")
+        with_rate, without_rate = (first[1], second[1]) if first[0] else (second[1], first[1])
+        if without_rate > 0:
+            ratios.append(with_rate / without_rate)
+    return ratios
+
+
+def spread(ratios: Sequence[float]) -> str:
+    """`n pairs: ratios a to b` (or the one ratio), for the n column beside their median."""
+    if not ratios:
+        return "no pair measured"
+    if len(ratios) == 1:
+        return f"1 pair: ratio {ratios[0]:.2f}"
+    return f"{len(ratios)} pairs: ratios {min(ratios):.2f} to {max(ratios):.2f}"

@@ -24,7 +24,7 @@ Pure data structure: no I/O. Objects are the API server's dicts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 
 from berth import protocol
@@ -192,6 +192,14 @@ class Ledger:
     def handover(self, node: str) -> Mapping[str, Resources]:
         """The Reservations in handover on the node, with what each holds."""
         return self._handover.get(node, {})
+
+    def handover_nodes(self) -> Set[str]:
+        """The nodes with a Reservation in handover: a view, read it before any event."""
+        return self._handover.keys()
+
+    def promising_nodes(self) -> Set[str]:
+        """The nodes where `promised` may be more than nothing (a superset)."""
+        return self._bound_placeholders.keys() | self._handover.keys()
 
     def promised(self, node: str) -> Resources:
         """Capacity on the node held for Reservations: by their bound placeholders, and by

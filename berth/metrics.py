@@ -24,6 +24,27 @@ from berth import protocol
 from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase
 from berth.protocol import Object
 
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    10.0,
+)
+"""Seconds, for the webhook's and the extender's answers: most take well under a
+millisecond, and the API server and the scheduler give up after a few seconds. The
+client's default buckets start at 5 ms, too coarse to tell a 0.2 ms answer from a 4 ms one."""
+
 # ----- webhook ----------------------------------------------------------------------------
 
 WebhookResult = Literal["claimed", "reasserted", "lost", "skipped", "error", "malformed"]
@@ -40,6 +61,7 @@ WEBHOOK_REQUESTS = Counter(
 WEBHOOK_REQUEST_DURATION = Histogram(
     "berth_webhook_request_duration_seconds",
     "Time to answer a pod admission review, claim included.",
+    buckets=LATENCY_BUCKETS,
 )
 
 EvictionResult = Literal["intercepted", "passed", "gone", "error", "malformed"]
@@ -71,6 +93,7 @@ EXTENDER_REQUEST_DURATION = Histogram(
     "berth_extender_request_duration_seconds",
     "Time to answer a kube-scheduler extender request, by verb.",
     ["verb"],
+    buckets=LATENCY_BUCKETS,
 )
 
 # ----- controller -------------------------------------------------------------------------

@@ -116,7 +116,7 @@ class LocalCluster(Processes):
                     self._issue_serving_certificate()
             extenders = list(spec.extenders)
             if spec.berth:
-                extenders.append(self._berth_extender(self.start_extender(name="berth-extender")))
+                extenders += self._berth_extenders(self.start_extender(name="berth-extender"))
             self.start_scheduler(
                 name="kube-scheduler",
                 extenders=extenders,
@@ -509,10 +509,10 @@ class LocalCluster(Processes):
         self.register_webhooks()
         return webhook
 
-    def _berth_extender(self, extender: Component) -> dict[str, Any]:
-        """The scheduler's extender entry for Berth, as the manifests of this cluster's
+    def _berth_extenders(self, extender: Component) -> list[dict[str, Any]]:
+        """The scheduler's extender entries for Berth, as the manifests of this cluster's
         scope recommend."""
-        return render.berth_extender(
+        return render.berth_extenders(
             url=f"https://127.0.0.1:{extender.port}",
             ca_bundle=base64.b64encode(self.serving_ca.read_bytes()).decode(),
             scope=render.Scope(self.scope),

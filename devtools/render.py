@@ -107,32 +107,37 @@ def scheduler_config(
     return config
 
 
-def berth_extender(*, url: str, ca_bundle: str | None, scope: Scope) -> dict[str, Any]:
-    """The scheduler's extender entry for Berth, as manifests/scheduler (default scope) or
-    manifests/strict (strict scope) configure it. Without `ca_bundle`, plain HTTP."""
-    entry: dict[str, Any] = {
+def berth_extenders(*, url: str, ca_bundle: str | None, scope: Scope) -> list[dict[str, Any]]:
+    """The scheduler's extender entries for Berth, as manifests/scheduler (default scope) or
+    manifests/strict (strict scope) configure them. Without `ca_bundle`, plain HTTP.
+
+    Default: one entry, every verb, only for pods requesting Berth's extended resource.
+    Strict: filter and preempt for every pod, and prioritize in an entry of its own for
+    Berth's pods only (the only pods it ranks nodes for that no filter already decides),
+    so an ordinary pod costs one round trip, not two."""
+    connection: dict[str, Any] = {
         "urlPrefix": url,
-        "filterVerb": "filter",
-        "prioritizeVerb": "prioritize",
-        "preemptVerb": "preempt",
-        "weight": 5,
         "nodeCacheCapable": True,
         "ignorable": True,
         "httpTimeout": "3s",
     }
     if ca_bundle is not None:
-        entry.update(enableHTTPS=True, tlsConfig={"caData": ca_bundle})
+        connection.update(enableHTTPS=True, tlsConfig={"caData": ca_bundle})
+    managed = {
+        "managedResources": [{"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}]
+    }
+    verbs = {"filterVerb": "filter", "preemptVerb": "preempt"}
+    ranking = {"prioritizeVerb": "prioritize", "weight": 5}
     if scope == Scope.DEFAULT:
-        entry["managedResources"] = [
-            {"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}
-        ]
-    return entry
+        return [{**connection, **verbs, **ranking, **managed}]
+    return [{**connection, **verbs}, {**connection, **ranking, **managed}]
 
 
 def ignored_resources(scope: Scope) -> list[str]:
-    """What the scheduler's NodeResourcesFit must be told to ignore: in the strict scope no
-    managedResources entry says it, yet placeholders and bound pods request Berth's
-    extended resource, which no node advertises."""
+    """What the scheduler's NodeResourcesFit is told to ignore in the profile itself: in
+    the strict scope, Berth's extended resource (requested by placeholders and bound pods,
+    advertised by no node). The prioritize entry's managedResources says the same, but
+    the filter must not depend on that entry being kept."""
     return [keys.RESERVATION_RESOURCE] if scope == Scope.STRICT else []
 
 

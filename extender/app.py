@@ -18,7 +18,7 @@ from aiohttp import web
 
 from berth import metrics
 from berth.kube.client import NODES, PODS, RESERVATIONS, Kube
-from berth.kube.informer import Informer
+from berth.kube.informer import Informer, identity_only
 from berth.ledger import Ledger
 from berth.server import (
     MAX_BODY,
@@ -111,8 +111,9 @@ async def _serve(
     kube = await Kube.connect(kubeconfig)
     ledger = Ledger()
     informers = [
-        Informer(kube, NODES, handler=ledger.on_node),
-        Informer(kube, PODS, handler=ledger.on_pod),
+        # The ledger keeps what it needs of nodes and pods; the caches only who they are.
+        Informer(kube, NODES, handler=ledger.on_node, keep=identity_only),
+        Informer(kube, PODS, handler=ledger.on_pod, keep=identity_only),
         Informer(kube, RESERVATIONS, handler=ledger.on_reservation),
     ]
     tasks = [asyncio.create_task(informer.run()) for informer in informers]

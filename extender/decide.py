@@ -201,9 +201,12 @@ def parse_args(body: Any) -> ExtenderArgs:
     """The arguments of filter and prioritize, with node names in either form."""
     pod = _pod(body)
     if body.get("NodeNames") is not None:
-        names = [
-            _string(name, "each of NodeNames") for name in _list(body["NodeNames"], "NodeNames")
-        ]
+        names = _list(body["NodeNames"], "NodeNames")
+        # One pass in C over thousands of names; the loop that names the culprit only
+        # runs when there is one.
+        if set(map(type, names)) - {str} or "" in names:
+            for name in names:
+                _string(name, "each of NodeNames")
         return ExtenderArgs(pod=pod, node_names=names, node_list=None)
     if body.get("Nodes") is not None:
         node_list = _object(body["Nodes"], "Nodes")
@@ -318,8 +321,10 @@ def refusal(
             unresolvable=True,
         )
     held = ledger.handover(node)
+    if not held:
+        return None
     free = ledger.free(node)
-    if not held or free is None:
+    if free is None:
         return None
     missing = fits(pod.requests, add(free, released or {}))
     if not missing:
@@ -335,17 +340,29 @@ def refusal(
 
 
 def filter_nodes(ledger: Ledger, args: ExtenderArgs) -> Object:
-    """`ExtenderFilterResult`, in the form the request came in."""
+    """`ExtenderFilterResult`, in the form the request came in.
+
+    A pod that owns no Reservation can only be refused a node with a Reservation in
+    handover, so only those of the candidates are judged: a request costs the few held
+    nodes, not the thousands of names it carries. Every name that passes is sent back:
+    kube-scheduler reads `NodeNames: null` as no node passing (extender.go, `Filter`)."""
     pod = pending(ledger, args.pod)
-    passed: list[str] = []
+    if pod.reserved is None:
+        held = ledger.handover_nodes()
+        judged = [node for node in args.node_names if node in held] if held else []
+    else:
+        judged = args.node_names
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    for node in args.node_names:
+    for node in judged:
         refused = refusal(ledger, pod, node)
-        if refused is None:
-            passed.append(node)
-        else:
+        if refused is not None:
             (unresolvable if refused.unresolvable else failed)[node] = refused.reason
+    passed = (
+        [node for node in args.node_names if node not in failed and node not in unresolvable]
+        if failed or unresolvable
+        else args.node_names
+    )
     if args.node_list is None:
         nodes, names = None, passed
     else:
@@ -371,6 +388,19 @@ def filter_nodes(ledger: Ledger, args: ExtenderArgs) -> Object:
 def prioritize(ledger: Ledger, args: ExtenderArgs, *, placement: Placement) -> list[Object]:
     """`HostPriorityList`: a 0 to 10 score for every candidate node."""
     pod = pending(ledger, args.pod)
+    if pod.reserved is None and not pod.placeholder:
+        # Any other pod scores the maximum on a node where nothing is promised: only the
+        # few nodes with a Reservation on them are worked out.
+        promising = ledger.promising_nodes()
+        return [
+            {
+                "Host": node,
+                "Score": score(ledger, pod, node, placement=placement)
+                if node in promising
+                else MAX_SCORE,
+            }
+            for node in args.node_names
+        ]
     return [
         {"Host": node, "Score": score(ledger, pod, node, placement=placement)}
         for node in args.node_names
@@ -390,9 +420,10 @@ def score(ledger: Ledger, pod: Pending, node: str, *, placement: Placement) -> i
             return 0
         left = _tenths(_mean_share(subtract(free, pod.requests), allocatable))
         return left if placement == Placement.SPREAD else MAX_SCORE - left
-    if allocatable is None:
+    promised = ledger.promised(node)
+    if allocatable is None or not any(promised.values()):
         return MAX_SCORE
-    return MAX_SCORE - _tenths(_max_share(ledger.promised(node), allocatable))
+    return MAX_SCORE - _tenths(_max_share(promised, allocatable))
 
 
 def _shares(part: Resources, whole: Resources) -> list[Decimal]:

@@ -25,6 +25,19 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[str, Object], Awaitable[None] | None]
 IndexFunc = Callable[[Object], Iterable[str]]
+Keep = Callable[[Object], Object]
+"""What the cache keeps of an object; the handler still gets the whole object."""
+
+IDENTITY = ("name", "namespace", "uid", "resourceVersion")
+
+
+def identity_only(obj: Object) -> Object:
+    """What a cache must keep of an object that only its handler reads: who it is and
+    which version (for a relist to tell what changed or went, and for `assume`). A
+    handler told of a deletion from a relist gets this much."""
+    metadata = obj["metadata"]
+    return {"metadata": {key: metadata[key] for key in IDENTITY if key in metadata}}
+
 
 RETRY_DELAY = 1.0
 
@@ -69,8 +82,10 @@ class Informer(Store):
         label_selector: str | None = None,
         indexes: dict[str, IndexFunc] | None = None,
         handler: Handler | None = None,
+        keep: Keep | None = None,
     ) -> None:
         self.kube = kube
+        self.keep = keep
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -95,8 +110,9 @@ class Informer(Store):
             return
         if old is not None and not _newer(obj, old):
             return
-        self.store[key] = obj
-        self._reindex(key, old, obj)
+        kept = obj if self.keep is None else self.keep(obj)
+        self.store[key] = kept
+        self._reindex(key, old, kept)
 
     # ----- reading --------------------------------------------------------------------
 
@@ -201,8 +217,9 @@ class Informer(Store):
             self.store.pop(key, None)
             self._reindex(key, old, None)
         else:
-            self.store[key] = obj
-            self._reindex(key, old, obj)
+            kept = obj if self.keep is None else self.keep(obj)
+            self.store[key] = kept
+            self._reindex(key, old, kept)
         if self.handler is not None:
             result = self.handler(kind, obj)
             if result is not None:

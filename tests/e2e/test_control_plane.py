@@ -53,9 +53,9 @@ def test_up_configures_scheduler_and_webhook_for_its_scope(cluster: Cluster, sco
     )
     assert f"scope: {scope}" in status.stdout
     config = yaml.safe_load((cluster.local.state_dir / "kube-scheduler.yaml").read_text())
-    [extender] = config["extenders"]
-    assert extender == render.berth_extender(
-        url=extender["urlPrefix"], ca_bundle=extender["tlsConfig"]["caData"], scope=scope
+    extenders = config["extenders"]
+    assert extenders == render.berth_extenders(
+        url=extenders[0]["urlPrefix"], ca_bundle=extenders[0]["tlsConfig"]["caData"], scope=scope
     )
     ignored = render.ignored_resources(scope)
     assert config["profiles"][0].get("pluginConfig", []) == (

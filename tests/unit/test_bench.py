@@ -7,15 +7,18 @@ import math
 import pytest
 
 from bench.cluster import schedulable
+from bench.run import earlier_tables
 from bench.scheduler import order
 from bench.stats import (
     bucket_bound,
     difference,
     histogram,
+    paired_ratios,
     percentile,
     rate,
     ratio,
     span_rate,
+    spread,
 )
 from bench.table import Row, Table, number, render_results, render_table
 
@@ -215,3 +218,44 @@ def test_a_new_node_counts_once_ready_and_untainted(
 def test_each_note_is_a_paragraph_of_its_own() -> None:
     page = render_results(machine=[("cores", "2")], notes=["One.", "Two."], tables=[])
     assert "- **cores**: 2\n\nOne.\n\nTwo.\n" in page
+
+
+def test_each_pair_of_batches_is_a_trial_with_its_own_ratio() -> None:
+    # ABBA: with, without, without, with.
+    runs = [(True, 90.0), (False, 100.0), (False, 50.0), (True, 55.0)]
+    assert paired_ratios(runs) == pytest.approx([0.9, 1.1])
+    assert spread(paired_ratios(runs)) == "2 pairs: ratios 0.90 to 1.10"
+    assert spread([0.5]) == "1 pair: ratio 0.50"
+    assert spread([]) == "no pair measured"
+    # A pair whose baseline measured nothing has no ratio.
+    assert paired_ratios([(True, 1.0), (False, 0.0)]) == []
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [[(True, 1.0)], [(True, 1.0), (True, 2.0)]],
+    ids=["odd", "one side twice"],
+)
+def test_batches_that_make_no_pairs_are_an_error(runs: list[tuple[bool, float]]) -> None:
+    with pytest.raises(ValueError, match="pair"):
+        paired_ratios(runs)
+
+
+def test_a_partial_run_keeps_the_other_tables_of_the_earlier_page() -> None:
+    earlier = render_results(
+        machine=[("date", "2026-01-01 10:00 UTC"), ("git commit", "abc")],
+        notes=[],
+        tables=[
+            Table(title="Scheduler throughput", method="m", rows=[Row("a", "1")]),
+            Table(title="Memory", method="m2", rows=[Row("b", "2")]),
+        ],
+    )
+    origin, kept = earlier_tables(earlier, {"Scheduler throughput"})
+    assert origin == "2026-01-01 10:00 UTC, commit abc"
+    [memory] = kept
+    assert memory.startswith("## Memory\n\n*Not measured in this run (`--only`): kept from the ")
+    assert "| b | 2 |" in memory
+    # Kept again by a later partial run: it keeps its own origin, marked once.
+    again = render_results(machine=[("date", "later")], notes=[], tables=[]) + "\n" + memory
+    _, [still] = earlier_tables(again, {"Scheduler throughput"})
+    assert still == memory

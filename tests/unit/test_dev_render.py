@@ -140,7 +140,14 @@ def test_the_local_certificate_adds_the_loopback_names_to_the_manifest() -> None
 
 
 def test_default_scope_calls_the_extender_for_berths_pods_only() -> None:
-    entry = render.berth_extender(url="https://127.0.0.1:1", ca_bundle="Q0E=", scope=Scope.DEFAULT)
+    [entry] = render.berth_extenders(
+        url="https://127.0.0.1:1", ca_bundle="Q0E=", scope=Scope.DEFAULT
+    )
+    assert (entry["filterVerb"], entry["prioritizeVerb"], entry["preemptVerb"]) == (
+        "filter",
+        "prioritize",
+        "preempt",
+    )
     assert entry["managedResources"] == [
         {"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}
     ]
@@ -150,12 +157,23 @@ def test_default_scope_calls_the_extender_for_berths_pods_only() -> None:
 
 
 def test_strict_scope_calls_the_extender_for_every_pod_and_ignores_the_marker() -> None:
-    entry = render.berth_extender(url="http://127.0.0.1:1", ca_bundle=None, scope=Scope.STRICT)
-    assert "managedResources" not in entry
-    assert "enableHTTPS" not in entry
+    entries = render.berth_extenders(url="http://127.0.0.1:1", ca_bundle=None, scope=Scope.STRICT)
+    [filtering] = [e for e in entries if "filterVerb" in e]
+    assert "managedResources" not in filtering
+    assert filtering["preemptVerb"] == "preempt"
+    assert "prioritizeVerb" not in filtering
+    # Prioritize only for Berth's own pods: an ordinary pod costs one round trip.
+    [ranking] = [e for e in entries if "prioritizeVerb" in e]
+    assert ranking["managedResources"] == [
+        {"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}
+    ]
+    assert "filterVerb" not in ranking
+    assert "preemptVerb" not in ranking
+    assert {e["urlPrefix"] for e in entries} == {"http://127.0.0.1:1"}
+    assert all("enableHTTPS" not in e for e in entries)
     config = render.scheduler_config(
         kubeconfig_path=Path("/k"),
-        extenders=[entry],
+        extenders=entries,
         ignored_resources=render.ignored_resources(Scope.STRICT),
     )
     assert config["profiles"] == [

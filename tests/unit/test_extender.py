@@ -18,8 +18,11 @@ from extender.decide import (
     filter_nodes,
     parse_args,
     parse_preemption_args,
+    pending,
     preempt,
     prioritize,
+    refusal,
+    score,
 )
 from tests.unit.test_ledger import node, pod, reservation
 
@@ -515,3 +518,60 @@ def test_an_ordinary_pod_preempts_as_the_scheduler_decides(ledger: Ledger) -> No
     assert args["NodeNameToMetaVictims"]["node-0"]["NumPDBViolations"] == 1
     result, _ = preempt(ledger, parse_preemption_args(args))
     assert list(result["NodeNameToMetaVictims"]) == ["node-0"]
+
+
+def many_nodes() -> tuple[Ledger, list[str]]:
+    """60 nodes, busy in turn, with bound placeholders, Reservations in handover (one whose
+    placeholder this cache still sees), and a Reservation whose owner is bound."""
+    ledger = Ledger()
+    names = [f"n-{index}" for index in range(60)]
+    for index, name in enumerate(names):
+        ledger.on_node("ADDED", node(name))
+        ledger.on_pod("ADDED", pod(f"busy-{index}", cpu=str(index % 7), node=name))
+    for index in range(0, 60, 10):
+        held, handed = names[index], names[index + 1]
+        ledger.on_pod(
+            "ADDED", pod(f"b{index}-placeholder", cpu="2", node=held, placeholder=f"b{index}")
+        )
+        ledger.on_reservation("ADDED", reservation(f"b{index}", node=held, cpu="2"))
+        ledger.on_reservation(
+            "ADDED", reservation(f"h{index}", node=handed, cpu="3", owners=(f"owner-{index}",))
+        )
+    ledger.on_pod("ADDED", pod("s-placeholder", cpu="1", node="n-5", placeholder="s"))
+    ledger.on_reservation("ADDED", reservation("s", node="n-5", cpu="1", owners=("s-owner",)))
+    ledger.on_pod("ADDED", pod("done-owner", uid="done-owner", node="n-7"))
+    ledger.on_reservation("ADDED", reservation("done", node="n-7", owners=("done-owner",)))
+    return ledger, names
+
+
+@pytest.mark.parametrize("cpu", ["0", "1", "3", "6"])
+@pytest.mark.parametrize("uid", [None, "owner-10", "s-owner"])
+def test_verbs_judge_only_nodes_with_reservations_yet_answer_as_for_every_node(
+    cpu: str, uid: str | None
+) -> None:
+    """The fast paths (a pod that owns nothing is judged only on nodes in handover, and
+    scored only on nodes with something promised) give what judging every node gives."""
+    ledger, names = many_nodes()
+    args = parse_args(scheduled(FILTER_ARGS, cpu=cpu, uid=uid, nodes=[*reversed(names), "n-99"]))
+    pod_ = pending(ledger, args.pod)
+    judged = {name: refusal(ledger, pod_, name) for name in args.node_names}
+    result = filter_nodes(ledger, args)
+    assert result["NodeNames"] == [name for name, refused in judged.items() if refused is None]
+    assert {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]} == {
+        name: refused.reason for name, refused in judged.items() if refused is not None
+    }
+    assert result["FailedNodes"] or uid or cpu in ("0", "1")  # the held nodes do refuse
+    for placement in Placement:
+        assert prioritize(ledger, args, placement=placement) == [
+            {"Host": name, "Score": score(ledger, pod_, name, placement=placement)}
+            for name in args.node_names
+        ]
+
+
+def test_a_bad_name_among_thousands_is_named() -> None:
+    names: list[Any] = [f"node-{index}" for index in range(5000)]
+    for bad in ("", None, 7):
+        body = orjson.dumps({"Pod": POD, "NodeNames": [*names, bad]})
+        status, result = answer(Ledger(), "filter", body, placement=Placement.SPREAD, ready=True)
+        assert status == 200
+        assert "each of NodeNames must be a non-empty string" in result["Error"]

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube
-from berth.kube.informer import Informer, pod_node
+from berth.kube.informer import Informer, identity_only, pod_node
 
 
 def version(rv: str, *, phase: str, uid: str = "uid-1") -> dict[str, Any]:
@@ -136,3 +136,34 @@ def test_an_event_the_handler_cannot_take_is_logged_by_name_and_skipped(
     assert seen == ["ADDED good"]
     assert "podmigrationjobs bad: skipped a ADDED event" in caplog.text
     assert "invalid quantity '1.5 cores'" in caplog.text
+
+
+def test_a_cache_may_keep_only_who_an_object_is_while_its_handler_gets_all() -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    informer = Informer(
+        cast(Kube, None),
+        PODS,
+        handler=lambda kind, obj: seen.append((kind, obj)),
+        keep=identity_only,
+    )
+    whole: dict[str, Any] = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "resourceVersion": "10",
+            "labels": {"app": "x"},
+        },
+        "spec": {"nodeName": "node-0", "containers": [{"name": "c"}]},
+    }
+    asyncio.run(informer._apply("ADDED", whole))
+    identity: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "10"}
+    }
+    assert informer.get("ns/p") == identity
+    assert seen == [("ADDED", whole)]
+    # Versions still order writes: an older event does not replace an own newer write.
+    informer.assume({**whole, "metadata": {**whole["metadata"], "resourceVersion": "12"}})
+    asyncio.run(informer._apply("MODIFIED", whole))
+    assert informer.get("ns/p") == {"metadata": {**identity["metadata"], "resourceVersion": "12"}}
+    assert len(seen) == 1

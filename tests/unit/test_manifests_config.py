@@ -324,7 +324,7 @@ def test_scheduler_config_calls_the_extender_service() -> None:
         "managedResources": [{"name": keys.RESERVATION_RESOURCE, "ignoredByScheduler": True}],
     }
     # The local cluster configures its scheduler the same way.
-    local = render.berth_extender(
+    [local] = render.berth_extenders(
         url=extender["urlPrefix"], ca_bundle="x", scope=render.Scope.DEFAULT
     )
     assert {**local, "tlsConfig": extender["tlsConfig"]} == extender
@@ -349,10 +349,18 @@ STRICT = MANIFESTS / "strict"
 def test_strict_scheduler_config_calls_the_extender_for_every_pod() -> None:
     default = yaml.safe_load((SCHEDULER / "kube-scheduler-config.yaml").read_text())
     strict = yaml.safe_load((STRICT / "kube-scheduler-config.yaml").read_text())
-    [extender] = strict["extenders"]
+    [extender, ranking] = strict["extenders"]
     assert "managedResources" not in extender
+    # The default entry split in two: filter and preempt for every pod, prioritize for
+    # Berth's pods only.
+    split = {"prioritizeVerb", "weight", "managedResources"}
     assert extender == {
-        key: value for key, value in default["extenders"][0].items() if key != "managedResources"
+        key: value for key, value in default["extenders"][0].items() if key not in split
+    }
+    assert ranking == {
+        key: value
+        for key, value in default["extenders"][0].items()
+        if key not in {"filterVerb", "preemptVerb"}
     }
     # Berth's pods still request the resource no node advertises: NodeResourcesFit must
     # leave it unchecked, as managedResources' ignoredByScheduler does in the default scope.
@@ -364,10 +372,13 @@ def test_strict_scheduler_config_calls_the_extender_for_every_pod() -> None:
             {"name": "NodeResourcesFit", "args": {"ignoredResources": [keys.RESERVATION_RESOURCE]}}
         ]
     assert render.ignored_resources(render.Scope.STRICT) == [keys.RESERVATION_RESOURCE]
-    local = render.berth_extender(
+    local = render.berth_extenders(
         url=extender["urlPrefix"], ca_bundle="x", scope=render.Scope.STRICT
     )
-    assert {**local, "tlsConfig": extender["tlsConfig"]} == extender
+    assert [{**entry, "tlsConfig": extender["tlsConfig"]} for entry in local] == [
+        extender,
+        ranking,
+    ]
 
 
 def test_strict_component_calls_the_webhook_in_every_namespace() -> None:
