@@ -209,6 +209,27 @@ class Processes:
         if self.binaries is not None:
             self._save_state()
 
+    def kill(self, component: Component) -> list[str]:
+        """SIGKILL the component's process group (nothing in flight gets to finish), forget
+        it, and return its command line, which `respawn` starts again."""
+        argv = Path(f"/proc/{component.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        if self.owns(component):
+            os.killpg(component.pid, signal.SIGKILL)
+        self.stop(component)
+        return argv
+
+    def respawn(self, component: Component, argv: list[str]) -> Component:
+        """Start a killed component again: the same command line, port and log, as a
+        restarted container behind the same address."""
+        return self._spawn(
+            component.name,
+            [],
+            port=component.port,
+            health_url=component.health_url,
+            command=argv,
+            verify_tls=component.verify_tls,
+        )
+
     # ----- down and status ------------------------------------------------------------
 
     def down(self) -> list[str]:
