@@ -43,6 +43,9 @@ class JobView:
     Reservation (created while the webhook was unreachable)."""
     priority_classes: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name → value, for a priorityThreshold given by name."""
+    reserved_node_gone: bool = False
+    """The Reservation's node is no longer in the node cache (deleted): its place is not
+    held, whatever its status still says."""
 
 
 def job_name(view: JobView) -> str:

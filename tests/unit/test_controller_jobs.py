@@ -189,6 +189,27 @@ def test_available_reservation_opens_it_then_records_evicting_before_evicting() 
     assert evict.policy == "Eviction"
 
 
+def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> None:
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    plan = view_plan(
+        job_obj=scheduled,
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+        node_gone=True,
+    )
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    assert cond(status_of(plan), "ReservationScheduled")["status"] == "False"
+
+
 SCHEDULED = {
     "type": "ReservationScheduled",
     "status": "True",

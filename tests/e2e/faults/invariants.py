@@ -46,6 +46,8 @@ class Verdict:
     unreserved_evictions: list[str] = field(default_factory=list)
     pdb_violations: list[str] = field(default_factory=list)
     evictions: int = 0
+    messages: dict[str, list[str]] = field(default_factory=dict)
+    """outcome → "job: message" of each job that ended so."""
 
     def failures(self) -> dict[str, list[str]]:
         """Each invariant that does not hold, with what broke it."""
@@ -176,9 +178,9 @@ def _judge_job(history: History, name: str, faults: UserFaults, verdict: Verdict
         verdict.lost.append(f"{name} ({state})")
         return
     status = job.get("status") or {}
-    verdict.outcomes[
-        "Succeed" if phase(job) in SUCCEEDED else f"Failed/{status.get('reason')}"
-    ] += 1
+    outcome = "Succeed" if phase(job) in SUCCEEDED else f"{phase(job)}/{status.get('reason')}"
+    verdict.outcomes[outcome] += 1
+    verdict.messages.setdefault(outcome, []).append(f"{name}: {status.get('message')}")
     ref = job["spec"]["podRef"]
     first = versions[0].obj
     source_uid = (first["metadata"].get("annotations") or {}).get(keys.POD_UID) or next(
@@ -192,15 +194,18 @@ def _judge_job(history: History, name: str, faults: UserFaults, verdict: Verdict
     end = next(v for v in versions if phase(v.obj) in TERMINAL)
     ended = end.revision
     started = versions[0].revision
-    # Berth's evictions: pods of this name removed while the job ran, not by the run itself.
+    evicting = next((v.revision for v in versions if condition(v.obj, "Eviction")), ended + 1)
+    # Berth's evictions: pods of this name removed while the job ran. Its pod, once the job
+    # recorded that it evicts it, is Berth's; any other removal is, unless the run itself
+    # took the pod away (then it is the run's, and the job must say so).
     evicted = []
     for uid, pod in history.pods_named(ref["namespace"], ref["name"]).items():
         removal = history.removal(uid)
         if removal is None or not started <= removal.revision <= ended:
             continue
-        if _by_user(pod, removal, faults):
-            continue
-        evicted.append((uid, removal))
+        ours = uid == source_uid and removal.revision >= evicting
+        if ours or not _by_user(pod, removal, faults):
+            evicted.append((uid, removal))
     verdict.evictions += len(evicted)
     if len(evicted) > 1:
         verdict.double_evictions.append(f"{name}: {len(evicted)} pods of {ref['name']} removed")

@@ -121,13 +121,13 @@ class Storm:
     def downtime(self) -> float:
         return self.rng.uniform(1, 5)
 
-    async def bounce(self, name: str, down_for: float | None = None) -> None:
+    async def bounce(self, name: str, down_for: float | None = None, why: str = "") -> None:
         """Kill one component, leave it down a while, start it again."""
         down_for = self.downtime() if down_for is None else down_for
         async with self.lock:
             if name in self.injector.down:
                 return
-            await self.injector.kill(name)
+            await self.injector.kill(name, why=why)
         await asyncio.sleep(down_for)
         async with self.lock:
             await self.injector.restart(name)
@@ -137,7 +137,7 @@ class Storm:
         leader = await until(
             lambda: self.injector.leader(), what="a running leader to kill", timeout=60, interval=1
         )
-        await self.bounce(leader.name, down_for)
+        await self.bounce(leader.name, down_for, why="(the leader)")
 
     async def apiserver(self) -> None:
         async with self.lock:
@@ -181,17 +181,28 @@ class Storm:
                     return name
             return None
 
-        name = await until(candidate, what="a job before its eviction", timeout=90)
-        ref = (job_state(self.recorder, name) or {})["spec"]["podRef"]
-        pod = self.recorder.state["pods"].get(f"{ref['namespace']}/{ref['name']}")
-        if pod is None:
-            return
-        async with self.lock:
-            self.user.deleted_pods.add(pod["metadata"]["uid"])
-            await self.cluster.akubectl(
-                "delete", "pod", ref["name"], "-n", ref["namespace"], "--wait=false"
-            )
-            self.injector.note("user deleted pod", f"{ref['name']} of job {name}")
+        while True:  # the chosen pod may be evicted meanwhile: then choose again
+            name = await until(candidate, what="a job before its eviction", timeout=90)
+            ref = (job_state(self.recorder, name) or {})["spec"]["podRef"]
+            pod = self.recorder.state["pods"].get(f"{ref['namespace']}/{ref['name']}")
+            if pod is None:
+                continue
+            async with self.lock:
+                self.user.deleted_pods.add(pod["metadata"]["uid"])
+                deleted = await self.cluster.akubectl(
+                    "delete",
+                    "pod",
+                    ref["name"],
+                    "-n",
+                    ref["namespace"],
+                    "--wait=false",
+                    check=False,
+                )
+                if deleted.returncode == 0:
+                    self.injector.note("user deleted pod", f"{ref['name']} of job {name}")
+                    return
+                self.user.deleted_pods.discard(pod["metadata"]["uid"])
+            await asyncio.sleep(0.5)
 
     async def scale_to_zero(self) -> None:
         """Scale `shrink` to zero once one of its jobs has its Reservation."""
@@ -349,6 +360,9 @@ async def test_fifty_migrations_under_faults(
     )
     with capsys.disabled():
         print(table(verdict, storm, recorder, expired), flush=True)
+        for outcome, messages in sorted(verdict.messages.items()):
+            if outcome != "Succeed":
+                print(f"{outcome}:", *messages, sep="\n  ", flush=True)
         for name, items in verdict.failures().items():
             print(f"{name}:", *items, sep="\n  ", flush=True)
     assert not verdict.failures(), verdict.failures()
