@@ -220,15 +220,27 @@ class Processes:
 
     def respawn(self, component: Component, argv: list[str]) -> Component:
         """Start a killed component again: the same command line, port and log, as a
-        restarted container behind the same address."""
-        return self._spawn(
-            component.name,
-            [],
-            port=component.port,
-            health_url=component.health_url,
-            command=argv,
-            verify_tls=component.verify_tls,
-        )
+        restarted container behind the same address. While it was down, another process
+        on the machine may have taken its port for an outgoing connection: then it tries
+        again until that connection is gone."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                return self._spawn(
+                    component.name,
+                    [],
+                    port=component.port,
+                    health_url=component.health_url,
+                    command=argv,
+                    verify_tls=component.verify_tls,
+                )
+            except ClusterError as error:
+                if "address already in use" not in str(error) or time.monotonic() > deadline:
+                    raise
+                failed = [c for c in self.components if c.name == component.name]
+                for attempt in failed:
+                    self.stop(attempt)
+                time.sleep(1)
 
     # ----- down and status ------------------------------------------------------------
 

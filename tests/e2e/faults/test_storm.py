@@ -324,10 +324,12 @@ async def test_fifty_migrations_under_faults(
         assert len(jobs) == 50
         await asyncio.to_thread(apply_all, cluster, jobs)
         storm.injector.started = time.monotonic()
-        with capsys.disabled():
-            await storm.run()
-        async with storm.lock:
-            await storm.injector.restart_all()
+        try:
+            with capsys.disabled():
+                await storm.run()
+        finally:
+            async with storm.lock:
+                await storm.injector.restart_all()
         # What is still not over then is reported by the verdict (lost, stranded, orphans).
         with contextlib.suppress(WaitTimeout):
             await until(
