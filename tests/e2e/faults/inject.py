@@ -48,8 +48,12 @@ class Injector:
 
     def leader(self) -> Component | None:
         """The controller replica that holds the Lease, if a running one does."""
-        lease = self.cluster.get("lease", LEASE[1], "-n", LEASE[0])
-        holder = lease["spec"].get("holderIdentity") or ""
+        got = self.cluster.kubectl(
+            "get", "lease", LEASE[1], "-n", LEASE[0], "-o", "json", check=False
+        )
+        if got.returncode != 0:  # the API server is restarting
+            return None
+        holder = json.loads(got.stdout)["spec"].get("holderIdentity") or ""
         return next(
             (
                 c

@@ -53,6 +53,8 @@ class Recorder:
     history: list[Seen] = field(default_factory=list)
     state: dict[str, dict[str, Object]] = field(default_factory=dict)
     """plural → key → the latest version seen (deleted objects removed)."""
+    versions: dict[tuple[str, str], list[Seen]] = field(default_factory=dict)
+    """(plural, key) → every version seen of that object, in order."""
     expired: int = 0
     """Watches the API server ended with 410 Gone (each followed by a relist)."""
     interrupted: int = 0
@@ -140,8 +142,13 @@ class Recorder:
         revision = int(obj["metadata"]["resourceVersion"])
         return Seen(revision, resource.plural, kind, obj, time.time(), relisted=relisted)
 
+    def seen(self, plural: str, key: str) -> list[Seen]:
+        """Every version of the object seen so far (a state that lasted a moment too)."""
+        return self.versions.get((plural, key), [])
+
     def _record(self, seen: Seen) -> None:
         self.history.append(seen)
+        self.versions.setdefault((seen.plural, seen.key), []).append(seen)
         if seen.type == "DELETED":
             self.state[seen.plural].pop(seen.key, None)
         else:

@@ -121,23 +121,34 @@ class Storm:
     def downtime(self) -> float:
         return self.rng.uniform(1, 5)
 
-    async def bounce(self, name: str, down_for: float | None = None, why: str = "") -> None:
+    async def bounce(self, name: str) -> None:
         """Kill one component, leave it down a while, start it again."""
-        down_for = self.downtime() if down_for is None else down_for
+        down_for = self.downtime()
         async with self.lock:
             if name in self.injector.down:
                 return
-            await self.injector.kill(name, why=why)
+            await self.injector.kill(name)
         await asyncio.sleep(down_for)
         async with self.lock:
             await self.injector.restart(name)
 
     async def kill_leader(self) -> None:
+        """Kill whichever replica leads now (after a kill, the Lease names the dead one until
+        it expires: wait for a running leader), and start it again a while later."""
         down_for = self.downtime()
-        leader = await until(
-            lambda: self.injector.leader(), what="a running leader to kill", timeout=60, interval=1
-        )
-        await self.bounce(leader.name, down_for, why="(the leader)")
+        deadline = time.monotonic() + 60
+        while True:
+            async with self.lock:
+                leader = await asyncio.to_thread(self.injector.leader)
+                if leader is not None and leader.name not in self.injector.down:
+                    await self.injector.kill(leader.name, why="(the leader)")
+                    break
+            if time.monotonic() > deadline:
+                raise WaitTimeout("no running leader to kill within 60s")
+            await asyncio.sleep(1)
+        await asyncio.sleep(down_for)
+        async with self.lock:
+            await self.injector.restart(leader.name)
 
     async def apiserver(self) -> None:
         async with self.lock:
@@ -148,7 +159,7 @@ class Storm:
         pod = await until(self._bound_placeholder, what="a bound placeholder", timeout=90)
         node = pod["spec"]["nodeName"]
         async with self.lock:
-            self.user.deleted_nodes[node] = self.injector.revision()
+            self.user.deleted_nodes[node] = await asyncio.to_thread(self.injector.revision)
             await self.cluster.akubectl("delete", "node", node, "--wait=false")
             self.injector.note("node deleted", f"{node} (holds {pod['metadata']['name']})")
 
@@ -205,18 +216,21 @@ class Storm:
             await asyncio.sleep(0.5)
 
     async def scale_to_zero(self) -> None:
-        """Scale `shrink` to zero once one of its jobs has its Reservation."""
+        """Scale `shrink` to zero as one of its jobs evicts: no replacement ever comes, so
+        that job's TTL expires after its eviction; the other job's pod is gone."""
         await until(
             lambda: any(
-                STEPS["reservation created"](self.recorder, name)
+                STEPS["evicting"](self.recorder, name)
                 for name, app in self.jobs.items()
                 if app == "shrink"
             ),
-            what="a job of shrink under way",
-            timeout=90,
+            what="a job of shrink evicting",
+            timeout=120,
         )
         async with self.lock:
-            self.user.scaled_to_zero[f"{self.namespace}/shrink"] = self.injector.revision()
+            self.user.scaled_to_zero[f"{self.namespace}/shrink"] = await asyncio.to_thread(
+                self.injector.revision
+            )
             await self.cluster.akubectl(
                 "scale", "deployment", "shrink", "-n", self.namespace, "--replicas=0"
             )
@@ -226,8 +240,8 @@ class Storm:
         """The extender down while a Reservation hands over to its pod."""
         await until(
             lambda: any(
-                STEPS["handover"](self.recorder, name) and not terminal(self.recorder, name)
-                for name in self.jobs
+                (r.get("status") or {}).get("currentOwners") and phase(r) == "Available"
+                for r in self.recorder.objects("reservations")
             ),
             what="a Reservation in handover",
             timeout=120,

@@ -80,23 +80,36 @@ def reservation_of(recorder: Recorder, name: str) -> Object | None:
     return recorder.state["reservations"].get(state["metadata"]["uid"])
 
 
+def reached(recorder: Recorder, name: str, step: Callable[[Object], bool]) -> bool:
+    """Whether any version of the job seen so far shows `step` (however briefly)."""
+    return any(step(seen.obj) for seen in recorder.seen("podmigrationjobs", name))
+
+
+def in_handover(recorder: Recorder, name: str) -> bool:
+    """Whether the job's Reservation has been seen with an owner recorded."""
+    job = job_state(recorder, name)
+    if job is None:
+        return False
+    versions = recorder.seen("reservations", job["metadata"]["uid"])
+    return any((seen.obj.get("status") or {}).get("currentOwners") for seen in versions)
+
+
+def eviction_reason(job: Object) -> str | None:
+    reason = condition(job, "Eviction").get("reason")
+    return str(reason) if reason else None
+
+
 STEPS: dict[str, Callable[[Recorder, str], bool]] = {
-    "admitted": lambda r, n: phase(job_state(r, n) or {}) == "Running",
-    "reservation created": lambda r, n: bool(
-        condition(job_state(r, n) or {}, "ReservationCreated")
+    "admitted": lambda r, n: reached(r, n, lambda j: phase(j) == "Running"),
+    "reservation created": lambda r, n: reached(
+        r, n, lambda j: bool(condition(j, "ReservationCreated"))
     ),
-    "reservation available": lambda r, n: (
-        condition(job_state(r, n) or {}, "ReservationScheduled").get("status") == "True"
+    "reservation available": lambda r, n: reached(
+        r, n, lambda j: condition(j, "ReservationScheduled").get("status") == "True"
     ),
-    "evicting": lambda r, n: (
-        condition(job_state(r, n) or {}, "Eviction").get("reason") == "Evicting"
-    ),
-    "blocked by PDB": lambda r, n: (
-        condition(job_state(r, n) or {}, "Eviction").get("reason") == "BlockedByPDB"
-    ),
-    "handover": lambda r, n: bool(
-        ((reservation_of(r, n) or {}).get("status") or {}).get("currentOwners")
-    ),
+    "evicting": lambda r, n: reached(r, n, lambda j: eviction_reason(j) is not None),
+    "blocked by PDB": lambda r, n: reached(r, n, lambda j: eviction_reason(j) == "BlockedByPDB"),
+    "handover": in_handover,
     "ended": terminal,
 }
 """How the recorder shows that a job reached each step."""
