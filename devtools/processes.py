@@ -209,14 +209,18 @@ class Processes:
         if self.binaries is not None:
             self._save_state()
 
-    def kill(self, component: Component) -> list[str]:
-        """SIGKILL the component's process group (nothing in flight gets to finish), forget
-        it, and return its command line, which `respawn` starts again."""
-        argv = Path(f"/proc/{component.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    def command_line(self, component: Component) -> list[str]:
+        """The running component's command line, which `respawn` starts again."""
+        if not self.owns(component):
+            raise ClusterError(f"{component.name} (pid {component.pid}) is not running")
+        return Path(f"/proc/{component.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+    def kill(self, component: Component) -> None:
+        """SIGKILL the component's process group (nothing in flight gets to finish) and
+        forget it."""
         if self.owns(component):
             os.killpg(component.pid, signal.SIGKILL)
         self.stop(component)
-        return argv
 
     def respawn(self, component: Component, argv: list[str]) -> Component:
         """Start a killed component again: the same command line, port and log, as a

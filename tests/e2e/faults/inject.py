@@ -33,8 +33,14 @@ class Injector:
     cluster: Cluster
     started: float = field(default_factory=time.monotonic)
     log: list[Injected] = field(default_factory=list)
-    down: dict[str, tuple[Component, list[str]]] = field(default_factory=dict)
-    """Components killed and not yet started again: name → (component, command line)."""
+    down: dict[str, Component] = field(default_factory=dict)
+    """Components killed and not yet started again, by name."""
+    argv: dict[str, list[str]] = field(default_factory=dict)
+    """Each component's command line, read while it ran, to start it again."""
+
+    def __post_init__(self) -> None:
+        for component in self.cluster.local.running():
+            self.argv[component.name] = self.cluster.local.command_line(component)
 
     def note(self, kind: str, detail: str = "") -> None:
         entry = Injected(time.monotonic() - self.started, kind, detail)
@@ -66,14 +72,27 @@ class Injector:
     async def kill(self, name: str, *, why: str = "") -> None:
         """SIGKILL one component; it stays down until `restart`."""
         target = self.component(name)
-        argv = await asyncio.to_thread(self.cluster.local.kill, target)
-        self.down[name] = (target, argv)
+        await asyncio.to_thread(self.cluster.local.kill, target)
+        self.down[name] = target
         self.note("kill -9", f"{name} {why}".strip())
 
     async def restart(self, name: str) -> None:
         """Start a killed component again, on the same port, and wait until it is healthy."""
-        target, argv = self.down.pop(name)
-        await asyncio.to_thread(self.cluster.local.respawn, target, argv)
+        target = self.down.pop(name)
+        await asyncio.to_thread(self.cluster.local.respawn, target, self.argv[name])
+
+    async def revive(self) -> None:
+        """Start again each Berth component that exited on its own (as the controller does
+        when it loses its Lease, for its Deployment to restart it), as a kubelet would."""
+        for component in list(self.cluster.local.components):
+            if component.name in self.down or not component.name.startswith("berth-"):
+                continue
+            if not self.cluster.local.owns(component):
+                await asyncio.to_thread(self.cluster.local.stop, component)
+                await asyncio.to_thread(
+                    self.cluster.local.respawn, component, self.argv[component.name]
+                )
+                self.note("exited, restarted", component.name)
 
     async def kill_leader(self) -> str | None:
         leader = await asyncio.to_thread(self.leader)

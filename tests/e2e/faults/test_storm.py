@@ -118,6 +118,14 @@ class Storm:
 
         await asyncio.gather(*(later(delay, fault) for delay, _, fault in self.schedule()))
 
+    async def supervise(self, stop: asyncio.Event) -> None:
+        """Restart what exits on its own, as a kubelet restarts a container, until `stop`."""
+        while not stop.is_set():
+            async with self.lock:
+                await self.injector.revive()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1)
+
     def downtime(self) -> float:
         return self.rng.uniform(1, 5)
 
@@ -284,6 +292,36 @@ def create_jobs(storm: Storm, namespace: str) -> list[dict[str, Any]]:
     return manifests
 
 
+async def settle(storm: Storm, namespace: str) -> None:
+    """Wait, with every component running again, until every job has ended and released
+    what it held; what does not end in time is left for the verdict (lost, stranded,
+    orphans) to report."""
+    recorder = storm.recorder
+    async with storm.lock:
+        await storm.injector.restart_all()
+    with contextlib.suppress(WaitTimeout):
+        await until(
+            lambda: all(terminal(recorder, name) for name in storm.jobs),
+            what="every job to end",
+            timeout=JOBS_END,
+            interval=1,
+        )
+    # A terminal job releases what it held in the passes after its last status write.
+    with contextlib.suppress(WaitTimeout):
+        await until(
+            lambda: (
+                not any(
+                    (gated(p) or is_placeholder(p))
+                    for p in recorder.objects("pods")
+                    if p["metadata"].get("namespace") == namespace
+                )
+            ),
+            what="no gated pod and no placeholder",
+            timeout=90,
+            interval=1,
+        )
+
+
 def table(verdict: Verdict, storm: Storm, recorder: Recorder, expired: int) -> str:
     injected: dict[str, int] = {}
     for entry in storm.injector.log:
@@ -338,34 +376,17 @@ async def test_fifty_migrations_under_faults(
         assert len(jobs) == 50
         await asyncio.to_thread(apply_all, cluster, jobs)
         storm.injector.started = time.monotonic()
+        stop = asyncio.Event()
+        supervisor = asyncio.create_task(storm.supervise(stop))
         try:
             with capsys.disabled():
                 await storm.run()
+            await settle(storm, namespace)
         finally:
             async with storm.lock:
                 await storm.injector.restart_all()
-        # What is still not over then is reported by the verdict (lost, stranded, orphans).
-        with contextlib.suppress(WaitTimeout):
-            await until(
-                lambda: all(terminal(recorder, name) for name in storm.jobs),
-                what="every job to end",
-                timeout=JOBS_END,
-                interval=1,
-            )
-        # A terminal job releases what it held in the passes after its last status write.
-        with contextlib.suppress(WaitTimeout):
-            await until(
-                lambda: (
-                    not any(
-                        (gated(p) or is_placeholder(p))
-                        for p in recorder.objects("pods")
-                        if p["metadata"].get("namespace") == namespace
-                    )
-                ),
-                what="no gated pod and no placeholder",
-                timeout=90,
-                interval=1,
-            )
+            stop.set()
+            await supervisor
         expired = await asyncio.to_thread(storm.injector.expired_watches)
     verdict = judge(
         recorder.ordered(),
