@@ -19,6 +19,8 @@ from devtools.processes import Component
 from tests.e2e.kube import Cluster
 
 LEASE = ("berth-system", "berth-controller")
+REVIVED = "exited, restarted"
+"""The log's kind for a component that exited on its own and was started again."""
 
 
 @dataclass
@@ -92,7 +94,7 @@ class Injector:
                 await asyncio.to_thread(
                     self.cluster.local.respawn, component, self.argv[component.name]
                 )
-                self.note("exited, restarted", component.name)
+                self.note(REVIVED, component.name)
 
     async def kill_leader(self) -> str | None:
         leader = await asyncio.to_thread(self.leader)

@@ -8,6 +8,7 @@ in, so that what they did is not blamed on Berth while everything Berth did is.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -257,26 +258,34 @@ def _untruthful(
     """Why the job's ending contradicts the history (None: it agrees); `ended_at` is when
     the recorder saw it end."""
     status = job.get("status") or {}
-    reason = status.get("reason") or ""
     if phase(job) in SUCCEEDED:
         return _false_success(history, job, source_uid=source_uid, evicted=evicted)
-    if reason == "Timeout":
-        ttl = _seconds(job["spec"].get("ttl") or "")
-        lived = ended_at - _time(job["metadata"]["creationTimestamp"]).timestamp()
-        # creationTimestamp has whole seconds: a second's slack.
-        if ttl is not None and lived + 1 < ttl:
-            return f"timed out {lived:.0f}s after its creation, before its TTL of {ttl:.0f}s"
-        return None
-    if reason == "MissingPod":
-        by_user = source_uid in faults.deleted_pods or faults.scaled_to_zero or faults.deleted_nodes
-        return None if by_user else "its pod was not deleted by anyone but Berth"
-    if reason == "ReservationNotUsed":
-        if not evicted and not faults.deleted_pods and not faults.scaled_to_zero:
-            return "its pod was never evicted"
-        return None
-    if phase(job) == "Aborted" or reason in ("ReservationExpired", "MissingReservation"):
-        return None
-    return f"unexpected ending: {status.get('message')}"
+    if phase(job) == "Aborted":
+        return None  # the user's own word
+    node = status.get("nodeName")
+    by_user = source_uid in faults.deleted_pods or faults.scaled_to_zero or faults.deleted_nodes
+    checks: dict[str, Callable[[], str | None]] = {
+        "Timeout": lambda: _early_timeout(job, ended_at),
+        "MissingPod": lambda: None if by_user else "its pod was removed by nobody but Berth",
+        "ReservationLost": lambda: (
+            None if node in faults.deleted_nodes else f"its Reservation's node {node} stayed"
+        ),
+        "ReservationNotUsed": lambda: None if evicted or by_user else "its pod was never evicted",
+        "ReservationExpired": lambda: None,
+        "MissingReservation": lambda: None,
+    }
+    check = checks.get(str(status.get("reason")))
+    return check() if check else f"unexpected ending: {status.get('message')}"
+
+
+def _early_timeout(job: Object, ended_at: float) -> str | None:
+    """Why a Timeout came before the job's TTL ran out (None: it did not)."""
+    ttl = _seconds(job["spec"].get("ttl") or "")
+    lived = ended_at - _time(job["metadata"]["creationTimestamp"]).timestamp()
+    # creationTimestamp has whole seconds: a second's slack.
+    if ttl is not None and lived + 1 < ttl:
+        return f"timed out {lived:.0f}s after its creation, before its TTL of {ttl:.0f}s"
+    return None
 
 
 def _false_success(

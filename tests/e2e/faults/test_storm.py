@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from berth.kube.client import Kube
-from tests.e2e.faults.inject import Injector
+from tests.e2e.faults.inject import REVIVED, Injector
 from tests.e2e.faults.invariants import (
     UserFaults,
     Verdict,
@@ -326,10 +326,12 @@ def table(verdict: Verdict, storm: Storm, recorder: Recorder, expired: int) -> s
     injected: dict[str, int] = {}
     for entry in storm.injector.log:
         injected[entry.kind] = injected.get(entry.kind, 0) + 1
+    revived = injected.pop(REVIVED, 0)
     rows = [
         ("seed", str(SEED)),
-        ("faults injected", str(len(storm.injector.log))),
+        ("faults injected", str(sum(injected.values()))),
         *((f"  {kind}", str(count)) for kind, count in sorted(injected.items())),
+        ("components that exited and were restarted", str(revived)),
         ("watches ended by 410 (Berth / recorder)", f"{expired} / {recorder.expired}"),
         ("jobs", str(verdict.jobs)),
         *((f"  {outcome}", str(n)) for outcome, n in sorted(verdict.outcomes.items())),
