@@ -5,10 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from tests.e2e.faults.invariants import TERMINAL, available, condition, phase
+from berth.api import keys
+from tests.e2e.faults.invariants import (
+    TERMINAL,
+    available,
+    condition,
+    gated,
+    is_placeholder,
+    phase,
+)
 from tests.e2e.faults.recorder import Recorder
 from tests.e2e.kube import Cluster, WaitTimeout
 from tests.e2e.migrate import PAUSE, job_manifest
@@ -127,3 +135,19 @@ async def until(
         if time.monotonic() > deadline:
             raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def released(recorder: Recorder, namespace: str, jobs: Iterable[str]) -> bool:
+    """Whether the jobs hold nothing any more: no placeholder or gated pod in the
+    namespace, no Reservation of theirs Pending or Available. A job's status is written
+    before the passes that release what it held (and a Reservation turns Succeeded in its
+    own pass), so the end of a job is not yet the end of its Reservation."""
+    names = set(jobs)
+    pods = [p for p in recorder.objects("pods") if p["metadata"].get("namespace") == namespace]
+    live = [
+        r
+        for r in recorder.objects("reservations")
+        if phase(r) in ("Pending", "Available")
+        and (r["metadata"].get("annotations") or {}).get(keys.JOB) in names
+    ]
+    return not live and not any(gated(p) or is_placeholder(p) for p in pods)
