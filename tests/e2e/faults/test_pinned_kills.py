@@ -96,7 +96,7 @@ async def test_leader_killed_at_a_step_loses_nothing(
 
         side_effects: list[tuple[str, Callable[[], Awaitable[object]]]] = []
         if case.block_at:
-            side_effects.append((case.block_at, lambda: set_floor(cluster, namespace, 2)))
+            side_effects.append((case.block_at, lambda: block(cluster, namespace, name)))
         if case.abort_at:
             side_effects.append((case.abort_at, lambda: abort(cluster, name)))
         for step, effect in side_effects:
@@ -131,6 +131,30 @@ async def test_leader_killed_at_a_step_loses_nothing(
     assert not verdict.failures(), verdict.failures()
     if case.ending != "Aborted":  # an abort may land before or after the eviction
         assert verdict.evictions == (1 if case.ending == "Succeed" else 0)
+
+
+async def block(cluster: Cluster, namespace: str, name: str) -> None:
+    """Make the PDB refuse the job's eviction: hold the job (paused) until the disruption
+    controller has counted the tighter PDB, or the eviction could slip through first."""
+    await pause(cluster, name, True)
+    await set_floor(cluster, namespace, 2)
+    await cluster.await_(
+        lambda: (
+            (pdb := cluster.get("pdb", "web", "-n", namespace))
+            .get("status", {})
+            .get("observedGeneration")
+            == pdb["metadata"]["generation"]
+            and pdb["status"].get("disruptionsAllowed") == 0
+        ),
+        what="the PDB to allow no disruption",
+    )
+    await pause(cluster, name, False)
+
+
+async def pause(cluster: Cluster, name: str, paused: bool) -> None:
+    await cluster.akubectl(
+        "patch", "pmj", name, "--type=merge", "-p", json.dumps({"spec": {"paused": paused}})
+    )
 
 
 async def set_floor(cluster: Cluster, namespace: str, floor: int) -> None:
