@@ -149,6 +149,17 @@ class Caches:
     def _on_node(self, kind: str, node: Object) -> None:
         if self.ledger is not None:
             self.ledger.on_node(kind, node)
+        if kind == "DELETED":
+            # A placeholder there holds nothing any more: its Reservation must know (and
+            # its job). Reservations are few (one per migration) and nodes rarely go.
+            name = node["metadata"]["name"]
+            for reservation in self.reservations.values():
+                uid = reservation["metadata"].get("uid", "")
+                placeholders = self.pods.by_index("placeholder", uid)
+                if protocol.node_of(reservation) == name or any(
+                    p["spec"].get("nodeName") == name for p in placeholders
+                ):
+                    self._enqueue_reservation(reservation)
 
     def _on_reservation(self, kind: str, reservation: Object) -> None:
         if self.ledger is not None:
@@ -311,7 +322,12 @@ class Caches:
             priority_class_found=None
             if priority_class is None
             else self.priority_classes.get(priority_class["metadata"]["name"]),
+            node_gone=self._node_gone((placeholder or {}).get("spec", {}).get("nodeName")),
         )
+
+    def _node_gone(self, node: str | None) -> bool:
+        """Whether `node` names a node the cache no longer holds (deleted)."""
+        return node is not None and self.nodes.get(node) is None
 
     def job_view(self, job: Object) -> jobs.JobView:
         ref = job["spec"]["podRef"]
@@ -341,6 +357,9 @@ class Caches:
             placeholder=placeholder,
             preempted=self.preempted_on(
                 jobs.placeholder_node(placeholder) if placeholder is not None else None
+            ),
+            reserved_node_gone=self._node_gone(
+                protocol.node_of(reservation) if reservation else None
             ),
         )
 

@@ -81,6 +81,8 @@ class ReservationView:
     priority_class: Object | None = None
     """The non-preempting PriorityClass its placeholder runs under
     (`build.non_preempting_class`); None keeps the pod's own class."""
+    node_gone: bool = False
+    """The placeholder is bound to a node the node cache no longer holds: deleted."""
     priority_class_found: Object | None = None
     """The PriorityClass of `priority_class`'s name as the caches hold it (None: none
     yet, so it is created first); used only if it is what `priority_class` says
@@ -277,6 +279,8 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
             plan.then(_status(view, status))
         return plan.again_in(_seconds_until(view))
     node = placeholder["spec"].get("nodeName")
+    if node and view.node_gone:
+        return _node_gone(view, status, plan, node=node)
     if node and protocol.phase(reservation) == ReservationPhase.PENDING:
         status.update(
             phase=ReservationPhase.AVAILABLE, nodeName=node, allocatable=allocatable_of(reservation)
@@ -349,6 +353,36 @@ def _refuse_class(view: ReservationView, status: Object, plan: Plan, message: st
             Event(view.reservation, Reason.PRIORITY_CLASS_MISMATCH, message, type="Warning"),
         )
     return plan.again_in(min(CLASS_POLL, _seconds_until(view)))
+
+
+def _node_gone(view: ReservationView, status: Object, plan: Plan, *, node: str) -> Plan:
+    """The placeholder's node was deleted: it holds no place (nothing will run there, and
+    the pod garbage collector removes it only later). Delete it, so that a new one is
+    placed elsewhere, and never let the Reservation count as Available meanwhile: a job
+    evicting on the strength of it would send its replacement to a node that is gone."""
+    assert view.placeholder is not None
+    metadata = view.placeholder["metadata"]
+    plan.then(
+        Delete(
+            PODS,
+            metadata["name"],
+            namespace=metadata["namespace"],
+            uid=metadata["uid"],
+            grace_period_seconds=0,
+        )
+    )
+    if protocol.phase(view.reservation) == ReservationPhase.AVAILABLE:
+        status.update(phase=ReservationPhase.PENDING, nodeName=None)
+        status = with_condition(
+            status,
+            kind=Condition.SCHEDULED,
+            state="False",
+            reason=Reason.LOST,
+            message=f"node {node} of the placeholder pod was deleted",
+            now=view.now,
+        )
+        plan.then(_status(view, status))
+    return plan.again_in(_seconds_until(view))
 
 
 class Step(StrEnum):

@@ -509,6 +509,11 @@ class LocalCluster(Processes):
         self.register_webhooks()
         return webhook
 
+    def etcd_url(self) -> str:
+        """The client URL of this cluster's etcd."""
+        etcd = next(c for c in self.components if c.name == "etcd")
+        return etcd.health_url.removesuffix("/health")
+
     def _berth_extenders(self, extender: Component) -> list[dict[str, Any]]:
         """The scheduler's extender entries for Berth, as the manifests of this cluster's
         scope recommend."""

@@ -226,6 +226,43 @@ class Processes:
         if self.binaries is not None:
             self._save_state()
 
+    def command_line(self, component: Component) -> list[str]:
+        """The running component's command line, which `respawn` starts again."""
+        if not self.owns(component):
+            raise ClusterError(f"{component.name} (pid {component.pid}) is not running")
+        return Path(f"/proc/{component.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+    def kill(self, component: Component) -> None:
+        """SIGKILL the component's process group (nothing in flight gets to finish) and
+        forget it."""
+        if self.owns(component):
+            os.killpg(component.pid, signal.SIGKILL)
+        self.stop(component)
+
+    def respawn(self, component: Component, argv: list[str]) -> Component:
+        """Start a killed component again: the same command line, port and log, as a
+        restarted container behind the same address. While it was down, another process
+        on the machine may have taken its port for an outgoing connection: then it tries
+        again until that connection is gone."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                return self._spawn(
+                    component.name,
+                    [],
+                    port=component.port,
+                    health_url=component.health_url,
+                    command=argv,
+                    verify_tls=component.verify_tls,
+                )
+            except ClusterError as error:
+                if "address already in use" not in str(error) or time.monotonic() > deadline:
+                    raise
+                failed = [c for c in self.components if c.name == component.name]
+                for attempt in failed:
+                    self.stop(attempt)
+                time.sleep(1)
+
     # ----- down and status ------------------------------------------------------------
 
     def down(self) -> list[str]:

@@ -106,6 +106,10 @@ class PodMigrationJobReason(StrEnum):
     """The Reservation ended before the pod was evicted."""
     RESERVATION_NOT_USED = "ReservationNotUsed"
     """The replacement was created without claiming the Reservation (webhook down?)."""
+    RESERVATION_LOST = "ReservationLost"
+    """The Reservation's node was deleted after the eviction, before the replacement was
+    bound there: the replacement the webhook tied to that node is deleted, so that its
+    workload creates one that can run elsewhere."""
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
     """Arbitration: the pod may never be migrated; the message names the rule."""
     NOT_ADMITTED = "NotAdmitted"

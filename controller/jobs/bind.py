@@ -17,7 +17,8 @@ from berth.api import (
     PodMigrationJobReason,
     ReservationPhase,
 )
-from controller.actions import Event, Plan
+from berth.kube.client import PODS
+from controller.actions import Delete, Event, Plan
 from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
     WAIT_POLL,
@@ -88,6 +89,8 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
             return _complete(view, status, owner, rsv=rsv, news=news)
         kind, reason = Type.BOUND_POD_READY, Reason.WAIT_FOR_BOUND_POD_READY
         waiting = f"waiting for pod {owner['metadata']['name']} to be ready"
+    elif view.reserved_node_gone:
+        return _node_lost(view, status, owner, rsv=rsv)
     else:
         bypass = _unbound_replacement(view, status)
         if (
@@ -128,6 +131,30 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         )
         status["status"] = reason
     return step(view, status, *news).again_in(WAIT_POLL)
+
+
+def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str) -> Plan:
+    """The Reservation's node was deleted after the eviction and its replacement is not
+    bound there: the place is gone, and the replacement, which carries a required
+    affinity to that node (an affinity can only be narrowed), would stay Pending for
+    ever. Delete it first (UID precondition; it never ran), so that its workload creates
+    one scheduled anywhere, then end the job saying so."""
+    node = protocol.node_of(view.reservation) if view.reservation else None
+    message = (
+        f"node {node}, where Reservation {rsv!r} held the place, was deleted after the pod "
+        "was evicted; the reservation is released"
+    )
+    plan = Plan()
+    if owner is not None:
+        metadata = owner["metadata"]
+        plan.then(
+            Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"])
+        )
+        message += (
+            f", and replacement pod {metadata['name']}, tied to {node}, is deleted so that "
+            "its workload creates one that can run elsewhere"
+        )
+    return plan.then(*fail(view, status, reason=Reason.RESERVATION_LOST, message=message).actions)
 
 
 def _refused(owner: Object) -> str | None:

@@ -72,7 +72,7 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
             message=f"Reservation {name!r} is {phase} before it was used",
         )
     node = protocol.node_of(reservation)
-    if phase != ReservationPhase.AVAILABLE or node is None:
+    if phase != ReservationPhase.AVAILABLE or node is None or view.reserved_node_gone:
         return _wait_for_place(view, status, reservation)
     if node == view.pod["spec"].get("nodeName"):
         return fail(

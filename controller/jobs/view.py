@@ -48,6 +48,9 @@ class JobView:
     preempted: tuple[Object, ...] = ()
     """Pods the scheduler marked for preemption on the placeholder's node, live or lately
     deleted (`controller.jobs.preempt`)."""
+    reserved_node_gone: bool = False
+    """The Reservation's node is no longer in the node cache (deleted): its place is not
+    held, whatever its status still says."""
 
 
 def job_name(view: JobView) -> str:

@@ -79,6 +79,7 @@ def view(
     owner: dict[str, Any] | None = None,
     now: datetime = T0,
     labelled: bool = True,
+    node_gone: bool = False,
 ) -> jobs.JobView:
     return jobs.JobView(
         job=job_obj or job(),
@@ -90,6 +91,7 @@ def view(
         now=now,
         args=ARGS,
         admission_key=ADMISSION_KEY,
+        reserved_node_gone=node_gone,
     )
 
 
@@ -109,6 +111,7 @@ def rsv_plan(
     now: datetime = T0,
     priority_class: dict[str, Any] | None = None,
     priority_class_found: dict[str, Any] | None = None,
+    node_gone: bool = False,
 ) -> Plan:
     return reservations.decide(
         reservations.ReservationView(
@@ -123,5 +126,6 @@ def rsv_plan(
             strays=strays,
             priority_class=priority_class,
             priority_class_found=priority_class_found,
+            node_gone=node_gone,
         )
     )

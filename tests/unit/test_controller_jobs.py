@@ -11,7 +11,7 @@ import pytest
 from berth.api import keys
 from berth.settings import MigrationControllerArgs
 from controller import jobs
-from controller.actions import Create, Evict, Patch, UpdateStatus
+from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
 from controller.jobs.view import EVICTION_RETRY
 from tests.unit.arbitration.helpers import one
 from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation
@@ -175,6 +175,27 @@ def test_available_reservation_opens_it_then_records_evicting_before_evicting() 
     assert isinstance(evict, Evict)
     assert evict.uid == "uid-web-1"
     assert evict.policy == "Eviction"
+
+
+def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> None:
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    plan = view_plan(
+        job_obj=scheduled,
+        pod_obj=pod(),
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+        node_gone=True,
+    )
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    assert cond(status_of(plan), "ReservationScheduled")["status"] == "False"
 
 
 SCHEDULED = {
@@ -541,6 +562,28 @@ def test_a_replacement_the_scheduler_refuses_is_reported_until_the_ttl() -> None
     )
     plain = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner))
     assert "waiting for a replacement pod" in cond(plain, "PodBoundReservation")["message"]
+
+
+def test_a_node_deleted_after_the_eviction_frees_the_replacement_tied_to_it() -> None:
+    owner = pod("web-2", node=None)
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    plan = view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner, node_gone=True)
+    assert kinds(plan) == ["Delete:pods", "UpdateStatus:podmigrationjobs", "Event:ReservationLost"]
+    delete = plan.actions[0]
+    assert isinstance(delete, Delete)
+    assert (delete.name, delete.uid) == ("web-2", owner["metadata"]["uid"])
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationLost")
+    assert "node-1" in status["message"]
+    assert "web-2" in status["message"]
+    # Bound there before the node went: the pod garbage collector removes it, not Berth.
+    bound = view_plan(
+        job_obj=job(conditions=EVICTING),
+        rsv=rsv,
+        owner=pod("web-2", node="node-1", ready=False),
+        node_gone=True,
+    )
+    assert not any(isinstance(a, Delete) for a in bound.actions)
 
 
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:

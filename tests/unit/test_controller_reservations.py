@@ -292,3 +292,22 @@ def test_actions_target_the_right_resources() -> None:
     assert plan.actions[0].resource is RESERVATIONS  # type: ignore[union-attr]
     assert plan.actions[1].resource is PODMIGRATIONJOBS  # type: ignore[union-attr]
     assert rsv_plan(reservation()).actions[0].resource is PODS  # type: ignore[union-attr]
+
+
+def test_a_placeholder_on_a_deleted_node_is_replaced_and_holds_nothing_meanwhile() -> None:
+    ph = placeholder(node="node-1")
+    plan = rsv_plan(reservation(phase="Available", node="node-1"), ph=ph, node_gone=True)
+    assert kinds(plan) == ["Delete:pods", "UpdateStatus:reservations"]
+    delete = plan.actions[0]
+    assert isinstance(delete, Delete)
+    assert delete.uid == ph["metadata"]["uid"]
+    status = status_of(plan)
+    assert (status["phase"], status.get("nodeName")) == ("Pending", None)
+    scheduled = next(c for c in status["conditions"] if c["type"] == "Scheduled")
+    assert (scheduled["reason"], scheduled["status"]) == ("Lost", "False")
+    assert "node-1" in scheduled["message"]
+
+
+def test_a_placeholder_bound_to_a_deleted_node_never_makes_the_reservation_available() -> None:
+    plan = rsv_plan(reservation(), ph=placeholder(node="node-1"), node_gone=True)
+    assert kinds(plan) == ["Delete:pods"]

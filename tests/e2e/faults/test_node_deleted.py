@@ -1,0 +1,91 @@
+"""A node deleted while it holds a placeholder: the place is gone, and nothing is evicted
+to it.
+
+The job is paused once admitted, so it reserves and then holds before its eviction; the
+node under its placeholder is deleted; then the job is unpaused. The pod garbage
+collector would remove the placeholder only after a while: until then its Reservation
+must not count as Available there, or the replacement would be tied to a node that no
+longer exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import pytest
+
+from berth.kube.client import Kube
+from tests.e2e.faults.invariants import UserFaults, judge, phase
+from tests.e2e.faults.recorder import Recorder
+from tests.e2e.faults.world import (
+    apply_all,
+    job,
+    job_state,
+    pdb,
+    ready,
+    released,
+    reservation_of,
+    until,
+    workload,
+)
+from tests.e2e.kube import Cluster, WaitTimeout
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_a_deleted_nodes_place_is_never_evicted_to(
+    cluster: Cluster, namespace: str, kube: Kube
+) -> None:
+    async with Recorder(kube) as recorder:
+        await cluster.aapply(json.dumps(workload("Deployment", "web", replicas=2)), namespace)
+        await cluster.aapply(json.dumps(pdb("web", 1)), namespace)
+        await until(lambda: len(ready(recorder, namespace, "web")) == 2, what="2 pods", timeout=120)
+        pod = sorted(ready(recorder, namespace, "web"), key=lambda p: p["metadata"]["name"])[0]
+        name, body = job(pod, ttl="4m")
+        await asyncio.to_thread(apply_all, cluster, [body])
+        await until(
+            lambda: phase(job_state(recorder, name) or {}) == "Running",
+            what="the job admitted",
+            timeout=120,
+        )
+        await pause(cluster, name, True)
+        reservation = await until(
+            lambda: (r := reservation_of(recorder, name)) and phase(r) == "Available" and r,
+            what="the Reservation Available",
+            timeout=120,
+        )
+        gone = reservation["status"]["nodeName"]
+        # Everything seen up to now came before the deletion.
+        faults = UserFaults(deleted_nodes={gone: recorder.history[-1].revision + 1})
+        await cluster.akubectl("delete", "node", gone, "--wait=false")
+        await pause(cluster, name, False)
+        await until(
+            lambda: phase(job_state(recorder, name) or {}) in ("Succeed", "Failed"),
+            what="the job to end",
+            timeout=180,
+        )
+        with contextlib.suppress(WaitTimeout):
+            await until(
+                lambda: released(recorder, namespace, [name]), what="all released", timeout=60
+            )
+        final = job_state(recorder, name) or {}
+    status = final.get("status") or {}
+    assert (phase(final), status.get("reason") or "") == ("Succeed", ""), status
+    assert status["nodeName"] != gone
+    verdict = judge(
+        recorder.ordered(),
+        jobs=[name],
+        namespaces={namespace},
+        min_available={f"{namespace}/web": 1},
+        faults=faults,
+    )
+    assert not verdict.failures(), verdict.failures()
+    assert verdict.evictions == 1
+
+
+async def pause(cluster: Cluster, name: str, paused: bool) -> None:
+    await cluster.akubectl(
+        "patch", "pmj", name, "--type=merge", "-p", json.dumps({"spec": {"paused": paused}})
+    )
