@@ -2,13 +2,19 @@
 `kubectl drain` (the local control plane's kubectl) and the real descheduler
 (tools/descheduler, built from sigs.k8s.io/descheduler) evict pods of an opted-in
 namespace, and every pod moves reservation-first through a PodMigrationJob the webhook
-created; a webhook outage and a failed job never block a drain."""
+created; a webhook outage and a failed job never block a drain.
+
+Each drain empties a kwok node of its own, made for the test and removed after it, that
+only the test's pods tolerate: `kubectl drain` acts on every pod of its node, whatever the
+namespace, and gives up at once on one it may not evict (a bare pod, say), so a node
+shared with other tests would let their leftovers decide the outcome."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -20,6 +26,8 @@ import yaml
 
 from berth.api import keys
 from devtools.binaries import tool_binary
+from devtools.nodes import is_schedulable
+from devtools.render import fake_node
 from tests.e2e.capacity import cpu_in_use
 from tests.e2e.capacity import pod as bare_pod
 from tests.e2e.kube import Cluster, pods
@@ -46,7 +54,9 @@ def opt_in(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("label", "namespace", namespace, f"{keys.INTERCEPT_EVICTIONS}=true")
 
 
-def statefulset(name: str, *, replicas: int, cpu: str) -> str:
+def statefulset(
+    name: str, *, replicas: int, cpu: str, spec_extra: dict[str, Any] | None = None
+) -> str:
     return json.dumps(
         {
             "apiVersion": "apps/v1",
@@ -64,6 +74,7 @@ def statefulset(name: str, *, replicas: int, cpu: str) -> str:
                             {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
                         ],
                         "terminationGracePeriodSeconds": 0,
+                        **(spec_extra or {}),
                     },
                 },
             },
@@ -73,8 +84,13 @@ def statefulset(name: str, *, replicas: int, cpu: str) -> str:
 
 @contextmanager
 def only_schedulable(cluster: Cluster, node: str) -> Iterator[None]:
-    """Every other node cordoned for the block: what is created in it lands on `node`."""
-    others = [n for n in NODES if n != node]
+    """Every other schedulable node cordoned for the block: what is created in it lands
+    on `node`."""
+    others = [
+        n["metadata"]["name"]
+        for n in cluster.get("nodes")["items"]
+        if n["metadata"]["name"] != node and not n["spec"].get("unschedulable")
+    ]
     for other in others:
         cluster.kubectl("cordon", other)
     try:
@@ -82,6 +98,48 @@ def only_schedulable(cluster: Cluster, node: str) -> Iterator[None]:
     finally:
         for other in others:
             cluster.kubectl("uncordon", other)
+
+
+DRAIN_TAINT = "berth.sh/test-drain"
+"""The taint that keeps every pod but the test's own off the node it drains."""
+
+
+def tolerating(node: str) -> dict[str, Any]:
+    """Pod spec fields that let a pod onto `node` (it does not require it: a replacement,
+    made from the same template, may go anywhere)."""
+    return {
+        "tolerations": [
+            {"key": DRAIN_TAINT, "operator": "Equal", "value": node, "effect": "NoSchedule"}
+        ]
+    }
+
+
+@pytest.fixture
+def own_node(cluster: Cluster) -> Iterator[str]:
+    """A fresh kwok node, the size of the session's, tainted so that only pods tolerating
+    it (the test's) land there. Afterwards the pods still bound to it are removed, then
+    the node."""
+    name = f"drain-{uuid.uuid4().hex[:5]}"
+    size = cluster.get("node", NODES[0])["status"]["allocatable"]
+    node = fake_node(name=name, cpu=size["cpu"], memory=size["memory"], pods=int(size["pods"]))
+    node["spec"] = {"taints": [{"key": DRAIN_TAINT, "value": name, "effect": "NoSchedule"}]}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(node))
+    try:
+        cluster.wait(
+            lambda: is_schedulable(cluster.get("node", name)), what=f"node {name} to be Ready"
+        )
+        yield name
+    finally:
+        cluster.kubectl(
+            "delete",
+            "pods",
+            "--all-namespaces",
+            f"--field-selector=spec.nodeName={name}",
+            "--force",
+            "--grace-period=0",
+            check=False,
+        )
+        cluster.kubectl("delete", "node", name, "--wait=true", check=False)
 
 
 def intercepted(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
@@ -115,8 +173,38 @@ def drain(cluster: Cluster, node: str, *extra: str) -> subprocess.Popen[str]:
 
 
 def finished(process: subprocess.Popen[str], *, timeout: float = 600) -> tuple[int, str]:
-    out, _ = process.communicate(timeout=timeout)
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+        raise AssertionError(f"kubectl drain still ran after {timeout:.0f}s:\n{out}") from None
     return process.returncode, out
+
+
+def while_running(
+    process: subprocess.Popen[str], predicate: Callable[[], Any]
+) -> Callable[[], Any]:
+    """`predicate` for a wait that kubectl drain must outlive: once the drain has exited
+    and the predicate is still unmet, the wait fails at once with the drain's output."""
+
+    def check() -> Any:
+        exited = process.poll() is not None  # before the predicate: it may have been met since
+        value = predicate()
+        if value or not exited:
+            return value
+        out, _ = process.communicate()
+        raise AssertionError(
+            f"kubectl drain exited ({process.returncode}) before the wait was met:\n{out}"
+        )
+
+    return check
+
+
+def ended(jobs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """`jobs`, once every one of them has a terminal phase (else None)."""
+    done = all(j.get("status", {}).get("phase") in ("Succeed", "Failed", "Aborted") for j in jobs)
+    return jobs if jobs and done else None
 
 
 def landed_where_reserved(cluster: Cluster, job: dict[str, Any]) -> None:
@@ -140,14 +228,15 @@ def landed_where_reserved(cluster: Cluster, job: dict[str, Any]) -> None:
 
 
 def test_kubectl_drain_moves_every_pod_reservation_first_against_a_flood(
-    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None], own_node: str
 ) -> None:
     restart_controller(UNLIMITED)
     opt_in(cluster, namespace)
-    source = "node-0"
+    source = own_node
+    spec = tolerating(source)
     with only_schedulable(cluster, source):
-        cluster.apply(deployment("web", replicas=2, cpu="500m"), namespace)
-        cluster.apply(statefulset("db", replicas=2, cpu="500m"), namespace)
+        cluster.apply(deployment("web", replicas=2, cpu="500m", spec_extra=spec), namespace)
+        cluster.apply(statefulset("db", replicas=2, cpu="500m", spec_extra=spec), namespace)
         for app in ("web", "db"):
             cluster.wait(partial(ready_pods, cluster, namespace, app, 2), what=app)
     originals = {p["metadata"]["uid"]: p for p in pods(cluster, namespace)}
@@ -156,23 +245,27 @@ def test_kubectl_drain_moves_every_pod_reservation_first_against_a_flood(
     draining = drain(cluster, source)
     try:
         # Every pod's job exists and has its Reservation placed: then the flood starts,
-        # asking for more than the other two nodes have left.
+        # asking for more than the session's nodes have left (the drained node is
+        # cordoned, and tainted against the flood too).
         cluster.wait(
-            lambda: (
-                len(
-                    [
-                        j
-                        for j in intercepted(cluster, namespace)
-                        if j.get("status", {}).get("nodeName")
-                    ]
-                )
-                == 4
+            while_running(
+                draining,
+                lambda: (
+                    len(
+                        [
+                            j
+                            for j in intercepted(cluster, namespace)
+                            if j.get("status", {}).get("nodeName")
+                        ]
+                    )
+                    == 4
+                ),
             ),
             what="a Reservation for each of the four pods",
             timeout=180,
         )
         in_use = cpu_in_use(cluster)
-        free = sum(int((8 - in_use[node]) * 1000) for node in NODES if node != source)
+        free = sum(int((8 - in_use[node]) * 1000) for node in NODES)
         cluster.apply(deployment("flood", replicas=free // 250 + 8, cpu="250m"), namespace)
         code, out = finished(draining)
         # While the drained node is still cordoned: the flood did compete, some of it
@@ -184,12 +277,14 @@ def test_kubectl_drain_moves_every_pod_reservation_first_against_a_flood(
         if draining.poll() is None:
             draining.kill()
             draining.communicate()
-        cluster.kubectl("uncordon", source)
     assert code == 0, out
     assert f"node/{source} drained" in out
     assert "is being migrated by PodMigrationJob eviction-" in out  # the 429, retried
 
-    jobs = intercepted(cluster, namespace)
+    # The drain ends once the pods are gone; a replacement may still be binding then.
+    jobs = cluster.wait(
+        lambda: ended(intercepted(cluster, namespace)), what="every job to end", timeout=240
+    )
     assert sorted(j["spec"]["podRef"]["uid"] for j in jobs) == sorted(originals)
     for job in jobs:
         landed_where_reserved(cluster, job)
@@ -206,11 +301,15 @@ def test_kubectl_drain_moves_every_pod_reservation_first_against_a_flood(
     assert total(samples, name, result="passed", reason="BerthEviction") >= 4
 
 
-def test_a_webhook_outage_does_not_block_a_drain(cluster: Cluster, namespace: str) -> None:
+def test_a_webhook_outage_does_not_block_a_drain(
+    cluster: Cluster, namespace: str, own_node: str
+) -> None:
     opt_in(cluster, namespace)
-    source = "node-1"
+    source = own_node
     with only_schedulable(cluster, source):
-        cluster.apply(deployment("web", replicas=1, cpu="100m"), namespace)
+        cluster.apply(
+            deployment("web", replicas=1, cpu="100m", spec_extra=tolerating(source)), namespace
+        )
         [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")
     webhooks = [c for c in cluster.local.running() if c.name.startswith("berth-webhook")]
     for webhook in webhooks:
@@ -218,7 +317,6 @@ def test_a_webhook_outage_does_not_block_a_drain(cluster: Cluster, namespace: st
     try:
         code, out = finished(drain(cluster, source), timeout=180)
     finally:
-        cluster.kubectl("uncordon", source)
         for webhook in webhooks:
             cluster.local.start_webhook(name=webhook.name)
     assert code == 0, out
@@ -227,13 +325,15 @@ def test_a_webhook_outage_does_not_block_a_drain(cluster: Cluster, namespace: st
     assert not intercepted(cluster, namespace)
 
 
-def test_a_failed_job_lets_the_drain_continue(cluster: Cluster, namespace: str) -> None:
+def test_a_failed_job_lets_the_drain_continue(
+    cluster: Cluster, namespace: str, own_node: str
+) -> None:
     """A ReservationFirst job for a pod of a scheduler Berth does not reserve through
     fails at arbitration; the drain's next eviction goes through. A dry run before it
     creates nothing."""
     opt_in(cluster, namespace)
-    source = "node-2"
-    elsewhere = {"schedulerName": "elsewhere", "nodeName": source}
+    source = own_node
+    elsewhere = {"schedulerName": "elsewhere", "nodeName": source, **tolerating(source)}
     cluster.apply(deployment("odd", replicas=1, cpu="100m", spec_extra=elsewhere), namespace)
     [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "odd", 1), what="the pod")
     # A server-side dry run is answered as asked and creates no job.
@@ -241,10 +341,7 @@ def test_a_failed_job_lets_the_drain_continue(cluster: Cluster, namespace: str) 
     assert code == 0, out
     assert "(server dry run)" in out
     assert not intercepted(cluster, namespace)
-    try:
-        code, out = finished(drain(cluster, source), timeout=180)
-    finally:
-        cluster.kubectl("uncordon", source)
+    code, out = finished(drain(cluster, source), timeout=180)
     assert code == 0, out
     assert "is being migrated by PodMigrationJob eviction-" in out
     assert f"pod/{pod['metadata']['name']} evicted" in out
@@ -328,11 +425,24 @@ def test_the_descheduler_run_once_migrates_reservation_first_within_the_limits(
     assert {j["spec"]["podRef"]["uid"] for j in jobs} <= set(originals)
 
     def settled() -> list[dict[str, Any]] | None:
+        # A waiting job's reason is the one its last round found: while the first two
+        # still migrate, maxMigratingPerWorkload holds the others back too; the rounds
+        # after they succeed name the object limiter alone.
         current = intercepted(cluster, namespace)
-        phases = sorted(j.get("status", {}).get("phase") or "Pending" for j in current)
-        return current if phases == ["Pending", "Pending", "Succeed", "Succeed"] else None
+        statuses = [j.get("status", {}) for j in current]
+        phases = sorted(status.get("phase") or "Pending" for status in statuses)
+        held = [
+            status.get("reason") == "ObjectLimiters"
+            for status in statuses
+            if (status.get("phase") or "Pending") == "Pending"
+        ]
+        if phases == ["Pending", "Pending", "Succeed", "Succeed"] and all(held):
+            return current
+        return None
 
-    jobs = cluster.wait(settled, what="two jobs to succeed, two to wait", timeout=240)
+    jobs = cluster.wait(
+        settled, what="two jobs to succeed, two to wait on the object limiter", timeout=240
+    )
     for job in jobs:
         if job["status"].get("phase") == "Succeed":
             landed_where_reserved(cluster, job)
