@@ -5,7 +5,8 @@ The job is paused once admitted, so it reserves and then holds before its evicti
 node under its placeholder is deleted; then the job is unpaused. The pod garbage
 collector would remove the placeholder only after a while: until then its Reservation
 must not count as Available there, or the replacement would be tied to a node that no
-longer exists.
+longer exists. The node is made again afterwards, the same size: the tests after this
+one place pods on every node of the package's cluster.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import pytest
 
 from berth.kube.client import Kube
+from devtools.nodes import is_schedulable
+from devtools.render import fake_node
 from tests.e2e.faults.invariants import UserFaults, judge, phase
 from tests.e2e.faults.recorder import Recorder
 from tests.e2e.faults.world import (
@@ -57,20 +60,24 @@ async def test_a_deleted_nodes_place_is_never_evicted_to(
             timeout=120,
         )
         gone = reservation["status"]["nodeName"]
+        size = (await asyncio.to_thread(cluster.get, "node", gone))["status"]["allocatable"]
         # Everything seen up to now came before the deletion.
         faults = UserFaults(deleted_nodes={gone: recorder.history[-1].revision + 1})
         await cluster.akubectl("delete", "node", gone, "--wait=false")
-        await pause(cluster, name, False)
-        await until(
-            lambda: phase(job_state(recorder, name) or {}) in ("Succeed", "Failed"),
-            what="the job to end",
-            timeout=180,
-        )
-        with contextlib.suppress(WaitTimeout):
+        try:
+            await pause(cluster, name, False)
             await until(
-                lambda: released(recorder, namespace, [name]), what="all released", timeout=60
+                lambda: phase(job_state(recorder, name) or {}) in ("Succeed", "Failed"),
+                what="the job to end",
+                timeout=180,
             )
-        final = job_state(recorder, name) or {}
+            with contextlib.suppress(WaitTimeout):
+                await until(
+                    lambda: released(recorder, namespace, [name]), what="all released", timeout=60
+                )
+            final = job_state(recorder, name) or {}
+        finally:
+            await restore(cluster, gone, size)
     status = final.get("status") or {}
     assert (phase(final), status.get("reason") or "") == ("Succeed", ""), status
     assert status["nodeName"] != gone
@@ -83,6 +90,22 @@ async def test_a_deleted_nodes_place_is_never_evicted_to(
     )
     assert not verdict.failures(), verdict.failures()
     assert verdict.evictions == 1
+
+
+async def restore(cluster: Cluster, name: str, size: dict[str, str]) -> None:
+    """Make the deleted node again, as the cluster made it, and wait until pods may land."""
+    await cluster.await_(
+        lambda: not cluster.kubectl("get", "node", name, "--ignore-not-found", "-o", "name").stdout,
+        what=f"node {name} to be gone",
+        timeout=120,
+    )
+    node = fake_node(name=name, cpu=size["cpu"], memory=size["memory"], pods=int(size["pods"]))
+    await cluster.akubectl("create", "-f", "-", input=json.dumps(node))
+    await cluster.await_(
+        lambda: is_schedulable(cluster.get("node", name)),
+        what=f"node {name} Ready again",
+        timeout=120,
+    )
 
 
 async def pause(cluster: Cluster, name: str, paused: bool) -> None:
