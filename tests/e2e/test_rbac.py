@@ -187,7 +187,9 @@ def test_a_migration_needs_no_right_the_service_accounts_lack(
         f"{log.name}: {line}"
         for log in sorted(cluster.local.logs.glob("berth-*.log"))
         for line in log.read_text(errors="replace").splitlines()
-        if re.search(r"HTTP 40[13]\b", line)
+        # Refusals of authorization only: an admission plugin's 403 (a PriorityClass its
+        # informer has not seen yet, retried) is not a missing right.
+        if re.search(r"HTTP 401\b", line) or re.search(r"HTTP 403\b.*\bcannot \w+ resource", line)
     ]
     assert not refused, "\n".join(refused)
 
