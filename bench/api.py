@@ -59,14 +59,15 @@ class Api:
         body: Any = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        as_user: str | None = None,
     ) -> Object:
+        """One request; with `as_user`, made as that user (impersonated: the admin may)."""
         data = None if body is None else body if isinstance(body, bytes) else orjson.dumps(body)
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        if as_user is not None:
+            headers["Impersonate-User"] = as_user
         async with self.session.request(
-            method,
-            self.server + path,
-            data=data,
-            params=params,
-            headers={"Content-Type": content_type, "Accept": "application/json"},
+            method, self.server + path, data=data, params=params, headers=headers
         ) as response:
             raw = await response.read()
             if response.status >= 400:
@@ -74,9 +75,16 @@ class Api:
             result: Object = orjson.loads(raw) if raw else {}
             return result
 
-    async def create(self, path: str, obj: Object | bytes, *, dry_run: bool = False) -> Object:
+    async def create(
+        self, path: str, obj: Object | bytes, *, dry_run: bool = False, as_user: str | None = None
+    ) -> Object:
         return await self.request(
-            "POST", path, body=obj, params={"dryRun": "All"} if dry_run else None
+            "POST", path, body=obj, params={"dryRun": "All"} if dry_run else None, as_user=as_user
+        )
+
+    async def merge_patch(self, path: str, patch: Object) -> Object:
+        return await self.request(
+            "PATCH", path, body=patch, content_type="application/merge-patch+json"
         )
 
     async def apply(self, path: str, obj: Object) -> Object:
@@ -149,10 +157,16 @@ class Api:
 
 
 async def create_all(
-    api: Api, path: str, objects: Iterable[Object], *, workers: int, what: str | None = None
+    api: Api,
+    path: str,
+    objects: Iterable[Object],
+    *,
+    workers: int,
+    what: str | None = None,
+    as_user: str | None = None,
 ) -> list[Object]:
-    """Create the objects with `workers` concurrent clients, each sending one at a time;
-    with `what`, say how far it got every REPORT_EVERY seconds."""
+    """Create the objects with `workers` concurrent clients, each sending one at a time
+    (as `as_user`, if given); with `what`, say how far it got every REPORT_EVERY seconds."""
     queue = list(objects)
     total = len(queue)
     queue.reverse()
@@ -160,7 +174,7 @@ async def create_all(
 
     async def worker() -> None:
         while queue:
-            created.append(await api.create(path, queue.pop()))
+            created.append(await api.create(path, queue.pop(), as_user=as_user))
 
     async def report() -> None:
         while True:

@@ -52,6 +52,8 @@ class Bench:
     cluster: LocalCluster
     api: Api
     nodes: int
+    idle: float | None = None
+    """Cores the cluster's processes use when nothing is asked of them (`settle`)."""
 
     def component(self, name: str) -> Component:
         return next(c for c in self.cluster.running() if c.name == name)
@@ -73,6 +75,31 @@ class Bench:
             for line in (await self.metrics(name)).splitlines()
             if line.startswith((f"{metric}{{", f"{metric} "))
         )
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the cluster's processes, Berth's included."""
+        return sum(cpu_seconds(c.pid) for c in self.cluster.running())
+
+    async def cores_in_use(self, window: float = 0.25) -> float:
+        """Cores the cluster's processes use over the next `window` seconds."""
+        before, started = self.cpu_seconds(), time.monotonic()
+        await asyncio.sleep(window)
+        return (self.cpu_seconds() - before) / (time.monotonic() - started)
+
+    async def settle(self, *, timeout: float = 15.0) -> None:
+        """Wait until the work the last batch left behind (watchers digesting its pods,
+        their deletion) is done: the cluster back near the cores it uses idle, measured
+        the first time. A batch that starts while the previous one's aftermath still runs
+        is slowed by it, whichever side it measures."""
+        if self.idle is None:
+            samples = sorted([await self.cores_in_use() for _ in range(8)])
+            self.idle = samples[len(samples) // 2]
+            say(f"the cluster idles at {self.idle:.2f} cores")
+        started = time.monotonic()
+        while time.monotonic() < started + timeout:
+            if await self.cores_in_use() <= self.idle * 1.5 + 0.05:
+                return
+        say(f"the cluster did not settle within {timeout:.0f}s; going on")
 
     async def grow(self, nodes: int) -> None:
         """Add fake nodes (as `berth dev up` creates them) until there are `nodes`, and
@@ -129,6 +156,18 @@ class Bench:
 
         await wait_for(gone, what=f"the pods of {namespace} to be deleted", timeout=300)
 
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 

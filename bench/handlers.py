@@ -158,7 +158,7 @@ async def serve_app(app_name: str, names: int, port: int, certs: Path) -> None:
     hook = Webhook(Kube(client.ApiClient(configuration)))
     for index in range(names // 10):
         done = reservation(f"done-{index}", f"node-{index}", phase="Succeeded", owner=f"o-{index}")
-        hook.reservations.store[done["metadata"]["name"]] = done
+        hook.reservations.put(done)
     hook.reservations.synced.set()
     await serve(webhook_app(hook), host="127.0.0.1", port=port, tls=serving, limits=Limits())
 

@@ -57,15 +57,21 @@ def extender_entries(cluster: LocalCluster, mode: Mode) -> list[dict[str, Any]]:
 
 
 def webhook_configuration(
-    cluster: LocalCluster, mode: Mode, *, skip: tuple[str, ...] = ()
+    cluster: LocalCluster,
+    mode: Mode,
+    *,
+    skip: tuple[str, ...] = (),
+    urls: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Berth's MutatingWebhookConfiguration for the cluster's webhook, in `mode`, with
-    `skip` added to the namespaces it never sees (as the system ones are)."""
-    urls = [
-        f"https://127.0.0.1:{c.port}/mutate-pod"
-        for c in cluster.running()
-        if c.name.startswith("berth-webhook")
-    ]
+    """Berth's MutatingWebhookConfiguration for the cluster's webhook (or the webhooks at
+    `urls`), in `mode`, with `skip` added to the namespaces it never sees (as the system
+    ones are)."""
+    if urls is None:
+        urls = [
+            f"https://127.0.0.1:{c.port}/mutate-pod"
+            for c in cluster.running()
+            if c.name.startswith("berth-webhook")
+        ]
     ca = base64.b64encode((cluster.pki / "ca.crt").read_bytes()).decode()
     return render.webhook_configuration(
         urls=urls,

@@ -72,8 +72,8 @@ SCALES = {
         nodes=(500, 2000, 5000),
         scheduler_batches=8,
         scheduler_pods=500,
-        creation_batches=8,
-        creation_pods=1000,
+        creation_batches=12,
+        creation_pods=500,
         handler_names=(500, 5000),
         handler_requests=500,
         arbitration=(10_000, 5_000, 50_000),
@@ -87,7 +87,7 @@ SCALES = {
         scheduler_batches=8,
         scheduler_pods=300,
         creation_batches=8,
-        creation_pods=400,
+        creation_pods=300,
         handler_names=(500, 5000),
         handler_requests=500,
         arbitration=(10_000, 5_000, 50_000),
@@ -294,14 +294,6 @@ async def measure(scale: Scale, run: Run, only: frozenset[str] = frozenset(FAMIL
         steps: list[tuple[str, int, Table, Family]] = [
             ("scheduler", 0, scheduler.table([]), scheduler_rows),
             (
-                "creation",
-                0,
-                creation.table([]),
-                lambda: creation.rows(
-                    bench, batches=scale.creation_batches, pods=scale.creation_pods
-                ),
-            ),
-            (
                 "handlers",
                 0,
                 handlers.table([]),
@@ -309,6 +301,14 @@ async def measure(scale: Scale, run: Run, only: frozenset[str] = frozenset(FAMIL
             ),
             ("arbitration", 0, ARBITRATION, lambda: asyncio.to_thread(arbitration_row, scale)),
             ("scheduler", 1, scheduler.table([]), scheduler_rows),
+            (
+                "creation",
+                1,
+                creation.table([]),
+                lambda: creation.rows(
+                    bench, batches_=scale.creation_batches, pods=scale.creation_pods
+                ),
+            ),
             (
                 "migrations",
                 1,
@@ -360,7 +360,7 @@ def notes(scale: Scale, seconds: float) -> list[str]:
     if scale.name == "busy":
         lines.append(
             "**Scale busy**: the full sizes with fewer pods per batch (scheduler 300, pod "
-            "creation 400), for a machine shared with other work."
+            "creation 300), for a machine shared with other work."
         )
     elif scale.name != "full":
         lines.append(

@@ -47,6 +47,7 @@ from berth.protocol import (
     node_of,
     owner_uids,
     phase,
+    template_namespace,
     top_level_workload,
 )
 from berth.server import (
@@ -99,7 +100,7 @@ class Webhook:
     def __init__(self, kube: Kube, *, deadline: float = DEADLINE) -> None:
         self.kube = kube
         self.deadline = deadline
-        self.reservations = Informer(kube, RESERVATIONS)
+        self.reservations = Informer(kube, RESERVATIONS, indexes={LIVE: live_namespace})
         self.owners = Owners(kube)
 
     def ready(self) -> bool:
@@ -156,9 +157,9 @@ class Webhook:
     ) -> tuple[metrics.WebhookResult, Patch]:
         """What became of the pod (for `berth_webhook_requests_total`) and its patch."""
         pod = pod_of(request)
-        reservations = self.reservations.store
+        reservations = self.live(pod["metadata"].get("namespace") or "")
         # Confirming the pod's controller costs a GET (or two): only worth it while some
-        # Reservation can be claimed at all, which is rare.
+        # Reservation of its namespace can be claimed at all, which is rare.
         in_flight = any(is_consumable(r) or _opening(r) for r in reservations.values())
         # A pod its controller did not create is refused without asking anything.
         looked_up = in_flight and created_by_controller(controller_of(pod), creator_of(request))
@@ -191,6 +192,16 @@ class Webhook:
             )
             return "reasserted", patch
         return await self.claim(pod, decision, attempt)
+
+    def live(self, namespace: str) -> dict[str, Object]:
+        """The Reservations by name that a pod of `namespace` could take, in this cache:
+        those not yet ended, for that namespace (or for whichever namespace their owners
+        name). Terminal ones, and those of other namespaces, are never read per review."""
+        return {
+            r["metadata"]["name"]: r
+            for value in (namespace, ANY_NAMESPACE)
+            for r in self.reservations.by_index(LIVE, value)
+        }
 
     async def refresh_opening(
         self, pod: Object, reservations: Mapping[str, Object], *, workload_uid: str | None
@@ -342,6 +353,19 @@ class Webhook:
                     return False
                 if not error.conflict:
                     raise
+
+
+LIVE = "live-namespace"
+"""The Reservations index of those not ended, by the namespace of the pods they are for."""
+ANY_NAMESPACE = ""
+"""The index value of a Reservation whose template names no namespace (its owners do)."""
+
+
+def live_namespace(reservation: Object) -> list[str]:
+    """The `LIVE` index: a Pending or Available Reservation's template namespace."""
+    if phase(reservation) not in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE):
+        return []
+    return [template_namespace(reservation) or ANY_NAMESPACE]
 
 
 def _opening(reservation: Object) -> bool:

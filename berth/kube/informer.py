@@ -98,6 +98,14 @@ class Informer(Store):
 
     # ----- writes this process made ------------------------------------------------------
 
+    def put(self, obj: Object) -> None:
+        """Take `obj` into the cache as it is, indexes and all: for a cache filled without
+        a watch (the bench's handlers, tests)."""
+        key = object_key(obj)
+        old = self.store.get(key)
+        self.store[key] = obj
+        self._reindex(key, old, obj)
+
     def assume(self, obj: Object) -> None:
         """Take the object as the API server returned it from this process's own write,
         when it is newer than the cached one, so that readers see the write at once rather

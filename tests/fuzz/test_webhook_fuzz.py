@@ -71,8 +71,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, C
         kube = Kube(client.ApiClient(configuration))
         stack.push_async_callback(kube.close)
         webhook = Webhook(kube)
-        webhook.reservations.store["claimed"] = reservation("claimed", claim=TOKEN)
-        webhook.reservations.store["db"] = _statefulset_reservation()
+        webhook.reservations.put(reservation("claimed", claim=TOKEN))
+        webhook.reservations.put(_statefulset_reservation())
         return make_app(webhook)
 
     with crash_log() as crashes, running(make, tmp_path_factory.mktemp("tls")) as http:

@@ -187,7 +187,8 @@ async def test_webhook_counts_and_times_every_review(
     body: bytes,
     result: str,
 ) -> None:
-    webhook.reservations.store.update(store)
+    for cached in store.values():
+        webhook.reservations.put(cached)
     requests = sample("berth_webhook_requests_total", result=result)
     timed = sample("berth_webhook_request_duration_seconds_count")
     await webhook_http.post("/mutate-pod", data=body)

@@ -88,7 +88,7 @@ async def test_any_value_anywhere_is_answered_never_failed(
 ) -> None:
     """A pod that carries its claim on a Reservation waiting for it is decided and
     patched from the cache alone: every field reaches the patch code."""
-    webhook.reservations.store["r1"] = reservation("r1", claim=TOKEN)
+    webhook.reservations.put(reservation("r1", claim=TOKEN))
     body = {**REVIEW, "request": put(request(claimed_by("r1")), path, value)}
     response = await http.post("/mutate-pod", data=json.dumps(body))
     assert response.status in (200, 400), await response.text()

@@ -118,7 +118,7 @@ async def test_pod_without_reservation_is_allowed_unpatched(http: TestClient[Any
 async def test_api_server_failure_lets_the_pod_through(
     http: TestClient[Any, Any], webhook: Webhook, caplog: pytest.LogCaptureFixture
 ) -> None:
-    webhook.reservations.store["r1"] = reservation("r1")
+    webhook.reservations.put(reservation("r1"))
     response = await http.post("/mutate-pod", data=review_body())
     assert response.status == 200
     answer = (await response.json())["response"]
@@ -126,11 +126,37 @@ async def test_api_server_failure_lets_the_pod_through(
     assert "left unbound, the API server failed" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "cached",
+    [
+        pytest.param(reservation("r1", namespace="elsewhere"), id="another namespace"),
+        pytest.param(reservation("r1", consumable=False, namespace="elsewhere"), id="opening"),
+        pytest.param(reservation("r1", phase="Succeeded"), id="ended"),
+        pytest.param(reservation("r1", phase="Failed", consumable=False), id="failed"),
+    ],
+)
+async def test_a_reservation_no_pod_here_can_take_costs_no_api_call(
+    http: TestClient[Any, Any],
+    webhook: Webhook,
+    caplog: pytest.LogCaptureFixture,
+    cached: dict[str, Any],
+) -> None:
+    """Only the Reservations not ended, for the pod's namespace, are read: any other
+    leaves the pod's controller unconfirmed (a GET, here to a closed port)."""
+    webhook.reservations.put(cached)
+    response = await http.post("/mutate-pod", data=review_body())
+    assert (await response.json())["response"] == {
+        "uid": REVIEW["request"]["uid"],
+        "allowed": True,
+    }
+    assert "the API server failed" not in caplog.text
+
+
 async def test_reinvocation_answers_from_the_cache_alone(
     http: TestClient[Any, Any], webhook: Webhook
 ) -> None:
     """A reinvocation claims nothing: the API server (a closed port) is never needed."""
-    webhook.reservations.store["r1"] = reservation("r1", claim=TOKEN)
+    webhook.reservations.put(reservation("r1", claim=TOKEN))
     partly_bound = request(claimed_by("r1"))
     response = await http.post("/mutate-pod", data=review_body(request=partly_bound))
     answer = (await response.json())["response"]
