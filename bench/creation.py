@@ -42,17 +42,14 @@ admission and storage, not scheduling. The webhook's p50/p99 come from its own h
 
 from __future__ import annotations
 
-import asyncio
 import math
-import ssl
 import statistics
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench import nullhook
 from bench.api import Object, create_all, pods_path
 from bench.cluster import Bench, pod, wait_for
 from bench.modes import MIGRATING_LABEL, MODES, webhook_configuration
@@ -61,7 +58,6 @@ from bench.scheduler import order
 from bench.stats import bucket_bound, difference, histogram, paired_ratios, rate, spread
 from bench.table import Row, Table, number
 from berth.protocol import CONTROLLER_IDENTITIES
-from devtools.processes import free_port
 
 HISTOGRAM = "berth_webhook_request_duration_seconds"
 REQUESTS = "berth_webhook_requests_total"
@@ -364,36 +360,6 @@ async def registration(
     )
 
 
-@asynccontextmanager
-async def null_webhook(bench: Bench) -> AsyncIterator[tuple[str, Counter]]:
-    """`bench.nullhook` running on the cluster's serving certificate; yields its URL and
-    its count of reviews."""
-    port = free_port()
-    cert, key = bench.cluster.serving_files
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.nullhook", f"--port={port}", f"--cert={cert}", f"--key={key}"
-    )
-    context = ssl.create_default_context(cafile=str(bench.cluster.serving_ca))
-
-    async def count() -> float:
-        async with bench.api.session.get(f"https://127.0.0.1:{port}/count", ssl=context) as got:
-            return float(await got.text())
-
-    async def answers() -> bool:
-        try:
-            await count()
-        except OSError:
-            return False
-        return True
-
-    try:
-        await wait_for(answers, what="the webhook that answers at once to listen")
-        yield f"https://127.0.0.1:{port}/mutate-pod", count
-    finally:
-        process.terminate()
-        await process.wait()
-
-
 async def rows(bench: Bench, *, batches_: int, pods: int) -> list[Row]:
     # Labelled here too, for a controller that does not label namespaces itself.
     called = await bench.namespace("bench-webhook-on", {MIGRATING_LABEL: "true"})
@@ -439,10 +405,13 @@ async def rows(bench: Bench, *, batches_: int, pods: int) -> list[Row]:
                         bench, controller, batches=batches_, pods=pods, into=quiet, probe=called
                     )
                 )
-        async with null_webhook(bench) as (url, reviews):
+        async with nullhook.running(bench) as null:
+            reviews = null.count
             await configure(
                 bench,
-                webhook_configuration(bench.cluster, "strict", skip=(quiet,), urls=[url]),
+                webhook_configuration(
+                    bench.cluster, "strict", skip=(quiet,), urls=[f"{null.url}/mutate-pod"]
+                ),
                 reviews,
                 expected={called: True, quiet: False},
                 source=controller,

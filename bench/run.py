@@ -70,7 +70,7 @@ SCALES = {
     "full": Scale(
         name="full",
         nodes=(500, 2000, 5000),
-        scheduler_batches=8,
+        scheduler_batches=12,
         scheduler_pods=500,
         creation_batches=12,
         creation_pods=500,

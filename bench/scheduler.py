@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bench import nullhook
 from bench.api import Api, create_all, pods_path
 from bench.cluster import Bench, pod
 from bench.modes import MODES, Mode, extender_entries, ignored_resources
@@ -47,7 +49,12 @@ METHOD = (
     "of its own; the ratio column is the median trial, n gives the lowest and highest, "
     "and the pods/s pool the batches of a side. n counts the requests Berth's extender answered "
     "during the scope's batches: none in the default scope, whose rows are therefore a "
-    "control, and how far their ratio strays from 1 is the noise of the run."
+    "control, and how far their ratio strays from 1 is the noise of the run. Before a "
+    "batch's scheduler starts, the bench waits until the cluster's processes are back "
+    "near their idle CPU (every pod watcher has taken the new pods in). 'An extender that "
+    "answers at once': the strict entries pointed at `bench/nullhook.py`, which passes "
+    "every node sent from bare asyncio with no work: what kube-scheduler pays for calling "
+    "any extender on this machine, whoever answers."
 )
 
 
@@ -99,6 +106,9 @@ async def batch(bench: Bench, *, name: str, config: dict[str, Any], pods: int) -
         (pod(f"{name}-{i}", scheduler=name, labels={"bench-batch": name}) for i in range(pods)),
         workers=8,
     )
+    # Every watcher of pods (Berth's controller and extender among them) takes the new
+    # pods in before the scheduler starts: the batch's span then holds scheduling only.
+    await bench.settle()
     listed = await bench.api.request(
         "GET", pods_path(NAMESPACE), params={"labelSelector": selector, "limit": "1"}
     )
@@ -120,11 +130,25 @@ async def batch(bench: Bench, *, name: str, config: dict[str, Any], pods: int) -
 
 
 async def rows(bench: Bench, *, batches: int, pods: int) -> list[Row]:
-    """One row per scope at the cluster's current size."""
+    """One row per scope at the cluster's current size, and the floor: the strict
+    scope's entries pointed at an extender that answers at once."""
     await bench.namespace(NAMESPACE)
     result = []
     for mode in MODES:
         result.append(await mode_row(bench, mode, batches=batches, pods=pods))
+    async with nullhook.running(bench) as null:
+        entries = [{**e, "urlPrefix": null.url} for e in extender_entries(bench.cluster, "strict")]
+        result.append(
+            await mode_row(
+                bench,
+                "strict",
+                batches=batches,
+                pods=pods,
+                entries=entries,
+                calls=null.count,
+                label="an extender that answers at once, strict entries",
+            )
+        )
     return result
 
 
@@ -133,32 +157,46 @@ async def extender_calls(bench: Bench) -> float:
     return await bench.counter("berth-extender", EXTENDER_REQUESTS)
 
 
-async def mode_row(bench: Bench, mode: Mode, *, batches: int, pods: int) -> Row:
+async def mode_row(
+    bench: Bench,
+    mode: Mode,
+    *,
+    batches: int,
+    pods: int,
+    entries: list[dict[str, Any]] | None = None,
+    calls: Callable[[], Awaitable[float]] | None = None,
+    label: str | None = None,
+) -> Row:
+    """Batches with the scope's extender entries (or `entries`, whose server counts its
+    requests with `calls`) against none."""
+    entries = extender_entries(bench.cluster, mode) if entries is None else entries
+    count_calls = calls or (lambda: extender_calls(bench))
+    label = label or mode
     runs: list[tuple[bool, float]] = []
     bound = {True: 0, False: 0}
     seconds = {True: 0.0, False: 0.0}
-    calls_before = await extender_calls(bench)
+    calls_before = await count_calls()
     for index, with_berth in enumerate(order(batches)):
         side = "with" if with_berth else "without"
-        name = f"bench-{bench.nodes}-{mode}-{index}-{side}"
-        extenders = extender_entries(bench.cluster, mode) if with_berth else []
+        name = f"bench-{bench.nodes}-{mode}-{index}-{side}-{len(label)}"
+        extenders = entries if with_berth else []
         config = scheduler_config(bench, mode, name=name, extenders=extenders)
         count, took = await batch(bench, name=name, config=config, pods=pods)
         bound[with_berth] += count
         seconds[with_berth] += took
         runs.append((with_berth, rate(count, took)))
         say(
-            f"scheduler {bench.nodes} nodes {mode}: batch {index + 1}/{batches} {side} "
+            f"scheduler {bench.nodes} nodes, {label}: batch {index + 1}/{batches} {side} "
             f"Berth: {number(runs[-1][1])} pods/s"
         )
-    calls = await extender_calls(bench) - calls_before
+    called = await count_calls() - calls_before
     ratios = paired_ratios(runs)
     return Row(
-        measure=f"{bench.nodes:,} nodes, {mode}",
+        measure=f"{bench.nodes:,} nodes, {label}",
         figure=number(rate(bound[True], seconds[True]), "pods/s"),
         baseline=number(rate(bound[False], seconds[False]), "pods/s"),
         ratio=statistics.median(ratios) if ratios else None,
-        n=f"{spread(ratios)}, {pods:,} pods a batch; {calls:,.0f} extender calls",
+        n=f"{spread(ratios)}, {pods:,} pods a batch; {called:,.0f} extender calls",
         what="pods kube-scheduler binds per second, Berth's extender configured vs none",
     )
 
