@@ -56,6 +56,8 @@ Reason = ReservationReason
 
 HANDOVER_POLL = 1.0
 CLAIM_POLL = 1.0
+CLASS_SETTLES = 1.0
+"""Seconds between creating a placeholder's PriorityClass and creating the placeholder."""
 DEFAULT_TTL = timedelta(hours=1)  # a Reservation made by hand with neither ttl nor expires
 
 
@@ -252,8 +254,11 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
         if priority_class is not None and found is None:
             # Created once per priority value, then kept (an existing one counts as done:
             # the placeholder states the class's value and policy, and admission refuses
-            # it under a class made otherwise).
+            # it under a class made otherwise). The placeholder waits for the next pass:
+            # the API server's priority admission refuses a pod whose class its own cache
+            # has not seen yet, and by then this process's cache has seen it too.
             plan.then(Create(PRIORITYCLASSES, priority_class))
+            return plan.again_in(CLASS_SETTLES)
         unusable = build.unusable_class(priority_class, found) if priority_class and found else None
         if unusable:
             return _refuse_class(view, status, plan, unusable)
