@@ -219,7 +219,8 @@ def test_the_webhook_is_called_only_for_pods_a_workload_controller_creates() -> 
         ]
     expression = render.created_by_a_workload_controller()["expression"]
     prefix = "request.userInfo.username in ["
-    assert expression.startswith(prefix) and expression.endswith("]")
+    assert expression.startswith(prefix)
+    assert expression.endswith("]")
     named = [user.strip().strip("'") for user in expression[len(prefix) : -1].split(",")]
     recognised = {
         user
