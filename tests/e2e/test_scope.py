@@ -4,9 +4,10 @@ webhook, and the guarantees of a migration hold without them.
 In the default scope (the session's cluster, unless BERTH_E2E_SCOPE=strict)
 kube-scheduler calls the extender only for pods that request berth.sh/reservation, and
 the API server calls the webhook only for pod creations in namespaces labelled
-berth.sh/migrating; in both scopes, only for those kube-controller-manager makes. Between the placeholder's deletion and the replacement's binding,
-nothing but the replacement's nomination to the reserved node keeps other pods off it:
-the scheduler counts it against pods of equal or lower priority, not higher.
+berth.sh/migrating; in both scopes, only for those kube-controller-manager makes.
+Between the placeholder's deletion and the replacement's binding, nothing but the
+replacement's nomination to the reserved node keeps other pods off it: the scheduler
+counts it against pods of equal or lower priority, not higher.
 
 The handover is held open with a Reservation made by hand and an owner recorded the way
 the controller records a claimer, kept unbound by a gate of the test's own
