@@ -162,6 +162,12 @@ CONTROLLER_MANAGER = "system:kube-controller-manager"
 `--use-service-account-credentials` (the name of its client certificate)."""
 
 
+def controller_users() -> list[str]:
+    """Every user a pod that can take a Reservation is created as: the API server sends
+    Berth's webhook only pod creations by one of them (its matchConditions)."""
+    return [*CONTROLLER_IDENTITIES.values(), CONTROLLER_MANAGER]
+
+
 def _kind(reference: Mapping[str, Any]) -> tuple[str, str]:
     return str(reference.get("apiVersion")), str(reference.get("kind"))
 

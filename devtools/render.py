@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from berth.api import keys
+from berth.protocol import controller_users
 from berth.settings import DEFAULT_SCHEDULER_NAMES
 
 # kwok manages exactly the nodes that carry this annotation.
@@ -24,7 +25,8 @@ class Scope(StrEnum):
     DEFAULT = "default"
     """Only Berth's own: the extender is called for pods requesting Berth's extended
     resource (`managedResources`), the webhook for pod creations in namespaces labelled
-    `berth.sh/migrating` (`namespaceSelector`)."""
+    `berth.sh/migrating` (`namespaceSelector`) by a workload controller
+    (`matchConditions`)."""
     STRICT = "strict"
     """Every pod, as manifests/strict configures it."""
 
@@ -176,6 +178,19 @@ def namespace_selector(*, skip_namespaces: list[str], scope: Scope) -> dict[str,
     return {"matchExpressions": expressions}
 
 
+def created_by_a_workload_controller() -> dict[str, str]:
+    """The webhook's match condition, in both scopes: the API server calls it only for pods
+    created as a workload controller, the only pods its decision can bind (webhook/decide.py,
+    `berth.protocol.created_by_controller`). `request.userInfo.username` is always a string,
+    so the expression cannot fail to evaluate (with failurePolicy Ignore, an error would
+    skip the call)."""
+    users = ", ".join(f"'{user}'" for user in controller_users())
+    return {
+        "name": "created-by-a-workload-controller",
+        "expression": f"request.userInfo.username in [{users}]",
+    }
+
+
 def kwok_configuration(*, parallelism: int) -> dict[str, Any]:
     """kwok's own settings beside its stages: how many node Leases, node stages and pod
     stages it works on at once. kwok's default of 4 holds new nodes to some 40 a second on
@@ -256,6 +271,7 @@ def webhook_configuration(
                 "namespaceSelector": namespace_selector(
                     skip_namespaces=skip_namespaces, scope=scope
                 ),
+                "matchConditions": [created_by_a_workload_controller()],
                 # Placeholders never need binding; skipping them saves a call per reservation.
                 "objectSelector": {
                     "matchExpressions": [

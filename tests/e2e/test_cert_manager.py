@@ -24,6 +24,7 @@ from tests.e2e.capacity import pod, reserve
 from tests.e2e.kube import Cluster
 from tests.e2e.migrate import deployment, job_manifest, phase_is, ready_pods
 from tests.e2e.scrape import scrape, total
+from tests.e2e.webhook_world import AS_REPLICASET_CONTROLLER
 
 pytestmark = pytest.mark.e2e
 
@@ -126,7 +127,8 @@ async def test_a_renewal_is_served_while_pods_are_admitted(
     cluster: Cluster, namespace: str
 ) -> None:
     # A Reservation waiting for its replacement keeps the namespace labelled, so that
-    # every pod created here is reviewed by the webhook (the default scope).
+    # every pod the ReplicaSet controller creates here is reviewed by the webhook (the
+    # default scope; the test creates them as that controller).
     await reserve(
         cluster,
         namespace,
@@ -153,7 +155,14 @@ async def test_a_renewal_is_served_while_pods_are_admitted(
             while not stop.is_set():
                 item = pod(f"stream-{len(created)}", cpu="1m")
                 result = await cluster.akubectl(
-                    "create", "-n", namespace, "-f", "-", input=json.dumps(item), check=False
+                    "create",
+                    AS_REPLICASET_CONTROLLER,
+                    "-n",
+                    namespace,
+                    "-f",
+                    "-",
+                    input=json.dumps(item),
+                    check=False,
                 )
                 created.append(result.returncode)
 

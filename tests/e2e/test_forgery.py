@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,14 @@ from berth.protocol import annotations_of, claim_of, is_gated, owner_uids, phase
 from tests.e2e.capacity import PAUSE, pod
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
+from tests.e2e.scrape import scrape, total
 from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
     Scheduling,
     extender_log,
     scheduling,
     show_extender_log,
 )
+from tests.e2e.webhook_world import post, review_of
 
 pytestmark = pytest.mark.e2e
 
@@ -429,6 +433,32 @@ def controlled_by(owner: dict[str, Any], name: str) -> dict[str, Any]:
     return forged
 
 
+def webhook_reviews(cluster: Cluster) -> float:
+    return total(asyncio.run(scrape(cluster, "berth-webhook")), "berth_webhook_requests_total")
+
+
+def migrating(cluster: Cluster, namespace: str) -> bool:
+    labels = cluster.get("namespace", namespace)["metadata"].get("labels") or {}
+    return labels.get(keys.MIGRATING_LABEL) == "true"
+
+
+@dataclass(frozen=True)
+class Address:
+    url: str
+
+
+def send_to_the_webhook(cluster: Cluster, review: dict[str, Any]) -> list[dict[str, Any]]:
+    """Post `review` straight to the session's webhook: its JSONPatch."""
+    port = next(c.port for c in cluster.local.running() if c.name == "berth-webhook")
+    tls = ssl.create_default_context(cafile=cluster.local.serving_ca)
+
+    async def send() -> list[dict[str, Any]]:
+        async with aiohttp.ClientSession() as session:
+            return await post(session, Address(f"https://127.0.0.1:{port}"), review, tls)
+
+    return asyncio.run(send())
+
+
 def webhook_log(cluster: Cluster) -> str:
     return "".join(
         Path(c.log).read_text() for c in cluster.local.components if c.name == "berth-webhook"
@@ -440,10 +470,12 @@ def test_a_hand_made_owner_reference_to_a_statefulset_gets_no_claim(
 ) -> None:
     """A StatefulSet pod's Reservation is open (the soft eviction waits for someone to
     remove the pod). A user who may edit the namespace creates pods naming the
-    StatefulSet, its real UID included, as their controller: the webhook gives them no
-    claim, since the API server says they were created by that user and not by the
-    StatefulSet controller. The StatefulSet's own replacement then takes the Reservation
-    and the migration ends on the reserved node."""
+    StatefulSet, its real UID included, as their controller: they get no claim. The API
+    server does not even send them to the webhook (its match condition: they were created
+    by that user, not by a workload controller); sent there straight, as the API server
+    would without that condition, the webhook refuses them for the same reason. The
+    StatefulSet's own replacement then takes the Reservation and the migration ends on
+    the reserved node."""
     restart_controller("evictionPolicy: SoftEviction\n")
     cluster.apply(statefulset("db"), namespace)
     old = cluster.wait(lambda: ready_pods(cluster, namespace, "db", 1), what="db-0")[0]
@@ -476,6 +508,11 @@ def test_a_hand_made_owner_reference_to_a_statefulset_gets_no_claim(
         # The same, as kube-controller-manager's own name for it.
         "forged-db-1": controlled_by(owner, "db-1"),
     }
+    cluster.wait(
+        lambda: migrating(cluster, namespace), what="the namespace to be labelled migrating"
+    )
+    reviewed = webhook_reviews(cluster)
+    made = []
     for forged_name, body in forged.items():
         created = json.loads(
             cluster.kubectl(
@@ -485,6 +522,10 @@ def test_a_hand_made_owner_reference_to_a_statefulset_gets_no_claim(
         )  # fmt: skip
         assert not is_gated(created), f"{forged_name} was bound to the Reservation"
         assert keys.CLAIM not in annotations_of(created), f"{forged_name} got a claim"
+        made.append(created)
+    assert webhook_reviews(cluster) == reviewed, "a forged pod was sent to the webhook"
+    for created in made:
+        assert send_to_the_webhook(cluster, review_of(created, user="mallory")) == []
     assert claim_of(cluster.get("reservation", reservation_name)) is None
     log = cluster.wait(
         lambda: (

@@ -4,9 +4,10 @@ webhook, and the guarantees of a migration hold without them.
 In the default scope (the session's cluster, unless BERTH_E2E_SCOPE=strict)
 kube-scheduler calls the extender only for pods that request berth.sh/reservation, and
 the API server calls the webhook only for pod creations in namespaces labelled
-berth.sh/migrating. Between the placeholder's deletion and the replacement's binding,
-nothing but the replacement's nomination to the reserved node keeps other pods off it:
-the scheduler counts it against pods of equal or lower priority, not higher.
+berth.sh/migrating; in both scopes, only for those kube-controller-manager makes.
+Between the placeholder's deletion and the replacement's binding, nothing but the
+replacement's nomination to the reserved node keeps other pods off it: the scheduler
+counts it against pods of equal or lower priority, not higher.
 
 The handover is held open with a Reservation made by hand and an owner recorded the way
 the controller records a claimer, kept unbound by a gate of the test's own
@@ -48,6 +49,7 @@ from tests.e2e.migrate import (
     ready_pods,
 )
 from tests.e2e.scrape import scrape, scrape_apiserver, scrape_scheduler, total
+from tests.e2e.webhook_world import AS_REPLICASET_CONTROLLER
 
 pytestmark = pytest.mark.e2e
 
@@ -119,6 +121,68 @@ async def test_pods_outside_a_migration_reach_neither_extender_nor_webhook(
     else:  # every pod, on its creation and on its scheduling
         assert more_filters >= 3
         assert more_reviews >= 3
+
+
+async def dry_run_create(cluster: Cluster, namespace: str, body: Pod, *as_user: str) -> None:
+    """Create `body` on a server-side dry run: admission runs, nothing is stored."""
+    await cluster.akubectl(
+        "create", *as_user, "--dry-run=server", "-n", namespace, "-f", "-",
+        input=json.dumps(body),
+    )  # fmt: skip
+
+
+async def test_in_a_migrating_namespace_only_pods_a_workload_controller_creates_reach_the_webhook(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The webhook's match condition (both scopes): the API server sends it a pod creation
+    only when kube-controller-manager makes it. A pod a user creates, even one naming a
+    real ReplicaSet as its controller, is not sent, in a namespace where a Reservation
+    waits for its replacement."""
+    reservation = f"{namespace}-waits"
+    try:
+        await reserve(
+            cluster, namespace, reservation, node="node-0", cpu="100m", scheduler=SCHEDULER
+        )
+        await cluster.await_(
+            lambda: migrating(cluster, namespace) == "true", what="the namespace to be labelled"
+        )
+        await cluster.aapply(deployment("web", replicas=0), namespace)
+        [replicaset] = await cluster.await_(
+            lambda: cluster.get("replicasets", "-n", namespace, "-l=app=web")["items"],
+            what="the Deployment's ReplicaSet",
+        )
+        forged = pod("forged", cpu="100m")
+        forged["metadata"]["labels"] = {"app": "web"}
+        forged["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": replicaset["metadata"]["name"],
+                "uid": replicaset["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+
+        # The same pod, created as the ReplicaSet controller: reviewed once the API
+        # server's namespace informer shows the label.
+        async def reviewed_as_its_controller() -> bool:
+            before = await webhook_reviews(cluster)
+            await dry_run_create(cluster, namespace, forged, AS_REPLICASET_CONTROLLER)
+            return await webhook_reviews(cluster) > before
+
+        await cluster.await_(reviewed_as_its_controller, what="the webhook to review a creation")
+        reviews = await webhook_reviews(cluster)
+        await dry_run_create(cluster, namespace, forged)
+        await dry_run_create(cluster, namespace, pod("plain", cpu="100m"))
+        assert await webhook_reviews(cluster) == reviews, "a user's pod reached the webhook"
+        await cluster.akubectl("scale", "deployment", "web", "--replicas=1", "-n", namespace)
+
+        async def reviewed() -> bool:
+            return await webhook_reviews(cluster) > reviews
+
+        await cluster.await_(reviewed, what="the ReplicaSet's pod to reach the webhook")
+    finally:
+        await cluster.akubectl("delete", "reservation", reservation, check=False)
 
 
 # ----- the namespace label ----------------------------------------------------------------

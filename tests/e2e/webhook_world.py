@@ -360,6 +360,20 @@ def review(namespace: str, owner: dict[str, Any], *, dry_run: bool = False) -> d
     return body
 
 
+def review_of(pod: dict[str, Any], *, user: str) -> dict[str, Any]:
+    """The AdmissionReview the API server would send for creating `pod` as `user`."""
+    body = copy.deepcopy(REVIEW)
+    request = body["request"]
+    request.update(
+        uid=str(uuid.uuid4()),
+        namespace=pod["metadata"]["namespace"],
+        name=pod["metadata"]["name"],
+        object=pod,
+        userInfo={"username": user, "groups": ["system:authenticated"]},
+    )
+    return body
+
+
 class Endpoint(Protocol):
     """A webhook process as these helpers reach it."""
 

@@ -38,6 +38,7 @@ from devtools.chart import (
     values_table,
 )
 from devtools.helm import helm_binary
+from devtools.render import created_by_a_workload_controller
 
 HINT = (
     "\nmanifests/ is the source of truth: change charts/berth/templates (or values.yaml) to "
@@ -314,6 +315,8 @@ def test_non_default_values_reach_their_objects(helm: Path) -> None:
         "caBundle": "Q0E=",
     }
     assert entry["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "ops"]
+    # kube-controller-manager's identities, whatever the release is called.
+    assert entry["matchConditions"] == [created_by_a_workload_controller()]
     evictions = one(objects, "ValidatingWebhookConfiguration", "platform-berth-evictions")
     assert "annotations" not in evictions["metadata"]
     for entry in evictions["webhooks"]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from berth.api import keys
+from berth.protocol import CONTROLLER_IDENTITIES, CONTROLLER_MANAGER, created_by_controller
 from berth.settings import DEFAULT_SCHEDULER_NAMES
 from devtools import binaries, render
 from devtools.render import Scope
@@ -204,3 +205,28 @@ def test_webhook_namespace_selector_requires_the_migrating_label_in_the_default_
     )
     assert default["webhooks"][0]["namespaceSelector"] == {"matchExpressions": [skip, migrating]}
     assert strict["webhooks"][0]["namespaceSelector"] == {"matchExpressions": [skip]}
+
+
+def test_the_webhook_is_called_only_for_pods_a_workload_controller_creates() -> None:
+    """In both scopes; the users it names are exactly those the webhook's own decision
+    takes for a controller of a kind it binds."""
+    for scope in Scope:
+        config = render.webhook_configuration(
+            urls=["https://127.0.0.1:1/m"], ca_bundle="Q0E=", skip_namespaces=[], scope=scope
+        )
+        assert config["webhooks"][0]["matchConditions"] == [
+            render.created_by_a_workload_controller()
+        ]
+    expression = render.created_by_a_workload_controller()["expression"]
+    prefix = "request.userInfo.username in ["
+    assert expression.startswith(prefix)
+    assert expression.endswith("]")
+    named = [user.strip().strip("'") for user in expression[len(prefix) : -1].split(",")]
+    recognised = {
+        user
+        for kind in CONTROLLER_IDENTITIES
+        for user in [*CONTROLLER_IDENTITIES.values(), CONTROLLER_MANAGER, "system:admin"]
+        if created_by_controller({"apiVersion": kind[0], "kind": kind[1]}, user)
+    }
+    assert sorted(named) == sorted(recognised)
+    assert len(named) == len(set(named))

@@ -121,6 +121,17 @@ def test_webhook_configuration_never_blocks_pod_creation() -> None:
     one(found, "Service", service["name"])
 
 
+def test_webhook_is_called_only_for_pods_a_workload_controller_creates() -> None:
+    """The manifest's match condition names exactly the users berth.protocol recognises as
+    a workload controller; the strict component leaves it in place."""
+    [hook] = one(objects(MANIFESTS / "webhook"), "MutatingWebhookConfiguration", "berth")[
+        "webhooks"
+    ]
+    assert hook["matchConditions"] == [render.created_by_a_workload_controller()]
+    [operation] = yaml.safe_load(kustomization(STRICT)["patches"][0]["patch"])
+    assert not operation["path"].startswith("/webhooks/0/matchConditions")
+
+
 def test_webhook_work_ends_before_the_api_server_stops_waiting() -> None:
     """A claim written after the API server gave up (timeoutSeconds) would bind no pod:
     the webhook's deadline is shorter, with room for the answer to travel."""
