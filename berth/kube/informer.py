@@ -200,6 +200,10 @@ class Informer(Store):
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 await self._apply(kind, obj)
                 self.resource_version = obj["metadata"]["resourceVersion"]
+            # The events of a burst arrive in one read, and the loop would handle them
+            # all before anything else: requests, probes and lease renewals would wait
+            # behind the burst. One event, then whatever else is ready.
+            await asyncio.sleep(0)
 
     async def _apply(self, kind: str, obj: Object) -> None:
         """Take one event into the cache and hand it to the handler. An object the cache

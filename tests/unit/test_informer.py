@@ -4,6 +4,7 @@ and a frozen copy of it stays as it was taken while events go on."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -167,3 +168,36 @@ def test_a_cache_may_keep_only_who_an_object_is_while_its_handler_gets_all() -> 
     asyncio.run(informer._apply("MODIFIED", whole))
     assert informer.get("ns/p") == {"metadata": {**identity["metadata"], "resourceVersion": "12"}}
     assert len(seen) == 1
+
+
+class _Burst:
+    """A watch whose events all arrive in one read: iterating it never waits."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+
+    async def watch(self, _resource: Any, **_: Any) -> AsyncIterator[dict[str, Any]]:
+        for event in self.events:
+            yield event
+
+
+async def test_a_burst_of_events_lets_other_work_of_the_loop_run_between_them() -> None:
+    """A thousand bound pods arrive in one read while the scheduler waits for the
+    extender's answer: the request is served after an event, not after the burst."""
+    burst = [
+        {"type": "ADDED", "object": on_node(f"p-{index}", "node-1", rv=str(index + 1))}
+        for index in range(1000)
+    ]
+    seen: list[str] = []
+    informer = Informer(cast(Kube, _Burst(burst)), PODS, handler=lambda kind, _: seen.append(kind))
+    taken_when_served: list[int] = []
+
+    async def request() -> None:
+        taken_when_served.append(len(seen))
+
+    served = asyncio.create_task(request())
+    await informer._watch()
+    await served
+    assert len(seen) == 1000
+    assert taken_when_served == [1]
+    assert informer.resource_version == "1000"
