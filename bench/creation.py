@@ -29,9 +29,10 @@ without an owner: the webhook is not called (n counts its reviews).
   cluster's processes are back near their idle CPU (`Bench.settle`), so that no batch
   pays for the previous one's aftermath.
 - **Registration**: in the default scope, pods created in a namespace that is not
-  migrating, with the configuration registered against not registered at all (batches,
-  since the configuration is the whole cluster's; dry-run creations confirm each change
-  is in effect before a batch). The API server never calls the webhook there.
+  migrating, with the configuration registered against not registered at all (batches
+  of one client and of eight, since the configuration is the whole cluster's; dry-run
+  creations confirm each change is in effect before a batch). The API server never
+  calls the webhook there.
 - **Floor**: the strict rows again against `bench.nullhook`, a webhook that answers
   every review at once without any work: what being called costs on this machine.
 
@@ -92,7 +93,8 @@ METHOD = (
     "batches alternating (ABBA) between the sides, each pair a trial, each batch started "
     "once the cluster's CPU is back near idle. Ratio: the median trial; n: the lowest and "
     "highest. 'Namespace not migrating': the default scope's configuration registered "
-    "against deleted, in batches (the configuration is cluster-wide). 'A webhook that "
+    "against deleted, in batches of 1 and of 8 clients (the configuration is "
+    "cluster-wide). 'A webhook that "
     "answers at once': the strict rows against `bench/nullhook.py`, which answers every "
     "review from bare asyncio with no work: what being called costs on this machine, "
     "whatever answers. The pods stay Pending (their scheduler does not exist): this times "
@@ -322,11 +324,18 @@ async def batches(bench: Bench, case: Case, *, batches: int, pods: int) -> Row:
 
 
 async def registration(
-    bench: Bench, source: Source, *, batches: int, pods: int, into: str, probe: str
+    bench: Bench,
+    source: Source,
+    *,
+    batches: int,
+    pods: int,
+    clients: int,
+    into: str,
+    probe: str,
 ) -> Row:
-    """Pods created in a namespace that is not migrating, with the default scope's
-    configuration registered against not registered at all. `probe`, a migrating
-    namespace, shows when a change is in effect."""
+    """Pods created by `clients` clients in a namespace that is not migrating, with the
+    default scope's configuration registered against not registered at all. `probe`, a
+    migrating namespace, shows when a change is in effect."""
     config = webhook_configuration(bench.cluster, "default", skip=())
     reviews = berth_reviews(bench)
     runs: list[tuple[bool, float]] = []
@@ -343,15 +352,16 @@ async def registration(
         state = "registered" if registered else "deleted"
         await wait_for(in_effect, what=f"the API server to see the webhook configuration {state}")
         before = await reviews()
-        took = await create_batch(bench, into, source, pods=pods, clients=CLIENTS, tag=f"r-{index}")
+        tag = f"r-{clients}-{index}"
+        took = await create_batch(bench, into, source, pods=pods, clients=clients, tag=tag)
         counted += await reviews() - before
         runs.append((registered, took))
         say(
-            f"pod creation, namespace not migrating, {CLIENTS} clients: batch "
+            f"pod creation, namespace not migrating, {_clients(clients)}: batch "
             f"{index + 1}/{batches} webhook {state}: {number(rate(pods, took))} pods/s"
         )
     return _row(
-        f"default, namespace not migrating, pods a ReplicaSet creates, {CLIENTS} clients",
+        f"default, namespace not migrating, pods a ReplicaSet creates, {_clients(clients)}",
         runs,
         pods=pods,
         figure_note="",
@@ -400,11 +410,18 @@ async def rows(bench: Bench, *, batches_: int, pods: int) -> list[Row]:
                 if source is controller:
                     result.append(await batches(bench, case, batches=batches_, pods=pods))
             if mode == "default":
-                result.append(
-                    await registration(
-                        bench, controller, batches=batches_, pods=pods, into=quiet, probe=called
+                for clients in (1, CLIENTS):
+                    result.append(
+                        await registration(
+                            bench,
+                            controller,
+                            batches=batches_,
+                            pods=pods,
+                            clients=clients,
+                            into=quiet,
+                            probe=called,
+                        )
                     )
-                )
         async with nullhook.running(bench) as null:
             reviews = null.count
             await configure(
@@ -493,6 +510,10 @@ def _ms_figure(after: dict[float, float], before: dict[float, float]) -> str:
     observed = difference(after, before)
     p50, p99 = (bucket_bound(observed, share) for share in (0.5, 0.99))
     return f"webhook p50 {_ms(p50)}, p99 {_ms(p99)}"
+
+
+def _clients(count: int) -> str:
+    return "1 client" if count == 1 else f"{count} clients"
 
 
 def _trials(ratios: list[float]) -> str:
