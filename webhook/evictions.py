@@ -15,13 +15,16 @@ The checks, in order:
   controller in dryRun (its jobs would never start), an `evictionPolicy` other than
   Eviction (the job would then delete or only annotate the pod, not what was asked),
   namespaces not opted in, namespaces `namespaces` excludes, requesters not listed.
-- `screen_pod`: the pod. A pod Berth never migrates (`berth.eviction.forbidden`: no
-  controller, DaemonSet, static, terminating, ...) is evicted as asked.
 - `already_migrated`: the pod is the replacement a job made from this requester's
   eviction put in place. A StatefulSet's replacement has the original's name, and kubectl
-  drain re-reads the pod by name after each 429: without this, it would evict the
-  replacement in turn. It is answered 404 (the pod it meant is gone), which drain counts
-  as done.
+  drain re-reads the pod by name after each 429 and evicts whatever pod has it now, with
+  no UID precondition: without this, it would evict the replacement in turn, gated and
+  not yet scheduled (a pod Berth never migrates, below), or bound to its reserved node.
+  It is answered 404 (the pod it meant is gone), which drain counts as done. Not when the
+  replacement's node is cordoned: that is a drain of that node, and the replacement is
+  migrated off it as any pod is.
+- `screen_pod`: the pod. A pod Berth never migrates (`berth.eviction.forbidden`: no
+  controller, DaemonSet, static, not scheduled, terminating, ...) is evicted as asked.
 - `verdict`: the job for the pod (named after the pod's UID, so every replica and every
   retry finds the same one). Not ended: 429, naming the job. Ended while the pod is still
   there (the job failed or was aborted): the eviction goes through, so a drain is never
@@ -39,7 +42,7 @@ from typing import Any
 
 from berth import eviction as evictability
 from berth.api import TERMINAL_PHASES, format_duration, keys, parse_duration
-from berth.protocol import Object, owner_uids
+from berth.protocol import Object, claim_of, owner_uids, pod_claim
 from berth.settings import EvictionPolicy, MigrationControllerArgs
 
 JOB_PREFIX = "eviction-"
@@ -195,22 +198,40 @@ def job_for(
 
 
 def replaced_in(pod: Object, reservations: Mapping[str, Object]) -> str | None:
-    """The job whose Reservation records `pod` as its owner (the pod is the replacement
-    that job put in place), or None. Reservations are written by Berth alone."""
+    """The job whose Reservation `pod` took (the pod is the replacement that job put in
+    place), or None: the pod is recorded as the Reservation's owner, or carries its
+    current claim (between the webhook's claim and the controller's record of it).
+    Reservations are written by Berth alone; a claim copied onto a pod by its author
+    counts only as far as `already_migrated` lets it."""
     uid = pod["metadata"].get("uid")
+    token = pod_claim(pod)
     for reservation in reservations.values():
-        if uid in owner_uids(reservation):
+        if uid in owner_uids(reservation) or (token and claim_of(reservation) == token):
             job = (reservation["metadata"].get("annotations") or {}).get(keys.JOB)
             return str(job) if job else None
     return None
 
 
-def already_migrated(job: Object, *, eviction: Eviction, now: datetime) -> Gone | None:
-    """404 when `job` was made from an eviction by the same requester and its TTL (with
-    `REPLACEMENT_GRACE`) has not run out: this eviction is that requester retrying the
-    first one on the replacement, which took the original's name."""
+def already_migrated(
+    job: Object, pod: Object, *, eviction: Eviction, now: datetime, cordoned: bool
+) -> Gone | None:
+    """404 when this eviction is the requester retrying, on the replacement, the eviction
+    `job` was made from: the job is that requester's, its TTL (with `REPLACEMENT_GRACE`)
+    has not run out, and `pod` took the name of the pod the job migrated (a retry by name
+    reaches a replacement no other way) without being that pod. Not when the eviction
+    names a UID (it means this pod), nor when the replacement's node is cordoned
+    (`cordoned`: a drain of that node is evicting it)."""
     metadata = job["metadata"]
     if (metadata.get("annotations") or {}).get(keys.REQUESTER) != eviction.user:
+        return None
+    ref = job.get("spec", {}).get("podRef") or {}
+    if (
+        eviction.uid_precondition is not None
+        or cordoned
+        or (ref.get("namespace"), ref.get("name")) != (eviction.namespace, eviction.pod)
+        or not ref.get("uid")
+        or ref.get("uid") == pod["metadata"].get("uid")
+    ):
         return None
     try:
         created = datetime.fromisoformat(metadata["creationTimestamp"])

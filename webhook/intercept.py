@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 
 from berth import metrics
-from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
+from berth.kube.client import NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
 from berth.settings import MigrationControllerArgs
@@ -130,12 +130,13 @@ class Interceptor:
             if error.not_found:
                 return Pass("PodNotFound", "no such pod")
             raise
-        passed = evictions.screen_pod(pod, eviction)
-        if passed:
-            return passed
+        # Before `screen_pod`: a replacement still gated is a pod Berth never migrates.
         gone = await self.replaced(pod, eviction)
         if gone:
             return gone
+        passed = evictions.screen_pod(pod, eviction)
+        if passed:
+            return passed
         body = evictions.job_for(pod, eviction=eviction, settings=self.settings)
         name = body["metadata"]["name"]
         try:
@@ -161,7 +162,8 @@ class Interceptor:
 
     async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
         """`Gone` when the pod is the replacement of a pod this requester's eviction had
-        migrated (`evictions.already_migrated`)."""
+        migrated (`evictions.already_migrated`). Rare: one GET of the job, and one of the
+        replacement's node when it is bound to one."""
         name = evictions.replaced_in(pod, self.reservations)
         if name is None:
             return None
@@ -171,7 +173,20 @@ class Interceptor:
             if error.not_found:
                 return None
             raise
-        return evictions.already_migrated(job, eviction=eviction, now=datetime.now(UTC))
+        node = (pod.get("spec") or {}).get("nodeName")
+        cordoned = isinstance(node, str) and bool(node) and await self.cordoned(node)
+        return evictions.already_migrated(
+            job, pod, eviction=eviction, now=datetime.now(UTC), cordoned=cordoned
+        )
+
+    async def cordoned(self, node: str) -> bool:
+        try:
+            found = await self.kube.get(NODES, node)
+        except KubeError as error:
+            if error.not_found:
+                return False
+            raise
+        return bool((found.get("spec") or {}).get("unschedulable"))
 
     def event(self, pod: Object, reason: str, message: str, event_type: str = "Normal") -> None:
         """Record an event on the pod without holding the answer up for it."""

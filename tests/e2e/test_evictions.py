@@ -517,6 +517,71 @@ def test_evictions_elsewhere_pass_unless_all_namespaces_and_requesters_say_so(
     assert (job["spec"]["mode"], job["spec"]["ttl"]) == ("EvictDirectly", "1m0s")
 
 
+def test_a_retry_by_name_never_evicts_a_statefulset_replacement(
+    cluster: Cluster, namespace: str, own_node: str
+) -> None:
+    """kubectl drain re-reads a pod by name after each 429 and evicts whatever pod has
+    that name then, without a UID precondition: for a StatefulSet, the replacement Berth
+    put in place. Retried by the same requester, the eviction is answered 404 (the pod it
+    meant is gone), whether the replacement is still gated or already bound, and the
+    replacement stays. Once its node is cordoned, an eviction of it is a drain of that
+    node: intercepted, and the replacement moves on reservation-first."""
+    opt_in(cluster, namespace)
+    source = own_node
+    with only_schedulable(cluster, source):
+        cluster.apply(
+            statefulset("db", replicas=1, cpu="100m", spec_extra=tolerating(source)), namespace
+        )
+        [original] = cluster.wait(lambda: ready_pods(cluster, namespace, "db", 1), what="db-0")
+    first = evict(cluster, namespace, "db-0")
+    assert first.returncode != 0
+    assert "is being migrated by PodMigrationJob eviction-" in first.stderr
+
+    def replacement() -> dict[str, Any] | None:
+        found = [
+            p
+            for p in pods(cluster, namespace, "app=db")
+            if p["metadata"]["uid"] != original["metadata"]["uid"]
+        ]
+        return found[0] if found else None
+
+    # The retry, as soon as the replacement exists (still gated, as a rule).
+    new = cluster.wait(replacement, what="the replacement db-0")
+    retry = evict(cluster, namespace, "db-0")
+    assert retry.returncode != 0
+    assert "NotFound" in retry.stderr, retry.stderr
+    assert "is the replacement PodMigrationJob eviction-" in retry.stderr, retry.stderr
+    [job] = cluster.wait(lambda: ended(intercepted(cluster, namespace)), what="the job to end")
+    landed_where_reserved(cluster, job)
+    # And again once it is bound and Ready: still the same pod, still answered 404.
+    [bound] = cluster.wait(lambda: ready_pods(cluster, namespace, "db", 1), what="db-0 ready")
+    assert bound["metadata"]["uid"] == new["metadata"]["uid"]
+    again = evict(cluster, namespace, "db-0")
+    assert "NotFound" in again.stderr, again.stderr
+
+    # Its node being drained now: the replacement is migrated off it in turn.
+    reserved = bound["spec"]["nodeName"]
+    cluster.kubectl("cordon", reserved)
+    try:
+        drained = evict(cluster, namespace, "db-0")
+        assert drained.returncode != 0
+        assert f"PodMigrationJob eviction-{new['metadata']['uid']}" in drained.stderr
+        second = cluster.wait(
+            lambda: ended(
+                [
+                    j
+                    for j in intercepted(cluster, namespace)
+                    if j["metadata"]["uid"] != job["metadata"]["uid"]
+                ]
+            ),
+            what="the second job to end",
+        )
+        [moved] = second
+        landed_where_reserved(cluster, moved)
+    finally:
+        cluster.kubectl("uncordon", reserved)
+
+
 def test_a_pod_berth_never_migrates_is_evicted_as_asked(cluster: Cluster, namespace: str) -> None:
     """A bare pod (nothing would recreate it) in an opted-in namespace: the eviction goes
     ahead at once, and no job is made."""

@@ -69,6 +69,8 @@ CLUSTER_WIDE: dict[str, Grants] = {
         # the pod an eviction names (the review carries only its name), an Event on it.
         (f"podmigrationjobs.{KOORD}", ""): {"create", "get"},
         ("pods", ""): {"get"},
+        # Whether the node of a replacement evicted again is cordoned (being drained).
+        ("nodes", ""): {"get"},
         ("events", ""): {"create"},
     },
     "berth-extender": {

@@ -121,6 +121,7 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("apps", "replicasets"): {"get"},
         # Eviction interception: the pod an eviction names, its job, an Event on the pod.
         ("", "pods"): {"get"},
+        ("", "nodes"): {"get"},
         (KOORD, "podmigrationjobs"): {"create", "get"},
         ("", "events"): {"create"},
     },

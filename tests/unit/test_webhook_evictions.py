@@ -215,9 +215,19 @@ def test_the_replacement_of_a_migrated_pod_is_found_by_its_reservation() -> None
     reservations = {
         "a": reservation("a", owners=["other"], job_name="job-a"),
         "b": with_status(reservation("b", owners=["web-1"], job_name="job-b"), phase="Succeeded"),
+        "c": reservation("c", annotations={keys.CLAIM: "token-c"}, job_name="job-c"),
     }
     assert replaced_in(pod(), reservations) == "job-b"
     assert replaced_in(pod(uid="new"), reservations) is None
+    # Claimed, not yet recorded as owner: the window between the webhook and the
+    # controller, when the replacement is still gated.
+    claimed = pod(uid="new", node=None, annotations={keys.CLAIM: "token-c"})
+    assert replaced_in(claimed, reservations) == "job-c"
+    assert replaced_in(pod(uid="new", annotations={keys.CLAIM: "other"}), reservations) is None
+
+
+REPLACEMENT = pod(uid="uid-web-1-new", node="node-1")
+"""A StatefulSet's replacement: the name of the pod the job migrated (uid-web-1)."""
 
 
 @pytest.mark.parametrize(
@@ -232,8 +242,37 @@ def test_the_replacement_of_a_migrated_pod_is_found_by_its_reservation() -> None
 def test_a_retry_on_the_replacement_is_answered_gone(
     user: str, after: timedelta, gone: bool
 ) -> None:
-    answer = already_migrated(migrated_by(user), eviction=EVICTION, now=T0 + after)
+    answer = already_migrated(
+        migrated_by(user), REPLACEMENT, eviction=EVICTION, now=T0 + after, cordoned=False
+    )
     assert isinstance(answer, Gone) == gone
+
+
+@pytest.mark.parametrize(
+    ("replacement", "eviction", "cordoned"),
+    [
+        # The pod the job migrated, still there: not a replacement.
+        (pod(), EVICTION, False),
+        # A Deployment's replacement has a name of its own: a retry by the old name never
+        # reaches it, so an eviction of it is a new one (the drain of its node, say).
+        (pod("web-2", uid="uid-web-2"), replace(EVICTION, pod="web-2"), False),
+        # The same name, on a node being drained: a drain of that node.
+        (REPLACEMENT, EVICTION, True),
+        # An eviction naming this pod's UID means this pod.
+        (REPLACEMENT, replace(EVICTION, uid_precondition="uid-web-1-new"), False),
+    ],
+)
+def test_an_eviction_of_the_replacement_that_is_no_retry_is_not_answered_gone(
+    replacement: dict[str, Any], eviction: Eviction, cordoned: bool
+) -> None:
+    answer = already_migrated(
+        migrated_by(ADMIN),
+        replacement,
+        eviction=eviction,
+        now=T0 + timedelta(seconds=10),
+        cordoned=cordoned,
+    )
+    assert answer is None
 
 
 # --- the wire ---------------------------------------------------------------
