@@ -110,6 +110,9 @@ class PodMigrationJobReason(StrEnum):
     """The Reservation's node was deleted after the eviction, before the replacement was
     bound there: the replacement the webhook tied to that node is deleted, so that its
     workload creates one that can run elsewhere."""
+    RESERVATION_OWNER_GONE = "ReservationOwnerGone"
+    """The replacement recorded as the Reservation's owner was deleted before it was
+    bound: the place is no longer held for anyone."""
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
     """Arbitration: the pod may never be migrated; the message names the rule."""
     NOT_ADMITTED = "NotAdmitted"

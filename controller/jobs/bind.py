@@ -15,7 +15,9 @@ from berth.api import (
     PodMigrationJobConditionType,
     PodMigrationJobPhase,
     PodMigrationJobReason,
+    ReservationConditionType,
     ReservationPhase,
+    ReservationReason,
 )
 from berth.kube.client import PODS
 from controller.actions import Delete, Event, Plan
@@ -91,21 +93,9 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         waiting = f"waiting for pod {owner['metadata']['name']} to be ready"
     elif view.reserved_node_gone:
         return _node_lost(view, status, owner, rsv=rsv)
+    elif (unused := _not_to_be_bound(view, status, rsv=rsv)) is not None:
+        return unused
     else:
-        bypass = _unbound_replacement(view, status)
-        if (
-            bypass is not None
-            and reservation is not None
-            and protocol.claim_of(reservation) is None
-        ):
-            return fail(
-                view,
-                status,
-                reason=Reason.RESERVATION_NOT_USED,
-                message=f"replacement pod {bypass['metadata']['name']} was created "
-                f"without claiming Reservation {rsv!r} (is the webhook running?); it is "
-                "scheduled as any pod, and the reservation is released",
-            )
         node = protocol.node_of(reservation) if reservation else None
         kind, reason = Type.POD_BOUND_RESERVATION, Reason.WAIT_FOR_POD_BIND_RESERVATION
         waiting = f"waiting for a replacement pod to bind Reservation {rsv!r} on {node}"
@@ -155,6 +145,48 @@ def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str)
             "its workload creates one that can run elsewhere"
         )
     return plan.then(*fail(view, status, reason=Reason.RESERVATION_LOST, message=message).actions)
+
+
+def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
+    """The job's end when no replacement will bind its Reservation any more: the one
+    that took it was deleted unbound, or one was created without claiming it."""
+    reservation = view.reservation
+    if reservation is None:
+        return None
+    gone = _owner_deleted(reservation)
+    if gone is not None:
+        return fail(
+            view,
+            status,
+            reason=Reason.RESERVATION_OWNER_GONE,
+            message=f"replacement pod {gone} took Reservation {rsv!r} but was deleted "
+            "before it was bound; the place is released, and the workload's next pod is "
+            "scheduled as any pod",
+        )
+    bypass = _unbound_replacement(view, status)
+    if bypass is not None and protocol.claim_of(reservation) is None:
+        return fail(
+            view,
+            status,
+            reason=Reason.RESERVATION_NOT_USED,
+            message=f"replacement pod {bypass['metadata']['name']} was created "
+            f"without claiming Reservation {rsv!r} (is the webhook running?); it is "
+            "scheduled as any pod, and the reservation is released",
+        )
+    return None
+
+
+def _owner_deleted(reservation: Object) -> str | None:
+    """The name of the owner whose deletion before its binding failed the Reservation
+    (`controller.reservations`), if that is how it ended: nothing holds the place now, and
+    no other pod can claim it."""
+    if protocol.phase(reservation) != ReservationPhase.FAILED:
+        return None
+    ready = condition(reservation.get("status") or {}, ReservationConditionType.READY) or {}
+    if ready.get("reason") != ReservationReason.OWNER_GONE:
+        return None
+    owners = reservation.get("status", {}).get("currentOwners") or [{}]
+    return str(owners[0].get("name") or "?")
 
 
 def _refused(owner: Object) -> str | None:

@@ -232,6 +232,99 @@ spec:
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
 
 
+HOLD = "berth.sh/test-hold"
+"""A finalizer the test puts on a placeholder: deleted at the handover, it stays
+terminating, so the replacement stays gated (its gate comes off once the placeholder is
+gone) for as long as the test needs."""
+
+
+def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The replacement that took the Reservation is deleted while still gated (a tool
+    evicting it, a user): the Reservation fails (OwnerGone) and the job ends
+    `ReservationOwnerGone` then, rather than waiting for its TTL while no place is held;
+    the workload's next pod runs, gated by nothing."""
+    cluster.apply(deployment("gone"), namespace)
+    [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "gone", 1), what="the pod")
+    target = "node-2" if old["spec"]["nodeName"] != "node-2" else "node-1"
+    rs = old["metadata"]["ownerReferences"][0]
+    rsv_name = f"gone-{namespace}"[:60]
+
+    def placeholder() -> dict[str, Any] | None:
+        found = cluster.get("pods", "-A", f"--selector={keys.RESERVATION_LABEL}={rsv_name}")
+        return found["items"][0] if found["items"] else None
+
+    cluster.kubectl("cordon", target)  # the placeholder waits, Pending, for the finalizer
+    try:
+        cluster.apply(f"""
+apiVersion: scheduling.koordinator.sh/v1alpha1
+kind: Reservation
+metadata: {{name: {rsv_name}}}
+spec:
+  ttl: 10m
+  template:
+    metadata: {{namespace: {namespace}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: {target}}}
+      containers: [{{name: app, resources: {{requests: {{cpu: 200m}}}}}}]
+  owners:
+  - controller: {{apiVersion: apps/v1, kind: ReplicaSet, name: {rs["name"]}, uid: {rs["uid"]},
+                  namespace: {namespace}}}
+""")
+        held = cluster.wait(placeholder, what="the placeholder")["metadata"]
+        cluster.kubectl(
+            "patch", "pod", held["name"], "-n", held["namespace"], "--type=merge",
+            "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}),
+        )  # fmt: skip
+    finally:
+        cluster.kubectl("uncordon", target)
+    try:
+        cluster.wait(
+            lambda: (
+                cluster.get("reservation", rsv_name).get("status", {}).get("phase") == "Available"
+            ),
+            what="the Reservation to be Available",
+        )
+        name, manifest = job_manifest(
+            old, reservationOptions={"reservationRef": {"name": rsv_name}}
+        )
+        cluster.apply(manifest)
+
+        def handed_over() -> dict[str, Any] | None:
+            return next(
+                (
+                    p
+                    for p in pods(cluster, namespace, "app=gone")
+                    if p["metadata"]["uid"] != old["metadata"]["uid"]
+                    and p["spec"].get("schedulingGates")
+                    and p.get("status", {}).get("nominatedNodeName") == target
+                ),
+                None,
+            )
+
+        owner = cluster.wait(handed_over, what="the replacement, nominated and still gated")
+        cluster.kubectl("delete", "pod", owner["metadata"]["name"], "-n", namespace)
+        job = cluster.wait(
+            lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end"
+        )
+        status = job["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "ReservationOwnerGone"), status
+        assert owner["metadata"]["name"] in status["message"]
+        assert cluster.get("reservation", rsv_name)["status"]["phase"] == "Failed"
+        [after] = cluster.wait(
+            lambda: ready_pods(cluster, namespace, "gone", 1), what="the workload's next pod"
+        )
+        assert after["metadata"]["uid"] not in (old["metadata"]["uid"], owner["metadata"]["uid"])
+        assert leftovers(cluster, namespace)["gated"] == []
+    finally:
+        cluster.kubectl(
+            "patch", "pod", held["name"], "-n", held["namespace"], "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+        cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
+
+
 NODES = ("node-0", "node-1", "node-2")
 NODE_CPU = Decimal(8000)
 ROUNDS = 20

@@ -20,6 +20,7 @@ from tests.unit.controller_cases import (
     EVICTING,
     cond,
     kinds,
+    rsv_plan,
     status_of,
     view,
     view_plan,
@@ -584,6 +585,27 @@ def test_a_node_deleted_after_the_eviction_frees_the_replacement_tied_to_it() ->
         node_gone=True,
     )
     assert not any(isinstance(a, Delete) for a in bound.actions)
+
+
+def test_an_owner_deleted_before_its_binding_ends_the_job_at_once() -> None:
+    """The Reservation fails when its recorded owner is deleted unbound (a drain evicting
+    the gated replacement, say); the job says so then rather than waiting for its TTL
+    while no place is held."""
+    claimed = reservation(phase="Available", node="node-1", owners=["web-2"])
+    failed = copy.deepcopy(claimed)
+    [update] = [a for a in rsv_plan(claimed, owner=None).actions if isinstance(a, UpdateStatus)]
+    failed["status"] = update.obj["status"]
+    assert failed["status"]["phase"] == "Failed"
+    plan = view_plan(job_obj=job(conditions=EVICTING), rsv=failed, owner=None)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:ReservationOwnerGone"]
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationOwnerGone")
+    assert "web-2" in status["message"]
+    # Failed for another reason (released, expired): the job's own rules apply.
+    other = copy.deepcopy(failed)
+    other["status"]["conditions"] = []
+    waiting = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=other, owner=None))
+    assert waiting["phase"] != "Failed"
 
 
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:

@@ -91,12 +91,16 @@ async def test_leader_killed_at_a_step_loses_nothing(
         )
         await until(injector.leader, what="a running leader", timeout=60, interval=1)
         pod = sorted(ready(recorder, namespace, "web"), key=lambda p: p["metadata"]["name"])[0]
+        if case.block_at:
+            # No new pod in the namespace, the job's placeholder included, until `block`
+            # has tightened the PDB: the eviction cannot come first.
+            await cluster.aapply(json.dumps(HOLD), namespace)
         name, body = job(pod, ttl=case.ttl)
         await asyncio.to_thread(apply_all, cluster, [body])
 
         side_effects: list[tuple[str, Callable[[], Awaitable[object]]]] = []
         if case.block_at:
-            side_effects.append((case.block_at, lambda: block(cluster, namespace, name)))
+            side_effects.append((case.block_at, lambda: block(cluster, namespace)))
         if case.abort_at:
             side_effects.append((case.abort_at, lambda: abort(cluster, name)))
         for step, effect in side_effects:
@@ -133,10 +137,21 @@ async def test_leader_killed_at_a_step_loses_nothing(
         assert verdict.evictions == (1 if case.ending == "Succeed" else 0)
 
 
-async def block(cluster: Cluster, namespace: str, name: str) -> None:
-    """Make the PDB refuse the job's eviction: hold the job (paused) until the disruption
-    controller has counted the tighter PDB, or the eviction could slip through first."""
-    await pause(cluster, name, True)
+HOLD_NAME = "hold-placeholders"
+HOLD = {
+    "apiVersion": "v1",
+    "kind": "ResourceQuota",
+    "metadata": {"name": HOLD_NAME},
+    "spec": {"hard": {"pods": "2"}},
+}
+"""The namespace's two pods and no more: the placeholder's creation is refused (the
+controller retries it) while this quota stands."""
+
+
+async def block(cluster: Cluster, namespace: str) -> None:
+    """Make the PDB refuse the job's eviction. The job is admitted but its placeholder
+    held off (`HOLD`) until the disruption controller has counted the tighter PDB: only
+    then can the Reservation become Available and the eviction be tried."""
     await set_floor(cluster, namespace, 2)
     await cluster.await_(
         lambda: (
@@ -148,13 +163,7 @@ async def block(cluster: Cluster, namespace: str, name: str) -> None:
         ),
         what="the PDB to allow no disruption",
     )
-    await pause(cluster, name, False)
-
-
-async def pause(cluster: Cluster, name: str, paused: bool) -> None:
-    await cluster.akubectl(
-        "patch", "pmj", name, "--type=merge", "-p", json.dumps({"spec": {"paused": paused}})
-    )
+    await cluster.akubectl("delete", "resourcequota", HOLD_NAME, "-n", namespace)
 
 
 async def set_floor(cluster: Cluster, namespace: str, floor: int) -> None:
