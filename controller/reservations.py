@@ -98,6 +98,18 @@ def expires_at(reservation: Mapping[str, Any]) -> datetime:
     return deadline(reservation, spec.get("ttl"), DEFAULT_TTL)
 
 
+def delete_placeholder(placeholder: Mapping[str, Any]) -> Delete:
+    """Delete the placeholder at once (it runs nothing), only if it is still that pod."""
+    metadata = placeholder["metadata"]
+    return Delete(
+        PODS,
+        metadata["name"],
+        namespace=metadata["namespace"],
+        uid=metadata["uid"],
+        grace_period_seconds=0,
+    )
+
+
 def ungate(pod: Mapping[str, Any]) -> Patch:
     """Remove Berth's gate from a pod, keeping any other gate; the test guards the index."""
     gates = pod["spec"].get("schedulingGates") or []
@@ -366,16 +378,7 @@ def _node_gone(view: ReservationView, status: Object, plan: Plan, *, node: str) 
     placed elsewhere, and never let the Reservation count as Available meanwhile: a job
     evicting on the strength of it would send its replacement to a node that is gone."""
     assert view.placeholder is not None
-    metadata = view.placeholder["metadata"]
-    plan.then(
-        Delete(
-            PODS,
-            metadata["name"],
-            namespace=metadata["namespace"],
-            uid=metadata["uid"],
-            grace_period_seconds=0,
-        )
-    )
+    plan.then(delete_placeholder(view.placeholder))
     if protocol.phase(view.reservation) == ReservationPhase.AVAILABLE:
         status.update(phase=ReservationPhase.PENDING, nodeName=None)
         status = with_condition(
@@ -497,16 +500,7 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
         return plan.then(nominate(owner, node)).again_in(HANDOVER_POLL)
     if step == Step.FREE:
         assert view.placeholder is not None
-        placeholder = view.placeholder["metadata"]
-        return plan.then(
-            Delete(
-                PODS,
-                placeholder["name"],
-                namespace=placeholder["namespace"],
-                uid=placeholder["uid"],
-                grace_period_seconds=0,
-            )
-        ).again_in(HANDOVER_POLL)
+        return plan.then(delete_placeholder(view.placeholder)).again_in(HANDOVER_POLL)
     if step == Step.NOMINATE_AND_UNGATE:
         plan.then(nominate(owner, node), ungate(owner), released)
     elif step == Step.UNGATE:
@@ -516,16 +510,7 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
 
 def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
     if view.placeholder is not None:
-        placeholder = view.placeholder["metadata"]
-        plan.then(
-            Delete(
-                PODS,
-                placeholder["name"],
-                namespace=placeholder["namespace"],
-                uid=placeholder["uid"],
-                grace_period_seconds=0,
-            )
-        )
+        plan.then(delete_placeholder(view.placeholder))
     gated = [] if view.owner is None else [view.owner]
     gated += [pod for pod in view.claimers if pod is not view.owner]
     for pod in gated:
