@@ -186,18 +186,16 @@ def test_seed_quick_start_verbatim(cluster: Cluster) -> None:
     assert not any(leftovers(cluster, "default").values())
 
 
-def test_reservation_ref_uses_the_given_reservation(cluster: Cluster, namespace: str) -> None:
-    cluster.apply(deployment("ref"), namespace)
-    old = cluster.wait(lambda: ready_pods(cluster, namespace, "ref", 1), what="the pod")[0]
-    target = "node-2" if old["spec"]["nodeName"] != "node-2" else "node-1"
-    rs = old["metadata"]["ownerReferences"][0]
-    rsv_name = f"rsv-{namespace}"[:60]
-    cluster.apply(f"""
+def reservation_for(pod: dict[str, Any], name: str, *, target: str, ttl: str) -> str:
+    """A Reservation made by hand on `target` for the pods of `pod`'s ReplicaSet."""
+    namespace = pod["metadata"]["namespace"]
+    rs = pod["metadata"]["ownerReferences"][0]
+    return f"""
 apiVersion: scheduling.koordinator.sh/v1alpha1
 kind: Reservation
-metadata: {{name: {rsv_name}}}
+metadata: {{name: {name}}}
 spec:
-  ttl: 5m
+  ttl: {ttl}
   template:
     metadata: {{namespace: {namespace}}}
     spec:
@@ -206,18 +204,30 @@ spec:
   owners:
   - controller: {{apiVersion: apps/v1, kind: ReplicaSet, name: {rs["name"]}, uid: {rs["uid"]},
                   namespace: {namespace}}}
-""")
+"""
+
+
+def job_on(cluster: Cluster, pod: dict[str, Any], reservation: str) -> str:
+    """A job for `pod` naming `reservation` (reservationRef), once it is Available."""
+    cluster.wait(
+        lambda: (
+            cluster.get("reservation", reservation).get("status", {}).get("phase") == "Available"
+        ),
+        what="the Reservation to be Available",
+    )
+    name, manifest = job_manifest(pod, reservationOptions={"reservationRef": {"name": reservation}})
+    cluster.apply(manifest)
+    return name
+
+
+def test_reservation_ref_uses_the_given_reservation(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(deployment("ref"), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "ref", 1), what="the pod")[0]
+    target = "node-2" if old["spec"]["nodeName"] != "node-2" else "node-1"
+    rsv_name = f"rsv-{namespace}"[:60]
+    cluster.apply(reservation_for(old, rsv_name, target=target, ttl="5m"))
     try:
-        cluster.wait(
-            lambda: (
-                cluster.get("reservation", rsv_name).get("status", {}).get("phase") == "Available"
-            ),
-            what="the Reservation to be Available",
-        )
-        name, manifest = job_manifest(
-            old, reservationOptions={"reservationRef": {"name": rsv_name}}
-        )
-        cluster.apply(manifest)
+        name = job_on(cluster, old, rsv_name)
         job = cluster.wait(
             lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the migration to end"
         )
@@ -248,7 +258,6 @@ def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
     cluster.apply(deployment("gone"), namespace)
     [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "gone", 1), what="the pod")
     target = "node-2" if old["spec"]["nodeName"] != "node-2" else "node-1"
-    rs = old["metadata"]["ownerReferences"][0]
     rsv_name = f"gone-{namespace}"[:60]
 
     def placeholder() -> dict[str, Any] | None:
@@ -257,21 +266,7 @@ def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
 
     cluster.kubectl("cordon", target)  # the placeholder waits, Pending, for the finalizer
     try:
-        cluster.apply(f"""
-apiVersion: scheduling.koordinator.sh/v1alpha1
-kind: Reservation
-metadata: {{name: {rsv_name}}}
-spec:
-  ttl: 10m
-  template:
-    metadata: {{namespace: {namespace}}}
-    spec:
-      nodeSelector: {{kubernetes.io/hostname: {target}}}
-      containers: [{{name: app, resources: {{requests: {{cpu: 200m}}}}}}]
-  owners:
-  - controller: {{apiVersion: apps/v1, kind: ReplicaSet, name: {rs["name"]}, uid: {rs["uid"]},
-                  namespace: {namespace}}}
-""")
+        cluster.apply(reservation_for(old, rsv_name, target=target, ttl="10m"))
         held = cluster.wait(placeholder, what="the placeholder")["metadata"]
         cluster.kubectl(
             "patch", "pod", held["name"], "-n", held["namespace"], "--type=merge",
@@ -280,16 +275,7 @@ spec:
     finally:
         cluster.kubectl("uncordon", target)
     try:
-        cluster.wait(
-            lambda: (
-                cluster.get("reservation", rsv_name).get("status", {}).get("phase") == "Available"
-            ),
-            what="the Reservation to be Available",
-        )
-        name, manifest = job_manifest(
-            old, reservationOptions={"reservationRef": {"name": rsv_name}}
-        )
-        cluster.apply(manifest)
+        name = job_on(cluster, old, rsv_name)
 
         def handed_over() -> dict[str, Any] | None:
             return next(
