@@ -49,6 +49,10 @@ class PodEntry:
     """What the pod says it is (`protocol.placeholder_claim`): a Reservation's placeholder."""
     terminal: bool
     """Succeeded or Failed: it holds nothing any more."""
+    generation: int | None = None
+    """The pod's metadata.generation, which the API server bumps on every change of its
+    spec (resizes included; not the binding, which only sets spec.nodeName): while it
+    stays, so do the requests."""
 
     @property
     def charged_node(self) -> str | None:
@@ -105,22 +109,19 @@ class Ledger:
     def on_pod(self, kind: str, pod: Object) -> None:
         metadata = pod["metadata"]
         key = f"{metadata.get('namespace')}/{metadata['name']}"
+        entry = None if kind == DELETED else self._entry(key, pod)
+        old_uid = self._uids.get(key)
+        if old_uid is not None and old_uid == metadata["uid"] and self._pods[old_uid] == entry:
+            return  # a change of its status or metadata that charges nothing anew
         touched: set[str | None] = set()
         # A pod counts once, by UID; a pod recreated under the same name replaces it.
-        old_uid = self._uids.pop(key, None)
         if old_uid is not None:
+            del self._uids[key]
             old = self._pods.pop(old_uid)
             touched |= {self._placeholder_of.get(old_uid), self._owners.get(old_uid)}
             self._uncharge(old_uid, old)
-        if kind != DELETED:
+        if entry is not None:
             uid = str(metadata["uid"])
-            entry = PodEntry(
-                name=key,
-                node=pod.get("spec", {}).get("nodeName") or None,
-                requests=pod_requests(pod.get("spec", {})),
-                claim=protocol.placeholder_claim(pod),
-                terminal=protocol.is_terminal_pod(pod),
-            )
             self._pods[uid] = entry
             self._uids[key] = uid
             self._charge(uid, entry)
@@ -128,6 +129,24 @@ class Ledger:
         for name in touched:
             if name is not None:
                 self._refresh(name)
+
+    def _entry(self, key: str, pod: Object) -> PodEntry:
+        """What the ledger remembers of `pod`; its requests are parsed again only when its
+        spec changed since the entry held for it (most events change only its status)."""
+        metadata = pod["metadata"]
+        spec = pod.get("spec", {})
+        generation = metadata.get("generation")
+        known = self._uids.get(key)
+        held = self._pods.get(known) if known is not None and known == metadata["uid"] else None
+        same_spec = held is not None and generation is not None and held.generation == generation
+        return PodEntry(
+            name=key,
+            node=spec.get("nodeName") or None,
+            requests=held.requests if held is not None and same_spec else pod_requests(spec),
+            claim=protocol.placeholder_claim(pod),
+            terminal=protocol.is_terminal_pod(pod),
+            generation=generation,
+        )
 
     def on_reservation(self, kind: str, reservation: Object) -> None:
         name = reservation["metadata"]["name"]

@@ -522,3 +522,36 @@ def test_pod_entries_by_uid() -> None:
 def test_held_by(status: dict[str, Any], spec: dict[str, Any], cpu: str | None) -> None:
     held = held_by({"spec": {"template": {"spec": spec}}, "status": status})
     assert held.get("cpu") == (Decimal(cpu) if cpu else None)
+
+
+def test_a_pod_is_charged_anew_only_when_its_node_or_spec_changed() -> None:
+    """Most events of a pod change its status alone: its requests are parsed again only
+    when its generation (bumped by the API server on every spec change, a resize included)
+    moved; a binding keeps the generation and still moves the charge."""
+    ledger = ledger_after([("node", "ADDED", node("node-0")), ("node", "ADDED", node("node-1"))])
+    created = pod("web", cpu="1")
+    created["metadata"]["generation"] = 1
+    ledger.on_pod("ADDED", created)
+    bound = json.loads(json.dumps(created))
+    bound["spec"]["nodeName"] = "node-0"
+    ledger.on_pod("MODIFIED", bound)
+    assert free_cpu(ledger, "node-0") == Decimal(7)
+    running = json.loads(json.dumps(bound))
+    running["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    before = ledger.pod("uid-web")
+    ledger.on_pod("MODIFIED", running)
+    assert ledger.pod("uid-web") is before  # nothing charged anew
+    assert free_cpu(ledger, "node-0") == Decimal(7)
+    resized = json.loads(json.dumps(running))
+    resized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+    resized["metadata"]["generation"] = 2
+    ledger.on_pod("MODIFIED", resized)
+    assert free_cpu(ledger, "node-0") == Decimal(5)
+    # Without a generation (an API server that does not set it) the spec is always read.
+    unversioned = json.loads(json.dumps(resized))
+    del unversioned["metadata"]["generation"]
+    unversioned["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    ledger.on_pod("MODIFIED", unversioned)
+    assert free_cpu(ledger, "node-0") == Decimal(6)
+    ledger.on_pod("DELETED", unversioned)
+    assert free_cpu(ledger, "node-0") == Decimal(8)
