@@ -267,6 +267,11 @@ def _untruthful(
     checks: dict[str, Callable[[], str | None]] = {
         "Timeout": lambda: _early_timeout(job, ended_at),
         "MissingPod": lambda: None if by_user else "its pod was removed by nobody but Berth",
+        # Arbitration refuses a pod already terminating: one its user deleted (or scaled
+        # away) before the job was admitted.
+        "ForbiddenMigratePod": lambda: (
+            None if by_user else f"refused a pod nobody removed: {status.get('message')}"
+        ),
         "ReservationLost": lambda: (
             None if node in faults.deleted_nodes else f"its Reservation's node {node} stayed"
         ),
