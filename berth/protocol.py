@@ -366,6 +366,41 @@ def is_gated(pod: Object) -> bool:
     return any(gate.get("name") == keys.RESERVATION_GATE for gate in gates)
 
 
+NODE_NAME_FIELD = "metadata.name"
+"""The node field the webhook's required affinity names (`matchFields`)."""
+
+
+def tied_node(pod: Object) -> str | None:
+    """The one node an unbound pod's required node affinity allows, when every term names
+    it alone by `metadata.name In [node]` (the term Berth's webhook ANDs into each one);
+    None when the pod is bound or may go to other nodes as far as this tells."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return None
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    # An empty term matches no node: it widens nothing.
+    terms = [
+        t
+        for t in required.get("nodeSelectorTerms") or []
+        if t.get("matchFields") or t.get("matchExpressions")
+    ]
+    named = {_named_node(term) for term in terms}
+    return named.pop() if len(named) == 1 and terms else None
+
+
+def _named_node(term: Object) -> str | None:
+    """The node a node selector term names alone by `metadata.name In [node]`, if one."""
+    nodes = {
+        values[0]
+        for field in term.get("matchFields") or []
+        if field.get("key") == NODE_NAME_FIELD
+        and field.get("operator") == "In"
+        and len(values := field.get("values") or []) == 1
+    }
+    return nodes.pop() if len(nodes) == 1 else None
+
+
 def is_terminal_pod(pod: Object) -> bool:
     return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
 

@@ -309,12 +309,13 @@ class Caches:
                 build.placeholder_priority(reservation, classes, default)
             )
         )
+        owner = self.owner(reservation)
         return reservations.ReservationView(
             reservation=reservation,
             placeholder=placeholder,
             claimers=claimers,
             accepted=tuple(accepted),
-            owner=self.owner(reservation),
+            owner=owner,
             now=datetime.now(UTC),
             image=self.args.placeholder_image,
             strays=strays,
@@ -323,7 +324,19 @@ class Caches:
             if priority_class is None
             else self.priority_classes.get(priority_class["metadata"]["name"]),
             node_gone=self._node_gone((placeholder or {}).get("spec", {}).get("nodeName")),
+            stranded=self._stranded((owner, *accepted)),
         )
+
+    def _stranded(self, pods: tuple[Object | None, ...]) -> tuple[Object, ...]:
+        """Those of `pods` (a Reservation's owner and accepted claimers) not bound nor
+        terminating whose affinity ties them to a node that is gone."""
+        found: dict[str, Object] = {}
+        for pod in pods:
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if self._node_gone(protocol.tied_node(pod)):
+                found[str(pod["metadata"].get("uid"))] = pod
+        return tuple(found.values())
 
     def _node_gone(self, node: str | None) -> bool:
         """Whether `node` names a node the cache no longer holds (deleted)."""

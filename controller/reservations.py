@@ -85,6 +85,10 @@ class ReservationView:
     (`build.non_preempting_class`); None keeps the pod's own class."""
     node_gone: bool = False
     """The placeholder is bound to a node the node cache no longer holds: deleted."""
+    stranded: tuple[Object, ...] = ()
+    """Of its owner and `accepted`, those not bound nor terminating whose required
+    affinity ties them to a node the node cache no longer holds (`protocol.tied_node`):
+    they can never be scheduled."""
     priority_class_found: Object | None = None
     """The PriorityClass of `priority_class`'s name as the caches hold it (None: none
     yet, so it is created first); used only if it is what `priority_class` says
@@ -144,6 +148,10 @@ def decide(view: ReservationView) -> Plan:
     status: Object = dict(reservation.get("status") or {})
     phase = protocol.phase(reservation)
     plan = Plan().then(*_delete_strays(view))
+    if view.stranded:
+        # Their deletion is the whole pass: the next one sees the owner gone or the claim
+        # untaken, and goes on from there.
+        return plan.then(*_delete_stranded(view)).again_in(HANDOVER_POLL)
     if phase in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
         return _cleanup(view, plan, released=phase == ReservationPhase.FAILED)
     if view.now >= expires_at(reservation):
@@ -184,6 +192,29 @@ def _delete_strays(view: ReservationView) -> list[Action]:
                 Reason.STRAY_PLACEHOLDER_DELETED,
                 f"Deleted pod {_pod_name(pod)}: it names Reservation {_name(view)!r} as its "
                 "controller, but is not its placeholder",
+                type="Warning",
+            ),
+        ]
+    return actions
+
+
+def _delete_stranded(view: ReservationView) -> list[Action]:
+    """Delete the pods tied to a deleted node (`ReservationView.stranded`). An affinity
+    can only be narrowed, so each would stay Pending for ever; none has run, and its
+    workload's controller creates another, which is scheduled anywhere (or takes this
+    Reservation again once its placeholder holds a place elsewhere)."""
+    actions: list[Action] = []
+    for pod in view.stranded:
+        metadata = pod["metadata"]
+        node = protocol.tied_node(pod)
+        actions += [
+            Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"]),
+            Event(
+                pod,
+                Reason.STRANDED_POD_DELETED,
+                f"Deleted pod {_pod_name(pod)}: it took Reservation {_name(view)!r}, which "
+                f"tied it to node {node}, and that node was deleted; its workload creates "
+                "one that can be scheduled",
                 type="Warning",
             ),
         ]

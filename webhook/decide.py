@@ -29,6 +29,7 @@ import orjson
 
 from berth.api import ReservationPhase, keys
 from berth.protocol import (
+    NODE_NAME_FIELD,
     Object,
     annotations_of,
     claim_of,
@@ -47,8 +48,6 @@ from berth.protocol import (
 )
 
 Patch = list[dict[str, Any]]
-
-NODE_NAME_FIELD = "metadata.name"
 
 
 @dataclass(frozen=True)

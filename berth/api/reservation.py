@@ -80,6 +80,9 @@ class ReservationReason(StrEnum):
     """Event: it ended while a pod was gated on it; the gate is removed."""
     RESERVATION_GATE_REMOVED = "ReservationGateRemoved"
     """Event on a pod gated by Berth that no live Reservation waits for: gate removed."""
+    STRANDED_POD_DELETED = "StrandedPodDeleted"
+    """Event on a pod deleted because it took the Reservation and the node its affinity
+    ties it to was deleted before it was bound there."""
     STRAY_PLACEHOLDER_DELETED = "StrayPlaceholderDeleted"
     """Event on a pod deleted because its controller reference names a Reservation whose
     recorded placeholder it is not."""

@@ -19,8 +19,7 @@ from berth.api import (
     ReservationPhase,
     ReservationReason,
 )
-from berth.kube.client import PODS
-from controller.actions import Delete, Event, Plan
+from controller.actions import Event, Plan
 from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
     WAIT_POLL,
@@ -125,26 +124,20 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
 
 def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str) -> Plan:
     """The Reservation's node was deleted after the eviction and its replacement is not
-    bound there: the place is gone, and the replacement, which carries a required
-    affinity to that node (an affinity can only be narrowed), would stay Pending for
-    ever. Delete it first (UID precondition; it never ran), so that its workload creates
-    one scheduled anywhere, then end the job saying so."""
+    bound there: the place is gone. The replacement, tied to that node by its affinity,
+    is deleted by the Reservation's own pass (`reservations.ReservationView.stranded`), so
+    that its workload creates one scheduled anywhere; the job ends saying so."""
     node = protocol.node_of(view.reservation) if view.reservation else None
     message = (
         f"node {node}, where Reservation {rsv!r} held the place, was deleted after the pod "
         "was evicted; the reservation is released"
     )
-    plan = Plan()
     if owner is not None:
-        metadata = owner["metadata"]
-        plan.then(
-            Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"])
-        )
         message += (
-            f", and replacement pod {metadata['name']}, tied to {node}, is deleted so that "
-            "its workload creates one that can run elsewhere"
+            f", and replacement pod {owner['metadata']['name']}, tied to {node}, is deleted "
+            "so that its workload creates one that can run elsewhere"
         )
-    return plan.then(*fail(view, status, reason=Reason.RESERVATION_LOST, message=message).actions)
+    return fail(view, status, reason=Reason.RESERVATION_LOST, message=message)
 
 
 def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:

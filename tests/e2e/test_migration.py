@@ -15,6 +15,8 @@ import yaml
 
 from berth.api import keys
 from berth.resources import pod_requests
+from devtools.nodes import is_schedulable
+from devtools.render import fake_node
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
     PAUSE,
@@ -248,6 +250,58 @@ terminating, so the replacement stays gated (its gate comes off once the placeho
 gone) for as long as the test needs."""
 
 
+def hold_placeholder(
+    cluster: Cluster, pod: dict[str, Any], name: str, *, target: str
+) -> dict[str, Any]:
+    """A hand-made Reservation `name` on `target` for `pod`'s workload, whose placeholder
+    carries the HOLD finalizer; the placeholder's metadata."""
+
+    def placeholder() -> dict[str, Any] | None:
+        found = cluster.get("pods", "-A", f"--selector={keys.RESERVATION_LABEL}={name}")
+        return found["items"][0] if found["items"] else None
+
+    cluster.kubectl("cordon", target)  # the placeholder waits, Pending, for the finalizer
+    try:
+        cluster.apply(reservation_for(pod, name, target=target, ttl="10m"))
+        held: dict[str, Any] = cluster.wait(placeholder, what="the placeholder")["metadata"]
+        cluster.kubectl(
+            "patch", "pod", held["name"], "-n", held["namespace"], "--type=merge",
+            "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}),
+        )  # fmt: skip
+    finally:
+        cluster.kubectl("uncordon", target)
+    return held
+
+
+def let_go(cluster: Cluster, held: dict[str, Any], reservation: str) -> None:
+    cluster.kubectl(
+        "patch", "pod", held["name"], "-n", held["namespace"], "--type=json",
+        "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+    )  # fmt: skip
+    cluster.kubectl("delete", "reservation", reservation, "--ignore-not-found")
+
+
+def handed_over(
+    cluster: Cluster, namespace: str, app: str, old: dict[str, Any], target: str
+) -> dict[str, Any]:
+    """The replacement of `old`, nominated to `target` and still gated (HOLD)."""
+
+    def found() -> dict[str, Any] | None:
+        return next(
+            (
+                p
+                for p in pods(cluster, namespace, f"app={app}")
+                if p["metadata"]["uid"] != old["metadata"]["uid"]
+                and p["spec"].get("schedulingGates")
+                and p.get("status", {}).get("nominatedNodeName") == target
+            ),
+            None,
+        )
+
+    replacement: dict[str, Any] = cluster.wait(found, what="the replacement, nominated and gated")
+    return replacement
+
+
 def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
     cluster: Cluster, namespace: str
 ) -> None:
@@ -259,37 +313,10 @@ def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
     [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "gone", 1), what="the pod")
     target = "node-2" if old["spec"]["nodeName"] != "node-2" else "node-1"
     rsv_name = f"gone-{namespace}"[:60]
-
-    def placeholder() -> dict[str, Any] | None:
-        found = cluster.get("pods", "-A", f"--selector={keys.RESERVATION_LABEL}={rsv_name}")
-        return found["items"][0] if found["items"] else None
-
-    cluster.kubectl("cordon", target)  # the placeholder waits, Pending, for the finalizer
-    try:
-        cluster.apply(reservation_for(old, rsv_name, target=target, ttl="10m"))
-        held = cluster.wait(placeholder, what="the placeholder")["metadata"]
-        cluster.kubectl(
-            "patch", "pod", held["name"], "-n", held["namespace"], "--type=merge",
-            "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}),
-        )  # fmt: skip
-    finally:
-        cluster.kubectl("uncordon", target)
+    held = hold_placeholder(cluster, old, rsv_name, target=target)
     try:
         name = job_on(cluster, old, rsv_name)
-
-        def handed_over() -> dict[str, Any] | None:
-            return next(
-                (
-                    p
-                    for p in pods(cluster, namespace, "app=gone")
-                    if p["metadata"]["uid"] != old["metadata"]["uid"]
-                    and p["spec"].get("schedulingGates")
-                    and p.get("status", {}).get("nominatedNodeName") == target
-                ),
-                None,
-            )
-
-        owner = cluster.wait(handed_over, what="the replacement, nominated and still gated")
+        owner = handed_over(cluster, namespace, "gone", old, target)
         cluster.kubectl("delete", "pod", owner["metadata"]["name"], "-n", namespace)
         job = cluster.wait(
             lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end"
@@ -304,11 +331,53 @@ def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
         assert after["metadata"]["uid"] not in (old["metadata"]["uid"], owner["metadata"]["uid"])
         assert leftovers(cluster, namespace)["gated"] == []
     finally:
-        cluster.kubectl(
-            "patch", "pod", held["name"], "-n", held["namespace"], "--type=json",
-            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
-        )  # fmt: skip
-        cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
+        let_go(cluster, held, rsv_name)
+
+
+def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The Reservation's node is deleted while its replacement, tied there by the webhook's
+    affinity, is still gated: an affinity can only be narrowed, so that pod could never
+    run. Berth deletes it (`StrandedPodDeleted`), the job ends `ReservationLost`, and the
+    workload's next pod runs elsewhere, gated by nothing."""
+    size = cluster.get("node", "node-0")["status"]["allocatable"]
+    target = f"tie-{namespace}"[:60]
+    made = fake_node(name=target, cpu=size["cpu"], memory=size["memory"], pods=int(size["pods"]))
+    cluster.kubectl("create", "-f", "-", input=json.dumps(made))
+    try:
+        cluster.wait(lambda: is_schedulable(cluster.get("node", target)), what="the node Ready")
+        cluster.apply(deployment("tied"), namespace)
+        [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "tied", 1), what="the pod")
+        rsv_name = f"tied-{namespace}"[:60]
+        held = hold_placeholder(cluster, old, rsv_name, target=target)
+        try:
+            name = job_on(cluster, old, rsv_name)
+            owner = handed_over(cluster, namespace, "tied", old, target)
+            cluster.kubectl("delete", "node", target, "--wait=false")
+            job = cluster.wait(
+                lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end"
+            )
+            status = job["status"]
+            assert (status["phase"], status["reason"]) == ("Failed", "ReservationLost"), status
+            [after] = cluster.wait(
+                lambda: ready_pods(cluster, namespace, "tied", 1), what="the workload's next pod"
+            )
+            assert after["metadata"]["uid"] not in (
+                old["metadata"]["uid"],
+                owner["metadata"]["uid"],
+            )
+            assert after["spec"]["nodeName"] != target
+            said = cluster.get(
+                "events", "-n", namespace,
+                f"--field-selector=involvedObject.uid={owner['metadata']['uid']}",
+            )["items"]  # fmt: skip
+            assert [e["reason"] for e in said if e["reason"] == "StrandedPodDeleted"], said
+            assert leftovers(cluster, namespace)["gated"] == []
+        finally:
+            let_go(cluster, held, rsv_name)
+    finally:
+        cluster.kubectl("delete", "node", target, "--ignore-not-found", "--wait=false")
 
 
 NODES = ("node-0", "node-1", "node-2")

@@ -112,6 +112,7 @@ def rsv_plan(
     priority_class: dict[str, Any] | None = None,
     priority_class_found: dict[str, Any] | None = None,
     node_gone: bool = False,
+    stranded: tuple[dict[str, Any], ...] = (),
 ) -> Plan:
     return reservations.decide(
         reservations.ReservationView(
@@ -127,5 +128,6 @@ def rsv_plan(
             priority_class=priority_class,
             priority_class_found=priority_class_found,
             node_gone=node_gone,
+            stranded=stranded,
         )
     )

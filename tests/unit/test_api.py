@@ -323,7 +323,7 @@ def _parse_error(text: str) -> str | None:
                 "ReservationClaimRefused",
                 "ReservationClaimReleased",
              "ReservationHandover", "ReservationReleased", "ReservationGateRemoved",
-             "StrayPlaceholderDeleted"],
+             "StrandedPodDeleted", "StrayPlaceholderDeleted"],
         ),
     ],
 )  # fmt: skip

@@ -161,3 +161,28 @@ async def test_a_claimers_controller_counts_only_as_the_caches_or_its_kind_vouch
     assert resolved(controlled("batch/v1", "Job", "uid-job")) == ("uid-job", "uid-job")
     assert resolved(controlled("example.com/v1", "Game", "uid-game")) == (None, None)
     assert resolved(controlled("v1", "ConfigMap", "uid-cm")) == (None, None)
+
+
+async def test_a_reservation_view_finds_its_owner_stranded_once_its_node_is_deleted() -> None:
+    cache, _ = caches()
+    rsv, owner = in_handover()
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+    owner["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    await watch(cache.nodes, "ADDED", node("node-1"))
+    await watch(cache.reservations, "ADDED", rsv)
+    await watch(cache.pods, "ADDED", owner)
+    assert cache.reservation_view(rsv).owner is not None
+    assert cache.reservation_view(rsv).stranded == ()
+    await watch(cache.nodes, "DELETED", node("node-1"))
+    assert [p["metadata"]["name"] for p in cache.reservation_view(rsv).stranded] == ["web-2"]
+    # Already being deleted (by anyone): nothing more to do for it.
+    terminating = {
+        **owner,
+        "metadata": {**owner["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+    }
+    await watch(cache.pods, "MODIFIED", terminating)
+    assert cache.reservation_view(rsv).stranded == ()

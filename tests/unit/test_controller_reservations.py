@@ -315,3 +315,49 @@ def test_a_placeholder_on_a_deleted_node_is_replaced_and_holds_nothing_meanwhile
 def test_a_placeholder_bound_to_a_deleted_node_never_makes_the_reservation_available() -> None:
     plan = rsv_plan(reservation(), ph=placeholder(node="node-1"), node_gone=True)
     assert kinds(plan) == ["Delete:pods"]
+
+
+def tied(name: str, node: str = "node-1", **kwargs: Any) -> dict[str, Any]:
+    """A replacement the webhook tied to `node`, not bound."""
+    replacement = pod(name, node=None, **kwargs)
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    replacement["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    return replacement
+
+
+def test_an_owner_tied_to_a_deleted_node_is_deleted_and_nothing_else_happens() -> None:
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    owner = nominated(tied("web-2", gates=[keys.RESERVATION_GATE]))
+    plan = rsv_plan(rsv, ph=placeholder(node="node-1"), owner=owner, stranded=(owner,))
+    assert kinds(plan) == ["Delete:pods", "Event:StrandedPodDeleted"]
+    delete, event = plan.actions
+    assert isinstance(delete, Delete)
+    assert isinstance(event, Event)
+    assert (delete.name, delete.uid) == ("web-2", owner["metadata"]["uid"])
+    assert event.type == "Warning"
+    assert "node-1" in event.message
+    assert plan.requeue_after is not None
+    # Once it is gone, the Reservation fails OwnerGone and lets the place go.
+    assert status_of(rsv_plan(rsv, ph=placeholder(node="node-1"), owner=None))["phase"] == "Failed"
+
+
+def test_a_claimer_tied_to_a_deleted_node_is_deleted_not_recorded() -> None:
+    """The node went in the moments between the webhook's claim and its record: the claimer
+    could never be scheduled, and recording it would hand it a place it cannot reach."""
+    rsv = reservation(
+        phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true", keys.CLAIM: "tok"}
+    )
+    claimer = tied("web-2", gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"})
+    plan = rsv_plan(rsv, ph=placeholder(node="node-1"), claimer=claimer, stranded=(claimer,))
+    assert kinds(plan) == ["Delete:pods", "Event:StrandedPodDeleted"]
+
+
+def test_an_ended_reservation_deletes_a_pod_tied_to_a_deleted_node_rather_than_ungate_it() -> None:
+    failed = reservation(phase="Failed", node="node-1", owners=["web-2"])
+    owner = tied("web-2", gates=[keys.RESERVATION_GATE])
+    plan = rsv_plan(failed, ph=None, owner=owner, stranded=(owner,))
+    assert kinds(plan) == ["Delete:pods", "Event:StrandedPodDeleted"]

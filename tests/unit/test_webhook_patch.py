@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from berth import protocol
 from berth.api import keys
 from tests.unit.webhook_cases import (
     REPLICASET_UID,
@@ -92,6 +93,37 @@ def test_patch_pins_the_pod_to_the_reserved_node(
         original, bind_patch(original, reservation=reservation("r1"), token=TOKEN)
     )
     assert patched["spec"]["affinity"] == expected
+    assert protocol.tied_node(patched) == "node-1"  # what the controller reads back
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        pytest.param(None, id="none"),
+        pytest.param({"nodeAffinity": required({"matchExpressions": [ZONE]})}, id="a zone"),
+        pytest.param(
+            {"nodeAffinity": required({"matchFields": [PIN]}, {"matchExpressions": [ZONE]})},
+            id="one term of two",
+        ),
+        pytest.param(
+            {"nodeAffinity": required({"matchFields": [{**PIN, "values": ["node-1", "node-2"]}]})},
+            id="two nodes",
+        ),
+        pytest.param(
+            {"nodeAffinity": required({"matchFields": [{**PIN, "operator": "NotIn"}]})},
+            id="NotIn",
+        ),
+    ],
+)
+def test_a_pod_not_pinned_to_one_node_is_tied_to_none(affinity: dict[str, Any] | None) -> None:
+    free = pod(lambda p: p["spec"].update(affinity=affinity) if affinity is not None else None)
+    assert protocol.tied_node(free) is None
+    pinned = pod(
+        lambda p: p["spec"].update(affinity={"nodeAffinity": required({"matchFields": [PIN]})})
+    )
+    assert protocol.tied_node(pinned) == "node-1"
+    pinned["spec"]["nodeName"] = "node-1"
+    assert protocol.tied_node(pinned) is None  # bound: nothing is left to tie
 
 
 @pytest.mark.parametrize(

@@ -275,6 +275,11 @@ def _untruthful(
         "ReservationLost": lambda: (
             None if node in faults.deleted_nodes else f"its Reservation's node {node} stayed"
         ),
+        # Its replacement deleted before binding: by the user, or by Berth when the
+        # replacement's node went (StrandedPodDeleted).
+        "ReservationOwnerGone": lambda: (
+            None if faults.deleted_pods or faults.deleted_nodes else "its replacement stayed"
+        ),
         "ReservationNotUsed": lambda: None if evicted or by_user else "its pod was never evicted",
         "ReservationExpired": lambda: None,
         "MissingReservation": lambda: None,
