@@ -182,20 +182,15 @@ def decide(view: ReservationView) -> Plan:
 
 def _delete_strays(view: ReservationView) -> list[Action]:
     """Delete the pods that pass for the Reservation's placeholder without being it."""
-    actions: list[Action] = []
-    for pod in view.strays:
-        metadata = pod["metadata"]
-        actions += [
-            Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"]),
-            Event(
-                pod,
-                Reason.STRAY_PLACEHOLDER_DELETED,
-                f"Deleted pod {_pod_name(pod)}: it names Reservation {_name(view)!r} as its "
-                "controller, but is not its placeholder",
-                type="Warning",
-            ),
-        ]
-    return actions
+    return [
+        action
+        for pod in view.strays
+        for action in _delete_pod(
+            pod,
+            Reason.STRAY_PLACEHOLDER_DELETED,
+            f"it names Reservation {_name(view)!r} as its controller, but is not its placeholder",
+        )
+    ]
 
 
 def _delete_stranded(view: ReservationView) -> list[Action]:
@@ -203,22 +198,26 @@ def _delete_stranded(view: ReservationView) -> list[Action]:
     can only be narrowed, so each would stay Pending for ever; none has run, and its
     workload's controller creates another, which is scheduled anywhere (or takes this
     Reservation again once its placeholder holds a place elsewhere)."""
-    actions: list[Action] = []
-    for pod in view.stranded:
-        metadata = pod["metadata"]
-        node = protocol.tied_node(pod)
-        actions += [
-            Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"]),
-            Event(
-                pod,
-                Reason.STRANDED_POD_DELETED,
-                f"Deleted pod {_pod_name(pod)}: it took Reservation {_name(view)!r}, which "
-                f"tied it to node {node}, and that node was deleted; its workload creates "
-                "one that can be scheduled",
-                type="Warning",
-            ),
-        ]
-    return actions
+    return [
+        action
+        for pod in view.stranded
+        for action in _delete_pod(
+            pod,
+            Reason.STRANDED_POD_DELETED,
+            f"it took Reservation {_name(view)!r}, which tied it to node "
+            f"{protocol.tied_node(pod)}, and that node was deleted; its workload creates one "
+            "that can be scheduled",
+        )
+    ]
+
+
+def _delete_pod(pod: Object, reason: Reason, why: str) -> list[Action]:
+    """Delete `pod` if it is still that pod (UID precondition), saying why on it."""
+    metadata = pod["metadata"]
+    return [
+        Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"]),
+        Event(pod, reason, f"Deleted pod {_pod_name(pod)}: {why}", type="Warning"),
+    ]
 
 
 def _claim(view: ReservationView, status: Object, token: str, plan: Plan) -> bool:
