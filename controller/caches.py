@@ -33,7 +33,7 @@ from berth.kube.client import (
     Kube,
     Resource,
 )
-from berth.kube.informer import IndexFunc, Informer, Store, object_key
+from berth.kube.informer import IndexFunc, Informer, Store, object_key, without_managed_fields
 from berth.ledger import Ledger
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
@@ -69,8 +69,11 @@ class Caches:
         self.admission_key = b""
         """The key of the admission marks (`controller.signing`), set before any job is
         reconciled or admitted; empty, no job counts as admitted."""
+        # Every cache but the Reservations' (`protocol.claimed_at` reads them) leaves
+        # out managedFields.
+        lean = without_managed_fields
         self.jobs = Informer(
-            kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job
+            kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job, keep=lean
         )
         self.reservations = Informer(
             kube,
@@ -95,15 +98,16 @@ class Caches:
                 "controller": lambda p: _single((protocol.controller_of(p) or {}).get("uid")),
             },
             handler=self._on_pod,
+            keep=lean,
         )
         by_uid: dict[str, IndexFunc] = {"uid": lambda o: _single(o["metadata"].get("uid"))}
-        self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid)
-        self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid)
-        self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid)
-        self.pdbs = Informer(kube, PDBS)
-        self.nodes = Informer(kube, NODES, handler=self._on_node)
-        self.priority_classes = Informer(kube, PRIORITYCLASSES)
-        self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace)
+        self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid, keep=lean)
+        self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid, keep=lean)
+        self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid, keep=lean)
+        self.pdbs = Informer(kube, PDBS, keep=lean)
+        self.nodes = Informer(kube, NODES, handler=self._on_node, keep=lean)
+        self.priority_classes = Informer(kube, PRIORITYCLASSES, keep=lean)
+        self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace, keep=lean)
         self.preempted: dict[str, tuple[Object, datetime]] = {}
         """Pods the scheduler marked for preemption, by UID: their last state and when it
         was seen; kept `PREEMPTED_MEMORY` after deletion, for the job whose placeholder

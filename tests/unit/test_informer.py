@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube
-from berth.kube.informer import Informer, identity_only, pod_node
+from berth.kube.informer import Informer, identity_only, pod_node, without_managed_fields
 
 
 def version(rv: str, *, phase: str, uid: str = "uid-1") -> dict[str, Any]:
@@ -168,6 +168,21 @@ def test_a_cache_may_keep_only_who_an_object_is_while_its_handler_gets_all() -> 
     asyncio.run(informer._apply("MODIFIED", whole))
     assert informer.get("ns/p") == {"metadata": {**identity["metadata"], "resourceVersion": "12"}}
     assert len(seen) == 1
+
+
+def test_a_lean_cache_leaves_out_managed_fields_and_nothing_else() -> None:
+    managed = [{"manager": "kwok", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    whole: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "managedFields": managed},
+        "spec": {"nodeName": "node-0"},
+    }
+    lean = without_managed_fields(whole)
+    assert lean == {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+        "spec": whole["spec"],
+    }
+    assert whole["metadata"]["managedFields"] == managed  # the event itself is left whole
+    assert without_managed_fields(lean) is lean
 
 
 class _Burst:
