@@ -18,6 +18,7 @@ from berth.api import (
     ReservationConditionType,
     ReservationPhase,
     ReservationReason,
+    keys,
 )
 from controller.actions import Event, Plan
 from controller.jobs.evict import evicted, still_evicting
@@ -68,18 +69,69 @@ def _not_open_elsewhere(view: JobView) -> tuple[Reason, str] | None:
     )
 
 
+def _place_lost(view: JobView) -> str | None:
+    """Why the pod is not to be evicted again yet, if its Reservation was opened for it and
+    has since lost its place (its node was deleted: `reservations._node_gone`) while the
+    pod was still there: the Reservation waits for a new placeholder to be bound. The open
+    mark is Berth's word that the eviction was Berth's (Reservations are written only by
+    Berth), so this is no forged Eviction condition."""
+    reservation = view.reservation
+    if reservation is None or protocol.phase(reservation) != ReservationPhase.PENDING:
+        return None
+    if protocol.annotations_of(reservation).get(keys.CONSUMABLE) != "true":
+        return None
+    scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
+    return (scheduled or {}).get("message") or "its placeholder is not bound to a node"
+
+
+def _wait_for_place(view: JobView, status: Object, why: str) -> Plan:
+    """Evict nothing until the Reservation holds a place again (then the eviction goes on
+    to the new node), or the TTL ends the job with nothing evicted."""
+    rsv = reservation_name(view.job)
+    message = (
+        f"Reservation {rsv!r} lost its place ({why}); nothing is evicted until a new "
+        "placeholder holds one"
+    )
+    status = with_condition(
+        status,
+        kind=Type.EVICTION,
+        state="False",
+        reason=Reason.EVICTING,
+        message=message,
+        now=view.now,
+    )
+    if same_condition(
+        view.job.get("status") or {},
+        kind=Type.EVICTION,
+        state="False",
+        reason=Reason.EVICTING,
+        message=message,
+    ):
+        return Plan().again_in(WAIT_POLL)
+    return step(view, status).again_in(WAIT_POLL)
+
+
+def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
+    """The pod is not gone yet: wait for it, evict it again, or see why not."""
+    terminating = (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
+    if not terminating and not expired:
+        # Past the TTL nothing is evicted again, and the TTL is what ended the job (its
+        # Reservation, with the same TTL, may have been seen to end first).
+        lost = _place_lost(view)
+        if lost is not None:
+            return _wait_for_place(view, status, lost)
+        unopened = _not_open_elsewhere(view)
+        if unopened is not None:
+            return fail(view, status, reason=unopened[0], message=unopened[1])
+    return still_evicting(view, status, expired=expired)
+
+
 def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     """Evicting: see the pod gone, then follow the replacement until it is bound and Ready.
 
     A job that ends in this pass reports only its end (its status, then its event)."""
     if not pod_gone(view):
-        terminating = (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
-        # Past the TTL nothing is evicted again, and the TTL is what ended the job (its
-        # Reservation, with the same TTL, may have been seen to end first).
-        unopened = None if terminating or expired else _not_open_elsewhere(view)
-        if unopened is not None:
-            return fail(view, status, reason=unopened[0], message=unopened[1])
-        return still_evicting(view, status, expired=expired)
+        return _pod_still_there(view, status, expired=expired)
     status, news = evicted(view, status)
     reservation = view.reservation
     rsv = reservation["metadata"]["name"] if reservation else reservation_name(view.job)

@@ -427,6 +427,33 @@ def test_an_eviction_written_by_a_user_evicts_nothing(
     assert status_of(plan)["reason"] == "NotAdmitted"
 
 
+def test_a_reservation_that_lost_its_place_while_the_pod_was_still_there_is_waited_for() -> None:
+    """Berth opened the Reservation and tried to evict (a PDB refused); then the node under
+    the placeholder was deleted and the Reservation is Pending again. Nothing is evicted,
+    the job says why and waits; once a new placeholder holds a place, the eviction goes on
+    there."""
+    blocked = [{**EVICTING[0], "reason": "BlockedByPDB"}]
+    lost = reservation(phase="Pending", annotations={keys.CONSUMABLE: "true"})
+    lost["status"]["conditions"] = [
+        {"type": "Scheduled", "status": "False", "reason": "Lost",
+         "message": "node node-1 of the placeholder pod was deleted"},
+    ]  # fmt: skip
+    plan = view_plan(job_obj=job(conditions=blocked), pod_obj=pod(), rsv=lost)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs"]
+    status = status_of(plan)
+    assert status["phase"] == "Running"
+    eviction = cond(status, "Eviction")
+    assert (eviction["status"], eviction["reason"]) == ("False", "Evicting")
+    assert "node node-1 of the placeholder pod was deleted" in eviction["message"]
+    assert plan.requeue_after is not None
+    # Said once: the next pass writes nothing until something changes.
+    again = view_plan(job_obj=job(conditions=status["conditions"]), pod_obj=pod(), rsv=lost)
+    assert kinds(again) == []
+    # A new placeholder bound on node-2: the eviction goes on, to there.
+    placed = reservation(phase="Available", node="node-2", annotations={keys.CONSUMABLE: "true"})
+    assert "Evict" in kinds(view_plan(job_obj=job(conditions=blocked), pod_obj=pod(), rsv=placed))
+
+
 def test_ttl_while_a_pdb_blocks_the_eviction_is_a_timeout_even_once_its_reservation_ended() -> None:
     """The job's TTL and its Reservation's are the same: whichever the controller sees end
     first, a job whose eviction a PDB kept refusing ends as Timeout, evicting nothing."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,93 @@ async def test_a_deleted_nodes_place_is_never_evicted_to(
     )
     assert not verdict.failures(), verdict.failures()
     assert verdict.evictions == 1
+
+
+async def test_a_place_lost_while_a_pdb_refuses_the_eviction_is_waited_for(
+    cluster: Cluster, namespace: str, kube: Kube
+) -> None:
+    """Berth opened the Reservation and tried to evict, a PDB refused; the node under the
+    placeholder is then deleted. The job evicts nothing meanwhile and does not end (it
+    wrote that Eviction condition itself): once a new placeholder holds a place elsewhere
+    and the PDB allows it, the pod is evicted to there."""
+    async with Recorder(kube) as recorder:
+        await cluster.aapply(json.dumps(workload("Deployment", "web", replicas=2)), namespace)
+        await cluster.aapply(json.dumps(pdb("web", 1)), namespace)
+        await until(lambda: len(ready(recorder, namespace, "web")) == 2, what="2 pods", timeout=120)
+        pod = sorted(ready(recorder, namespace, "web"), key=lambda p: p["metadata"]["name"])[0]
+        name, body = job(pod, ttl="4m")
+        await asyncio.to_thread(apply_all, cluster, [body])
+        await until(
+            lambda: phase(job_state(recorder, name) or {}) == "Running",
+            what="the job admitted",
+            timeout=120,
+        )
+        await pause(cluster, name, True)
+        reservation = await until(
+            lambda: (r := reservation_of(recorder, name)) and phase(r) == "Available" and r,
+            what="the Reservation Available",
+            timeout=120,
+        )
+        gone = reservation["status"]["nodeName"]
+        size = (await asyncio.to_thread(cluster.get, "node", gone))["status"]["allocatable"]
+        await min_available(cluster, namespace, 2)
+        await pause(cluster, name, False)
+        await until(
+            lambda: eviction_reason(job_state(recorder, name) or {}) == "BlockedByPDB",
+            what="the eviction refused by the PDB",
+            timeout=120,
+        )
+        faults = UserFaults(deleted_nodes={gone: recorder.history[-1].revision + 1})
+        await cluster.akubectl("delete", "node", gone, "--wait=false")
+        try:
+            await until(
+                lambda: (
+                    (r := reservation_of(recorder, name))
+                    and phase(r) == "Available"
+                    and r["status"]["nodeName"] != gone
+                ),
+                what="a new place for the Reservation",
+                timeout=180,
+            )
+            assert phase(job_state(recorder, name) or {}) == "Running"
+            await min_available(cluster, namespace, 1)
+            await until(
+                lambda: phase(job_state(recorder, name) or {}) in ("Succeed", "Failed"),
+                what="the job to end",
+                timeout=180,
+            )
+            with contextlib.suppress(WaitTimeout):
+                await until(
+                    lambda: released(recorder, namespace, [name]), what="all released", timeout=60
+                )
+            final = job_state(recorder, name) or {}
+        finally:
+            await restore(cluster, gone, size)
+    status = final.get("status") or {}
+    assert (phase(final), status.get("reason") or "") == ("Succeed", ""), status
+    assert status["nodeName"] != gone
+    verdict = judge(
+        recorder.ordered(),
+        jobs=[name],
+        namespaces={namespace},
+        min_available={f"{namespace}/web": 1},
+        faults=faults,
+    )
+    assert not verdict.failures(), verdict.failures()
+    assert verdict.evictions == 1
+
+
+def eviction_reason(job: dict[str, Any]) -> str | None:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    found: dict[str, Any] = next((c for c in conditions if c.get("type") == "Eviction"), {})
+    return found.get("reason")
+
+
+async def min_available(cluster: Cluster, namespace: str, count: int) -> None:
+    await cluster.akubectl(
+        "patch", "pdb", "web", "-n", namespace, "--type=merge",
+        "-p", json.dumps({"spec": {"minAvailable": count}}),
+    )  # fmt: skip
 
 
 async def restore(cluster: Cluster, name: str, size: dict[str, str]) -> None:
