@@ -86,28 +86,14 @@ def _place_lost(view: JobView) -> str | None:
 
 def _wait_for_place(view: JobView, status: Object, why: str) -> Plan:
     """Evict nothing until the Reservation holds a place again (then the eviction goes on
-    to the new node), or the TTL ends the job with nothing evicted."""
-    rsv = reservation_name(view.job)
+    to the new node), or the TTL ends the job with nothing evicted. Said once."""
     message = (
-        f"Reservation {rsv!r} lost its place ({why}); nothing is evicted until a new "
-        "placeholder holds one"
+        f"Reservation {reservation_name(view.job)!r} lost its place ({why}); nothing is "
+        "evicted until a new placeholder holds one"
     )
-    status = with_condition(
-        status,
-        kind=Type.EVICTION,
-        state="False",
-        reason=Reason.EVICTING,
-        message=message,
-        now=view.now,
-    )
-    if same_condition(
-        view.job.get("status") or {},
-        kind=Type.EVICTION,
-        state="False",
-        reason=Reason.EVICTING,
-        message=message,
-    ):
-        return Plan().again_in(WAIT_POLL)
+    said = {"kind": Type.EVICTION, "state": "False", "reason": Reason.EVICTING, "message": message}
+    if not same_condition(status, **said):
+        status = with_condition(status, **said, now=view.now)
     return step(view, status).again_in(WAIT_POLL)
 
 

@@ -43,54 +43,16 @@ async def test_a_deleted_nodes_place_is_never_evicted_to(
     cluster: Cluster, namespace: str, kube: Kube
 ) -> None:
     async with Recorder(kube) as recorder:
-        await cluster.aapply(json.dumps(workload("Deployment", "web", replicas=2)), namespace)
-        await cluster.aapply(json.dumps(pdb("web", 1)), namespace)
-        await until(lambda: len(ready(recorder, namespace, "web")) == 2, what="2 pods", timeout=120)
-        pod = sorted(ready(recorder, namespace, "web"), key=lambda p: p["metadata"]["name"])[0]
-        name, body = job(pod, ttl="4m")
-        await asyncio.to_thread(apply_all, cluster, [body])
-        await until(
-            lambda: phase(job_state(recorder, name) or {}) == "Running",
-            what="the job admitted",
-            timeout=120,
-        )
-        await pause(cluster, name, True)
-        reservation = await until(
-            lambda: (r := reservation_of(recorder, name)) and phase(r) == "Available" and r,
-            what="the Reservation Available",
-            timeout=120,
-        )
-        gone = reservation["status"]["nodeName"]
-        size = (await asyncio.to_thread(cluster.get, "node", gone))["status"]["allocatable"]
+        name, gone, size = await reserved_and_paused(cluster, namespace, recorder)
         # Everything seen up to now came before the deletion.
         faults = UserFaults(deleted_nodes={gone: recorder.history[-1].revision + 1})
         await cluster.akubectl("delete", "node", gone, "--wait=false")
         try:
             await pause(cluster, name, False)
-            await until(
-                lambda: phase(job_state(recorder, name) or {}) in ("Succeed", "Failed"),
-                what="the job to end",
-                timeout=180,
-            )
-            with contextlib.suppress(WaitTimeout):
-                await until(
-                    lambda: released(recorder, namespace, [name]), what="all released", timeout=60
-                )
-            final = job_state(recorder, name) or {}
+            final = await ended_and_released(recorder, namespace, name)
         finally:
             await restore(cluster, gone, size)
-    status = final.get("status") or {}
-    assert (phase(final), status.get("reason") or "") == ("Succeed", ""), status
-    assert status["nodeName"] != gone
-    verdict = judge(
-        recorder.ordered(),
-        jobs=[name],
-        namespaces={namespace},
-        min_available={f"{namespace}/web": 1},
-        faults=faults,
-    )
-    assert not verdict.failures(), verdict.failures()
-    assert verdict.evictions == 1
+    moved_off(recorder, namespace, name, final, gone=gone, faults=faults)
 
 
 async def test_a_place_lost_while_a_pdb_refuses_the_eviction_is_waited_for(
@@ -101,25 +63,7 @@ async def test_a_place_lost_while_a_pdb_refuses_the_eviction_is_waited_for(
     wrote that Eviction condition itself): once a new placeholder holds a place elsewhere
     and the PDB allows it, the pod is evicted to there."""
     async with Recorder(kube) as recorder:
-        await cluster.aapply(json.dumps(workload("Deployment", "web", replicas=2)), namespace)
-        await cluster.aapply(json.dumps(pdb("web", 1)), namespace)
-        await until(lambda: len(ready(recorder, namespace, "web")) == 2, what="2 pods", timeout=120)
-        pod = sorted(ready(recorder, namespace, "web"), key=lambda p: p["metadata"]["name"])[0]
-        name, body = job(pod, ttl="4m")
-        await asyncio.to_thread(apply_all, cluster, [body])
-        await until(
-            lambda: phase(job_state(recorder, name) or {}) == "Running",
-            what="the job admitted",
-            timeout=120,
-        )
-        await pause(cluster, name, True)
-        reservation = await until(
-            lambda: (r := reservation_of(recorder, name)) and phase(r) == "Available" and r,
-            what="the Reservation Available",
-            timeout=120,
-        )
-        gone = reservation["status"]["nodeName"]
-        size = (await asyncio.to_thread(cluster.get, "node", gone))["status"]["allocatable"]
+        name, gone, size = await reserved_and_paused(cluster, namespace, recorder)
         await min_available(cluster, namespace, 2)
         await pause(cluster, name, False)
         await until(
@@ -141,18 +85,63 @@ async def test_a_place_lost_while_a_pdb_refuses_the_eviction_is_waited_for(
             )
             assert phase(job_state(recorder, name) or {}) == "Running"
             await min_available(cluster, namespace, 1)
-            await until(
-                lambda: phase(job_state(recorder, name) or {}) in ("Succeed", "Failed"),
-                what="the job to end",
-                timeout=180,
-            )
-            with contextlib.suppress(WaitTimeout):
-                await until(
-                    lambda: released(recorder, namespace, [name]), what="all released", timeout=60
-                )
-            final = job_state(recorder, name) or {}
+            final = await ended_and_released(recorder, namespace, name)
         finally:
             await restore(cluster, gone, size)
+    moved_off(recorder, namespace, name, final, gone=gone, faults=faults)
+
+
+async def reserved_and_paused(
+    cluster: Cluster, namespace: str, recorder: Recorder
+) -> tuple[str, str, dict[str, str]]:
+    """A Deployment of 2 behind a PDB allowing 1, and a job for one of its pods, admitted
+    and then paused once its Reservation is Available: the job, the Reservation's node
+    and that node's allocatable (to make it again)."""
+    await cluster.aapply(json.dumps(workload("Deployment", "web", replicas=2)), namespace)
+    await cluster.aapply(json.dumps(pdb("web", 1)), namespace)
+    await until(lambda: len(ready(recorder, namespace, "web")) == 2, what="2 pods", timeout=120)
+    pod = sorted(ready(recorder, namespace, "web"), key=lambda p: p["metadata"]["name"])[0]
+    name, body = job(pod, ttl="4m")
+    await asyncio.to_thread(apply_all, cluster, [body])
+    await until(
+        lambda: phase(job_state(recorder, name) or {}) == "Running",
+        what="the job admitted",
+        timeout=120,
+    )
+    await pause(cluster, name, True)
+    reservation = await until(
+        lambda: (r := reservation_of(recorder, name)) and phase(r) == "Available" and r,
+        what="the Reservation Available",
+        timeout=120,
+    )
+    gone = reservation["status"]["nodeName"]
+    size = (await asyncio.to_thread(cluster.get, "node", gone))["status"]["allocatable"]
+    return name, gone, size
+
+
+async def ended_and_released(recorder: Recorder, namespace: str, name: str) -> dict[str, Any]:
+    """The job's last state once it ended (and, if that comes in time, released all)."""
+    await until(
+        lambda: phase(job_state(recorder, name) or {}) in ("Succeed", "Failed"),
+        what="the job to end",
+        timeout=180,
+    )
+    with contextlib.suppress(WaitTimeout):
+        await until(lambda: released(recorder, namespace, [name]), what="all released", timeout=60)
+    return job_state(recorder, name) or {}
+
+
+def moved_off(
+    recorder: Recorder,
+    namespace: str,
+    name: str,
+    final: dict[str, Any],
+    *,
+    gone: str,
+    faults: UserFaults,
+) -> None:
+    """The job succeeded on a node other than the deleted one, one eviction, no invariant
+    broken."""
     status = final.get("status") or {}
     assert (phase(final), status.get("reason") or "") == ("Succeed", ""), status
     assert status["nodeName"] != gone
