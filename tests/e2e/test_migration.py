@@ -341,14 +341,15 @@ def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(
     affinity, is still gated: an affinity can only be narrowed, so that pod could never
     run. Berth deletes it (`StrandedPodDeleted`), the job ends `ReservationLost`, and the
     workload's next pod runs elsewhere, gated by nothing."""
+    # The pod runs before its target node exists: the scheduler would favour the empty node.
+    cluster.apply(deployment("tied"), namespace)
+    [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "tied", 1), what="the pod")
     size = cluster.get("node", "node-0")["status"]["allocatable"]
     target = f"tie-{namespace}"[:60]
     made = fake_node(name=target, cpu=size["cpu"], memory=size["memory"], pods=int(size["pods"]))
     cluster.kubectl("create", "-f", "-", input=json.dumps(made))
     try:
         cluster.wait(lambda: is_schedulable(cluster.get("node", target)), what="the node Ready")
-        cluster.apply(deployment("tied"), namespace)
-        [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "tied", 1), what="the pod")
         rsv_name = f"tied-{namespace}"[:60]
         held = hold_placeholder(cluster, old, rsv_name, target=target)
         try:
