@@ -95,7 +95,7 @@ class Admission:
         """The admission thread: one round at a time, off the event loop."""
 
     async def loop(self) -> None:
-        """Every arbitration interval: start pending jobs, and let stray gates go.
+        """Every arbitration interval: start pending jobs, and let stray pods go.
 
         Each part runs on its own: a round that raises (a bug, an object or a setting it
         cannot handle) must not keep a pod gated, nor the gauges from being updated."""
@@ -115,9 +115,9 @@ class Admission:
                 except Exception:
                     log.exception("arbitration round failed")
                 try:
-                    await self.release_stray_gates()
+                    await self.release_strays()
                 except Exception:
-                    log.exception("releasing stray scheduling gates failed")
+                    log.exception("releasing stray pods failed")
                 await asyncio.sleep(interval)
         finally:
             self.worker.shutdown(wait=False, cancel_futures=True)
@@ -131,17 +131,30 @@ class Admission:
         del work
         return await done
 
-    async def release_stray_gates(self) -> None:
-        """No pod stays gated by Berth unless a live Reservation holds its claim. Each pod
-        on its own: one that cannot be handled keeps no other gated."""
+    async def release_strays(self) -> None:
+        """No pod stays gated by Berth unless a live Reservation holds its claim, and none
+        stays tied to a deleted node once no Reservation holds its claim
+        (`reservations.stray`). Each pod on its own: one that cannot be handled keeps no
+        other waiting."""
         now = datetime.now(UTC)
-        for pod in self.caches.pods.by_index("gated", "yes"):
+        stranded = {pod["metadata"].get("uid"): pod for pod in self.caches.stranded_claimers()}
+        gated = {
+            pod["metadata"].get("uid"): pod for pod in self.caches.pods.by_index("gated", "yes")
+        }
+        for uid, pod in (gated | stranded).items():
+            token = protocol.pod_claim(pod)
             try:
-                plan = reservations.stray_gate(pod, claimed=self._live_claim(pod), now=now)
+                plan = reservations.stray(
+                    pod,
+                    claimed=self._live_claim(pod),
+                    held=bool(token and self.caches.reservations.by_index("claim", token)),
+                    node_gone=uid in stranded,
+                    now=now,
+                )
                 if plan.actions:
                     await self.executor.run(plan)
             except Exception:
-                log.exception("releasing the gate of pod %s failed", object_key(pod))
+                log.exception("releasing pod %s failed", object_key(pod))
 
     def _live_claim(self, pod: Object) -> Object | None:
         """The Reservation, not yet Succeeded or Failed, whose claim the pod carries."""

@@ -95,6 +95,8 @@ class Caches:
                 "claim": lambda p: _single(protocol.pod_claim(p)),
                 "uid": lambda p: _single(p["metadata"].get("uid")),
                 "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
+                # Unbound pods with a claim, by the one node their affinity allows.
+                "tied": lambda p: _single(protocol.tied_node(p)) if protocol.pod_claim(p) else [],
                 "controller": lambda p: _single((protocol.controller_of(p) or {}).get("uid")),
             },
             handler=self._on_pod,
@@ -341,6 +343,16 @@ class Caches:
             if self._node_gone(protocol.tied_node(pod)):
                 found[str(pod["metadata"].get("uid"))] = pod
         return tuple(found.values())
+
+    def stranded_claimers(self) -> list[Object]:
+        """Unbound pods with a claim whose affinity ties them to a node that is gone."""
+        tied = self.pods.indexes["tied"]
+        return [
+            pod
+            for node in tied
+            if self._node_gone(node)
+            for pod in self.pods.by_index("tied", node)
+        ]
 
     def _node_gone(self, node: str | None) -> bool:
         """Whether `node` names a node the cache no longer holds (deleted)."""

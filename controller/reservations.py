@@ -572,24 +572,51 @@ def _seconds_until(view: ReservationView) -> float:
     return max(0.5, (expires_at(view.reservation) - view.now).total_seconds())
 
 
-STRAY_GATE_GRACE = timedelta(seconds=30)
+STRAY_GRACE = timedelta(seconds=30)
 
 
-def stray_gate(pod: Object, *, claimed: Mapping[str, Any] | None, now: datetime) -> Plan:
-    """Let go of a pod gated by Berth that no live Reservation waits for.
+def stray(
+    pod: Object,
+    *,
+    claimed: Mapping[str, Any] | None,
+    held: bool,
+    node_gone: bool,
+    now: datetime,
+) -> Plan:
+    """Let go of a pod Berth gated or tied that no Reservation looks after.
 
-    `claimed` is the non-terminal Reservation whose claim token the pod carries, if any.
-    A pod gated with a token no Reservation holds (its Reservation ended or vanished, the
-    claim was lost, the annotation was forged) would otherwise never be scheduled; after a
-    grace period that covers the webhook's claim reaching the caches, its gate is removed.
+    `claimed` is the non-terminal Reservation whose claim token the pod carries, if any;
+    `held`, whether any Reservation (in any phase) carries that token; `node_gone`, whether
+    the node the pod's affinity ties it to (`protocol.tied_node`) was deleted.
+
+    A pod gated with a token no live Reservation holds (its Reservation ended or vanished,
+    the claim was lost, the annotation was forged) would otherwise never be scheduled: its
+    gate is removed. A pod with a claim, tied to a deleted node, that no Reservation holds
+    any more (deleted before its pass saw the node go, `ReservationView.stranded`) could
+    never be scheduled either, gate or not: an affinity can only be narrowed, so it is
+    deleted and its workload creates one that can run. Both after a grace period that
+    covers the caches catching up with the webhook's claim and with a new node.
     """
-    if claimed is not None or not protocol.is_gated(pod):
+    token = protocol.pod_claim(pod)
+    stranded = node_gone and token is not None and not held
+    if not stranded and (claimed is not None or not protocol.is_gated(pod)):
+        return Plan()
+    if pod["metadata"].get("deletionTimestamp"):
         return Plan()
     created = parse_time(pod["metadata"]["creationTimestamp"])
-    if now - created < STRAY_GATE_GRACE:
-        return Plan().again_in((created + STRAY_GATE_GRACE - now).total_seconds())
-    token = protocol.pod_claim(pod)
+    if now - created < STRAY_GRACE:
+        return Plan().again_in((created + STRAY_GRACE - now).total_seconds())
     shown = protocol.fingerprint(token) if token else "none"
+    if stranded:
+        return Plan().then(
+            *_delete_pod(
+                pod,
+                Reason.STRANDED_POD_DELETED,
+                f"its affinity ties it to node {protocol.tied_node(pod)}, which was deleted, "
+                f"and no Reservation holds its claim {shown} any more; its workload creates "
+                "one that can be scheduled",
+            )
+        )
     return Plan().then(
         ungate(pod),
         Event(

@@ -179,11 +179,19 @@ def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str)
 
 
 def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
-    """The job's end when no replacement will bind its Reservation any more: the one
-    that took it was deleted unbound, or one was created without claiming it."""
+    """The job's end when no replacement will bind its Reservation any more: the
+    Reservation was deleted (no place is held; the caches saw it before the eviction, which
+    needs it open), the one that took it was deleted unbound, or one was created without
+    claiming it."""
     reservation = view.reservation
     if reservation is None:
-        return None
+        return fail(
+            view,
+            status,
+            reason=Reason.MISSING_RESERVATION,
+            message=f"Reservation {rsv!r} was deleted after the pod was evicted; no place is "
+            "held any more, and the workload's next pod is scheduled as any pod",
+        )
     gone = _owner_deleted(reservation)
     if gone is not None:
         return fail(

@@ -6,6 +6,8 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -334,13 +336,20 @@ def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
         let_go(cluster, held, rsv_name)
 
 
-def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(
-    cluster: Cluster, namespace: str
-) -> None:
-    """The Reservation's node is deleted while its replacement, tied there by the webhook's
-    affinity, is still gated: an affinity can only be narrowed, so that pod could never
-    run. Berth deletes it (`StrandedPodDeleted`), the job ends `ReservationLost`, and the
-    workload's next pod runs elsewhere, gated by nothing."""
+@dataclass(frozen=True)
+class Tied:
+    """A migration in handover to a node of the test's own: its replacement, gated and
+    tied there by the webhook's affinity, waits for a placeholder held by HOLD."""
+
+    node: str
+    old: dict[str, Any]
+    job: str
+    owner: dict[str, Any]
+    reservation: str
+
+
+@contextmanager
+def tied_replacement(cluster: Cluster, namespace: str) -> Iterator[Tied]:
     # The pod runs before its target node exists: the scheduler would favour the empty node.
     cluster.apply(deployment("tied"), namespace)
     [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "tied", 1), what="the pod")
@@ -355,30 +364,67 @@ def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(
         try:
             name = job_on(cluster, old, rsv_name)
             owner = handed_over(cluster, namespace, "tied", old, target)
-            cluster.kubectl("delete", "node", target, "--wait=false")
-            job = cluster.wait(
-                lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end"
-            )
-            status = job["status"]
-            assert (status["phase"], status["reason"]) == ("Failed", "ReservationLost"), status
-            [after] = cluster.wait(
-                lambda: ready_pods(cluster, namespace, "tied", 1), what="the workload's next pod"
-            )
-            assert after["metadata"]["uid"] not in (
-                old["metadata"]["uid"],
-                owner["metadata"]["uid"],
-            )
-            assert after["spec"]["nodeName"] != target
-            said = cluster.get(
-                "events", "-n", namespace,
-                f"--field-selector=involvedObject.uid={owner['metadata']['uid']}",
-            )["items"]  # fmt: skip
-            assert [e["reason"] for e in said if e["reason"] == "StrandedPodDeleted"], said
-            assert leftovers(cluster, namespace)["gated"] == []
+            yield Tied(node=target, old=old, job=name, owner=owner, reservation=rsv_name)
         finally:
             let_go(cluster, held, rsv_name)
     finally:
         cluster.kubectl("delete", "node", target, "--ignore-not-found", "--wait=false")
+
+
+def replaced_elsewhere(cluster: Cluster, namespace: str, tied: Tied) -> None:
+    """The tied replacement was deleted, saying why, and the workload's next pod runs on
+    another node, gated by nothing."""
+    [after] = cluster.wait(
+        lambda: ready_pods(cluster, namespace, "tied", 1), what="the workload's next pod"
+    )
+    assert after["metadata"]["uid"] not in (
+        tied.old["metadata"]["uid"],
+        tied.owner["metadata"]["uid"],
+    )
+    assert after["spec"]["nodeName"] != tied.node
+    said = cluster.get(
+        "events", "-n", namespace,
+        f"--field-selector=involvedObject.uid={tied.owner['metadata']['uid']}",
+    )["items"]  # fmt: skip
+    reasons = [e["reason"] for e in said]
+    assert "StrandedPodDeleted" in reasons, said
+    assert "ReservationGateRemoved" not in reasons, said
+    assert leftovers(cluster, namespace)["gated"] == []
+
+
+def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The Reservation's node is deleted while its replacement, tied there by the webhook's
+    affinity, is still gated: an affinity can only be narrowed, so that pod could never
+    run. Berth deletes it (`StrandedPodDeleted`), the job ends `ReservationLost`, and the
+    workload's next pod runs elsewhere, gated by nothing."""
+    with tied_replacement(cluster, namespace) as tied:
+        cluster.kubectl("delete", "node", tied.node, "--wait=false")
+        job = cluster.wait(
+            lambda: phase_is(cluster, tied.job, "Succeed", "Failed"), what="the job to end"
+        )
+        status = job["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "ReservationLost"), status
+        replaced_elsewhere(cluster, namespace, tied)
+
+
+def test_a_replacement_tied_to_a_deleted_node_is_replaced_with_its_reservation_gone(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The same, but the Reservation is deleted before the node, so no Reservation's pass
+    will ever see its pod stranded: the controller's pass over stray pods deletes it (a
+    pod whose claim no Reservation holds would otherwise only have its gate let go, and
+    stay Pending for ever), and the job ends `MissingReservation` at once."""
+    with tied_replacement(cluster, namespace) as tied:
+        cluster.kubectl("delete", "reservation", tied.reservation, "--wait=false")
+        cluster.kubectl("delete", "node", tied.node, "--wait=false")
+        job = cluster.wait(
+            lambda: phase_is(cluster, tied.job, "Succeed", "Failed"), what="the job to end"
+        )
+        status = job["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "MissingReservation"), status
+        replaced_elsewhere(cluster, namespace, tied)
 
 
 NODES = ("node-0", "node-1", "node-2")

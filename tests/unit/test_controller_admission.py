@@ -151,9 +151,29 @@ async def test_a_gated_pod_that_cannot_be_handled_keeps_no_other_gated() -> None
         if name == "web-8":
             del stray["metadata"]["creationTimestamp"]  # a bad object
         await watch(caches, "pods", stray)
-    await admission.release_stray_gates()
+    await admission.release_strays()
     ungated = [a for p in executor.plans for a in p.actions if isinstance(a, Patch)]
     assert [a.name for a in ungated] == ["web-9"]
+
+
+async def test_a_claimer_tied_to_a_deleted_node_with_no_reservation_left_is_deleted() -> None:
+    """Its Reservation was deleted before its own pass saw the node go: the stray pass
+    deletes the pod (it could never be scheduled) rather than let its gate go."""
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    executor = Recording()
+    admission = Admission(caches, executor, args, admitted=lambda _key: None)
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-9"]}]}
+    tied = pod("web-9", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "x"})
+    tied["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+    tied["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    await watch(caches, "pods", tied)
+    await admission.release_strays()
+    assert [kinds(p) for p in executor.plans] == [["Delete:pods", "Event:StrandedPodDeleted"]]
 
 
 async def test_arbitration_waits_for_a_jobs_mode_to_be_recorded() -> None:

@@ -163,15 +163,21 @@ async def test_a_claimers_controller_counts_only_as_the_caches_or_its_kind_vouch
     assert resolved(controlled("v1", "ConfigMap", "uid-cm")) == (None, None)
 
 
-async def test_a_reservation_view_finds_its_owner_stranded_once_its_node_is_deleted() -> None:
-    cache, _ = caches()
-    rsv, owner = in_handover()
-    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
-    owner["spec"]["affinity"] = {
+def tie(pod_: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """`pod_` with the required affinity Berth's webhook gives a replacement."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+    pod_["spec"]["affinity"] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
         }
     }
+    return pod_
+
+
+async def test_a_reservation_view_finds_its_owner_stranded_once_its_node_is_deleted() -> None:
+    cache, _ = caches()
+    rsv, owner = in_handover()
+    tie(owner, "node-1")
     await watch(cache.nodes, "ADDED", node("node-1"))
     await watch(cache.reservations, "ADDED", rsv)
     await watch(cache.pods, "ADDED", owner)
@@ -186,3 +192,22 @@ async def test_a_reservation_view_finds_its_owner_stranded_once_its_node_is_dele
     }
     await watch(cache.pods, "MODIFIED", terminating)
     assert cache.reservation_view(rsv).stranded == ()
+
+
+async def test_claimers_tied_to_a_deleted_node_are_found_whatever_their_reservation() -> None:
+    """`stranded_claimers` lists unbound pods with a claim tied to a node the cache no
+    longer holds: not pods without a claim, not bound pods, not those on a live node."""
+    cache, _ = caches()
+    await watch(cache.nodes, "ADDED", node("node-1"))
+    await watch(cache.nodes, "ADDED", node("node-2"))
+    claim = {keys.CLAIM: "token"}
+    for made in (
+        tie(pod("web-2", node=None, annotations=claim), "node-1"),
+        tie(pod("web-3", node=None, annotations=claim), "node-2"),
+        tie(pod("pinned", node=None), "node-1"),
+        pod("bound", node="node-1", annotations=claim),
+    ):
+        await watch(cache.pods, "ADDED", made)
+    assert cache.stranded_claimers() == []
+    await watch(cache.nodes, "DELETED", node("node-1"))
+    assert [p["metadata"]["name"] for p in cache.stranded_claimers()] == ["web-2"]

@@ -633,6 +633,16 @@ def test_an_owner_deleted_before_its_binding_ends_the_job_at_once() -> None:
     assert waiting["phase"] != "Failed"
 
 
+def test_a_reservation_deleted_after_the_eviction_ends_the_job_at_once() -> None:
+    """Deleted by hand (or with its owner) once the pod is gone: nothing holds the place,
+    so the job ends then rather than at its TTL."""
+    plan = view_plan(job_obj=job(conditions=EVICTING), rsv=None, owner=None)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:MissingReservation"]
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "MissingReservation")
+    assert "was deleted after the pod was evicted" in status["message"]
+
+
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
     evicting = [
         *EVICTING,

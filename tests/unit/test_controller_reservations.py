@@ -285,10 +285,50 @@ def test_stray_gate_is_removed_after_a_grace_period(
     gated = pod(
         "web-9", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "forged"}
     )
-    plan = reservations.stray_gate(
-        gated, claimed=reservation() if claimed else None, now=later(age)
+    plan = reservations.stray(
+        gated,
+        claimed=reservation() if claimed else None,
+        held=claimed,
+        node_gone=False,
+        now=later(age),
     )
     assert kinds(plan) == expected
+
+
+@pytest.mark.parametrize(
+    ("gates", "age", "held", "expected"),
+    [
+        pytest.param([], 31, False, ["Delete:pods", "Event:StrandedPodDeleted"], id="ungated"),
+        pytest.param(
+            [keys.RESERVATION_GATE],
+            31,
+            False,
+            ["Delete:pods", "Event:StrandedPodDeleted"],
+            id="gated: deleted, not let go",
+        ),
+        pytest.param([], 5, False, [], id="young"),
+        pytest.param([], 31, True, [], id="a Reservation's own pass looks after it"),
+    ],
+)
+def test_a_claimer_tied_to_a_deleted_node_that_no_reservation_holds_is_deleted(
+    gates: list[str], age: int, held: bool, expected: list[str]
+) -> None:
+    tied = pod("web-9", node=None, gates=gates, annotations={keys.CLAIM: "token"})
+    plan = reservations.stray(tied, claimed=None, held=held, node_gone=True, now=later(age))
+    assert kinds(plan) == expected
+    if expected:
+        delete = plan.actions[0]
+        assert isinstance(delete, Delete)
+        assert delete.uid == tied["metadata"]["uid"]
+
+
+def test_a_pod_without_a_claim_is_never_deleted_for_its_node() -> None:
+    """A pod a user pinned to a node by name is the user's business, gone node or not."""
+    pinned = pod("web-9", node=None)
+    assert (
+        kinds(reservations.stray(pinned, claimed=None, held=False, node_gone=True, now=later(60)))
+        == []
+    )
 
 
 def test_actions_target_the_right_resources() -> None:
