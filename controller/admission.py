@@ -36,7 +36,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from berth import metrics, protocol
-from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase
+from berth.api import TERMINAL_PHASES, PodMigrationJobPhase
 from berth.kube.informer import object_key
 from berth.settings import MigrationControllerArgs
 from controller import arbitration, jobs, reservations
@@ -146,8 +146,7 @@ class Admission:
             try:
                 plan = reservations.stray(
                     pod,
-                    claimed=self._live_claim(pod),
-                    held=bool(token and self.caches.reservations.by_index("claim", token)),
+                    holders=self.caches.reservations.by_index("claim", token) if token else [],
                     node_gone=uid in stranded,
                     now=now,
                 )
@@ -155,21 +154,6 @@ class Admission:
                     await self.executor.run(plan)
             except Exception:
                 log.exception("releasing pod %s failed", object_key(pod))
-
-    def _live_claim(self, pod: Object) -> Object | None:
-        """The Reservation, not yet Succeeded or Failed, whose claim the pod carries."""
-        token = protocol.pod_claim(pod)
-        if not token:
-            return None
-        terminal = (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED)
-        return next(
-            (
-                r
-                for r in self.caches.reservations.by_index("claim", token)
-                if protocol.phase(r) not in terminal
-            ),
-            None,
-        )
 
     async def admit_once(self) -> None:
         """One arbitration round: freeze the caches, decide off the loop, write."""

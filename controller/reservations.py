@@ -28,7 +28,7 @@ old token are ungated by the stray-gate sweep.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -575,19 +575,12 @@ def _seconds_until(view: ReservationView) -> float:
 STRAY_GRACE = timedelta(seconds=30)
 
 
-def stray(
-    pod: Object,
-    *,
-    claimed: Mapping[str, Any] | None,
-    held: bool,
-    node_gone: bool,
-    now: datetime,
-) -> Plan:
+def stray(pod: Object, *, holders: Sequence[Object], node_gone: bool, now: datetime) -> Plan:
     """Let go of a pod Berth gated or tied that no Reservation looks after.
 
-    `claimed` is the non-terminal Reservation whose claim token the pod carries, if any;
-    `held`, whether any Reservation (in any phase) carries that token; `node_gone`, whether
-    the node the pod's affinity ties it to (`protocol.tied_node`) was deleted.
+    `holders` are the Reservations (in any phase) that carry the pod's claim token;
+    `node_gone`, whether the node the pod's affinity ties it to (`protocol.tied_node`) was
+    deleted.
 
     A pod gated with a token no live Reservation holds (its Reservation ended or vanished,
     the claim was lost, the annotation was forged) would otherwise never be scheduled: its
@@ -598,8 +591,12 @@ def stray(
     covers the caches catching up with the webhook's claim and with a new node.
     """
     token = protocol.pod_claim(pod)
-    stranded = node_gone and token is not None and not held
-    if not stranded and (claimed is not None or not protocol.is_gated(pod)):
+    stranded = node_gone and token is not None and not holders
+    live = any(
+        protocol.phase(r) not in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED)
+        for r in holders
+    )
+    if not stranded and (live or not protocol.is_gated(pod)):
         return Plan()
     if pod["metadata"].get("deletionTimestamp"):
         return Plan()

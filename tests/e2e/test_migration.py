@@ -371,9 +371,14 @@ def tied_replacement(cluster: Cluster, namespace: str) -> Iterator[Tied]:
         cluster.kubectl("delete", "node", target, "--ignore-not-found", "--wait=false")
 
 
-def replaced_elsewhere(cluster: Cluster, namespace: str, tied: Tied) -> None:
-    """The tied replacement was deleted, saying why, and the workload's next pod runs on
-    another node, gated by nothing."""
+def replaced_elsewhere(cluster: Cluster, namespace: str, tied: Tied, *, reason: str) -> None:
+    """The job ended `Failed` for `reason`, the tied replacement was deleted, saying why,
+    and the workload's next pod runs on another node, gated by nothing."""
+    job = cluster.wait(
+        lambda: phase_is(cluster, tied.job, "Succeed", "Failed"), what="the job to end"
+    )
+    status = job["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", reason), status
     [after] = cluster.wait(
         lambda: ready_pods(cluster, namespace, "tied", 1), what="the workload's next pod"
     )
@@ -401,12 +406,7 @@ def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(
     workload's next pod runs elsewhere, gated by nothing."""
     with tied_replacement(cluster, namespace) as tied:
         cluster.kubectl("delete", "node", tied.node, "--wait=false")
-        job = cluster.wait(
-            lambda: phase_is(cluster, tied.job, "Succeed", "Failed"), what="the job to end"
-        )
-        status = job["status"]
-        assert (status["phase"], status["reason"]) == ("Failed", "ReservationLost"), status
-        replaced_elsewhere(cluster, namespace, tied)
+        replaced_elsewhere(cluster, namespace, tied, reason="ReservationLost")
 
 
 def test_a_replacement_tied_to_a_deleted_node_is_replaced_with_its_reservation_gone(
@@ -419,12 +419,7 @@ def test_a_replacement_tied_to_a_deleted_node_is_replaced_with_its_reservation_g
     with tied_replacement(cluster, namespace) as tied:
         cluster.kubectl("delete", "reservation", tied.reservation, "--wait=false")
         cluster.kubectl("delete", "node", tied.node, "--wait=false")
-        job = cluster.wait(
-            lambda: phase_is(cluster, tied.job, "Succeed", "Failed"), what="the job to end"
-        )
-        status = job["status"]
-        assert (status["phase"], status["reason"]) == ("Failed", "MissingReservation"), status
-        replaced_elsewhere(cluster, namespace, tied)
+        replaced_elsewhere(cluster, namespace, tied, reason="MissingReservation")
 
 
 NODES = ("node-0", "node-1", "node-2")

@@ -148,7 +148,7 @@ def test_a_young_claim_is_kept_and_looked_at_when_due() -> None:
 
 def test_a_stray_gate_event_shows_only_a_fingerprint() -> None:
 
-    plan = reservations.stray(claimer(), claimed=None, held=False, node_gone=False, now=later(60))
+    plan = reservations.stray(claimer(), holders=[], node_gone=False, now=later(60))
     [event] = [a for a in plan.actions if isinstance(a, Event)]
     assert protocol.fingerprint(TOKEN) in event.message
     assert TOKEN not in event.message

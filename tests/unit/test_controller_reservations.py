@@ -287,8 +287,7 @@ def test_stray_gate_is_removed_after_a_grace_period(
     )
     plan = reservations.stray(
         gated,
-        claimed=reservation() if claimed else None,
-        held=claimed,
+        holders=[reservation()] if claimed else [],
         node_gone=False,
         now=later(age),
     )
@@ -314,7 +313,9 @@ def test_a_claimer_tied_to_a_deleted_node_that_no_reservation_holds_is_deleted(
     gates: list[str], age: int, held: bool, expected: list[str]
 ) -> None:
     tied = pod("web-9", node=None, gates=gates, annotations={keys.CLAIM: "token"})
-    plan = reservations.stray(tied, claimed=None, held=held, node_gone=True, now=later(age))
+    plan = reservations.stray(
+        tied, holders=[reservation(phase="Failed")] if held else [], node_gone=True, now=later(age)
+    )
     assert kinds(plan) == expected
     if expected:
         delete = plan.actions[0]
@@ -325,10 +326,7 @@ def test_a_claimer_tied_to_a_deleted_node_that_no_reservation_holds_is_deleted(
 def test_a_pod_without_a_claim_is_never_deleted_for_its_node() -> None:
     """A pod a user pinned to a node by name is the user's business, gone node or not."""
     pinned = pod("web-9", node=None)
-    assert (
-        kinds(reservations.stray(pinned, claimed=None, held=False, node_gone=True, now=later(60)))
-        == []
-    )
+    assert kinds(reservations.stray(pinned, holders=[], node_gone=True, now=later(60))) == []
 
 
 def test_actions_target_the_right_resources() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -44,14 +45,9 @@ async def test_a_deleted_nodes_place_is_never_evicted_to(
 ) -> None:
     async with Recorder(kube) as recorder:
         name, gone, size = await reserved_and_paused(cluster, namespace, recorder)
-        # Everything seen up to now came before the deletion.
-        faults = UserFaults(deleted_nodes={gone: recorder.history[-1].revision + 1})
-        await cluster.akubectl("delete", "node", gone, "--wait=false")
-        try:
+        async with node_deleted(cluster, recorder, gone, size) as faults:
             await pause(cluster, name, False)
             final = await ended_and_released(recorder, namespace, name)
-        finally:
-            await restore(cluster, gone, size)
     moved_off(recorder, namespace, name, final, gone=gone, faults=faults)
 
 
@@ -71,9 +67,7 @@ async def test_a_place_lost_while_a_pdb_refuses_the_eviction_is_waited_for(
             what="the eviction refused by the PDB",
             timeout=120,
         )
-        faults = UserFaults(deleted_nodes={gone: recorder.history[-1].revision + 1})
-        await cluster.akubectl("delete", "node", gone, "--wait=false")
-        try:
+        async with node_deleted(cluster, recorder, gone, size) as faults:
             await until(
                 lambda: (
                     (r := reservation_of(recorder, name))
@@ -86,8 +80,6 @@ async def test_a_place_lost_while_a_pdb_refuses_the_eviction_is_waited_for(
             assert phase(job_state(recorder, name) or {}) == "Running"
             await min_available(cluster, namespace, 1)
             final = await ended_and_released(recorder, namespace, name)
-        finally:
-            await restore(cluster, gone, size)
     moved_off(recorder, namespace, name, final, gone=gone, faults=faults)
 
 
@@ -167,6 +159,20 @@ async def min_available(cluster: Cluster, namespace: str, count: int) -> None:
         "patch", "pdb", "web", "-n", namespace, "--type=merge",
         "-p", json.dumps({"spec": {"minAvailable": count}}),
     )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def node_deleted(
+    cluster: Cluster, recorder: Recorder, name: str, size: dict[str, str]
+) -> AsyncIterator[UserFaults]:
+    """Delete node `name`, telling the judge (everything the recorder saw up to now came
+    before the deletion), and make it again afterwards."""
+    faults = UserFaults(deleted_nodes={name: recorder.history[-1].revision + 1})
+    await cluster.akubectl("delete", "node", name, "--wait=false")
+    try:
+        yield faults
+    finally:
+        await restore(cluster, name, size)
 
 
 async def restore(cluster: Cluster, name: str, size: dict[str, str]) -> None:
