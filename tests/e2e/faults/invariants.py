@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from berth import protocol
 from berth.api import keys
 from tests.e2e.faults.recorder import Seen
 
@@ -220,10 +221,13 @@ def _judge_job(history: History, name: str, faults: UserFaults, verdict: Verdict
 
 
 def _by_user(pod: Object, removal: Seen, faults: UserFaults) -> bool:
+    """Whether the run took the pod away: deleted it, scaled its workload to zero, or
+    deleted the node it ran on or, unbound, was tied to (a replacement tied to its
+    Reservation's node, which Berth deletes once that node is gone: it never ran)."""
     metadata = pod["metadata"]
     app = (metadata.get("labels") or {}).get("app")
     scaled = faults.scaled_to_zero.get(f"{metadata.get('namespace')}/{app}")
-    node = (removal.obj.get("spec") or {}).get("nodeName")
+    node = (removal.obj.get("spec") or {}).get("nodeName") or protocol.tied_node(removal.obj)
     return (
         metadata["uid"] in faults.deleted_pods
         or (scaled is not None and removal.revision >= scaled)
