@@ -109,9 +109,10 @@ class Ledger:
     def on_pod(self, kind: str, pod: Object) -> None:
         metadata = pod["metadata"]
         key = f"{metadata.get('namespace')}/{metadata['name']}"
-        entry = None if kind == DELETED else self._entry(key, pod)
         old_uid = self._uids.get(key)
-        if old_uid is not None and old_uid == metadata["uid"] and self._pods[old_uid] == entry:
+        held = self._pods[old_uid] if old_uid is not None and old_uid == metadata["uid"] else None
+        entry = None if kind == DELETED else _entry(key, pod, held)
+        if held is not None and held == entry:
             return  # a change of its status or metadata that charges nothing anew
         touched: set[str | None] = set()
         # A pod counts once, by UID; a pod recreated under the same name replaces it.
@@ -129,24 +130,6 @@ class Ledger:
         for name in touched:
             if name is not None:
                 self._refresh(name)
-
-    def _entry(self, key: str, pod: Object) -> PodEntry:
-        """What the ledger remembers of `pod`; its requests are parsed again only when its
-        spec changed since the entry held for it (most events change only its status)."""
-        metadata = pod["metadata"]
-        spec = pod.get("spec", {})
-        generation = metadata.get("generation")
-        known = self._uids.get(key)
-        held = self._pods.get(known) if known is not None and known == metadata["uid"] else None
-        same_spec = held is not None and generation is not None and held.generation == generation
-        return PodEntry(
-            name=key,
-            node=spec.get("nodeName") or None,
-            requests=held.requests if held is not None and same_spec else pod_requests(spec),
-            claim=protocol.placeholder_claim(pod),
-            terminal=protocol.is_terminal_pod(pod),
-            generation=generation,
-        )
 
     def on_reservation(self, kind: str, reservation: Object) -> None:
         name = reservation["metadata"]["name"]
@@ -365,3 +348,21 @@ class FreeCapacity(Mapping[str, Resources]):
 
     def __len__(self) -> int:
         return len(self._allocatable)
+
+
+def _entry(key: str, pod: Object, held: PodEntry | None) -> PodEntry:
+    """What the ledger remembers of `pod`; its requests are parsed again only when its
+    spec changed since `held`, the entry kept for the same pod (most events change only
+    its status)."""
+    metadata = pod["metadata"]
+    spec = pod.get("spec", {})
+    generation = metadata.get("generation")
+    same_spec = held is not None and generation is not None and held.generation == generation
+    return PodEntry(
+        name=key,
+        node=spec.get("nodeName") or None,
+        requests=held.requests if held is not None and same_spec else pod_requests(spec),
+        claim=protocol.placeholder_claim(pod),
+        terminal=protocol.is_terminal_pod(pod),
+        generation=generation,
+    )

@@ -23,7 +23,8 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +91,12 @@ class Attempt:
     """What one review may write: a claim with `token`, on `reservation` once a claim
     has been sent there."""
 
-    token: str = field(default_factory=lambda: secrets.token_hex(16))
     reservation: str | None = None
+
+    @cached_property
+    def token(self) -> str:
+        """Drawn when first needed: most reviews claim nothing."""
+        return secrets.token_hex(16)
 
 
 class Webhook:

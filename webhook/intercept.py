@@ -162,8 +162,8 @@ class Interceptor:
 
     async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
         """`Gone` when the pod is the replacement of a pod this requester's eviction had
-        migrated (`evictions.already_migrated`). Rare: one GET of the job, and one of the
-        replacement's node when it is bound to one."""
+        migrated (`evictions.already_migrated`). Rare: one GET of the job, and, when the
+        job says so, one of the replacement's node to see it is not cordoned."""
         name = evictions.replaced_in(pod, self.reservations)
         if name is None:
             return None
@@ -173,11 +173,16 @@ class Interceptor:
             if error.not_found:
                 return None
             raise
-        node = (pod.get("spec") or {}).get("nodeName")
-        cordoned = isinstance(node, str) and bool(node) and await self.cordoned(node)
-        return evictions.already_migrated(
-            job, pod, eviction=eviction, now=datetime.now(UTC), cordoned=cordoned
+        gone = evictions.already_migrated(
+            job, pod, eviction=eviction, now=datetime.now(UTC), cordoned=False
         )
+        if gone is None:
+            return None
+        # The node is read only for an eviction that would be answered 404 otherwise.
+        node = (pod.get("spec") or {}).get("nodeName")
+        if isinstance(node, str) and node and await self.cordoned(node):
+            return None
+        return gone
 
     async def cordoned(self, node: str) -> bool:
         try:
