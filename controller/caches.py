@@ -390,7 +390,27 @@ class Caches:
             reserved_node_gone=self._node_gone(
                 protocol.node_of(reservation) if reservation else None
             ),
+            **self.reserved_workload(reservation),
         )
+
+    def reserved_workload(self, reservation: Object | None) -> dict[str, Object | None]:
+        """The controller a Reservation was made for (its one owner by controller
+        reference: a ReplicaSet or a StatefulSet) and a ReplicaSet's Deployment, as the
+        caches hold them (`JobView.workload`, `JobView.deployment`)."""
+        owners = (reservation or {}).get("spec", {}).get("owners") or []
+        ref = (owners[0].get("controller") or {}) if len(owners) == 1 else {}
+        store = {"ReplicaSet": self.replicasets, "StatefulSet": self.statefulsets}.get(
+            str(ref.get("kind"))
+        )
+        found = store.by_index("uid", str(ref.get("uid"))) if store is not None else []
+        workload = found[0] if found else None
+        parent = protocol.controller_of(workload) if workload is not None else None
+        above = (
+            self.deployments.by_index("uid", str(parent.get("uid")))
+            if parent is not None and parent.get("kind") == "Deployment"
+            else []
+        )
+        return {"workload": workload, "deployment": above[0] if above else None}
 
     def priority_values(self) -> dict[str, int]:
         """PriorityClass name → its value."""

@@ -113,6 +113,10 @@ class PodMigrationJobReason(StrEnum):
     RESERVATION_OWNER_GONE = "ReservationOwnerGone"
     """The replacement recorded as the Reservation's owner was deleted before it was
     bound: the place is no longer held for anyone."""
+    WORKLOAD_SCALED_DOWN = "WorkloadScaledDown"
+    """After the eviction, before any replacement took the Reservation, the pod's workload
+    was scaled so that it replaces the pod no more (to zero, or a StatefulSet below the
+    pod's ordinal): the place is released rather than held for nobody until the TTL."""
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
     """Arbitration: the pod may never be migrated; the message names the rule."""
     NOT_ADMITTED = "NotAdmitted"

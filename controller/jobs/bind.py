@@ -181,8 +181,8 @@ def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str)
 def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
     """The job's end when no replacement will bind its Reservation any more: the
     Reservation was deleted (no place is held; the caches saw it before the eviction, which
-    needs it open), the one that took it was deleted unbound, or one was created without
-    claiming it."""
+    needs it open), the one that took it was deleted unbound, one was created without
+    claiming it, or, none having claimed it, the workload was scaled so as to make none."""
     reservation = view.reservation
     if reservation is None:
         return fail(
@@ -212,7 +212,58 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             f"without claiming Reservation {rsv!r} (is the webhook running?); it is "
             "scheduled as any pod, and the reservation is released",
         )
+    scaled = scaled_away(
+        view.job["spec"]["podRef"].get("name") or "", view.workload, view.deployment
+    )
+    if scaled is not None and protocol.claim_of(reservation) is None:
+        return fail(
+            view,
+            status,
+            reason=Reason.WORKLOAD_SCALED_DOWN,
+            message=f"{scaled}, so no replacement will take Reservation {rsv!r}; the "
+            "reservation is released",
+        )
     return None
+
+
+def scaled_away(pod: str, workload: Object | None, deployment: Object | None) -> str | None:
+    """Why the workload of the migrated pod `pod` (by name) makes no replacement for it, as
+    its objects say: a ReplicaSet scaled to zero, or the Deployment above it; a
+    StatefulSet whose ordinals no longer include the pod's. None when one may come, or
+    when the workload is not known (not cached, or a Deployment's ReplicaSet whose
+    Deployment is not)."""
+    kind = (workload or {}).get("kind")
+    if workload is None or kind not in ("ReplicaSet", "StatefulSet"):
+        return None
+    if kind == "StatefulSet":
+        return _below_ordinals(pod, workload)
+    parent = protocol.controller_of(workload)
+    if parent is None or parent.get("kind") != "Deployment":
+        return _scaled_to_zero(workload)
+    if deployment is None or deployment["metadata"].get("uid") != parent.get("uid"):
+        return None
+    return _scaled_to_zero(deployment)
+
+
+def _scaled_to_zero(workload: Object) -> str | None:
+    if (workload.get("spec") or {}).get("replicas", 1) != 0:
+        return None
+    name = workload["metadata"]["name"]
+    return f"{workload.get('kind')} {name} is scaled to zero"
+
+
+def _below_ordinals(pod: str, statefulset: Object) -> str | None:
+    """Why StatefulSet `statefulset` does not make `pod` again: its ordinals (from
+    `spec.ordinals.start`, `spec.replicas` of them) no longer include the pod's."""
+    name, spec = statefulset["metadata"]["name"], statefulset.get("spec") or {}
+    ordinal = pod.removeprefix(f"{name}-")
+    replicas = spec.get("replicas", 1)
+    start = (spec.get("ordinals") or {}).get("start") or 0
+    if ordinal == pod or not ordinal.isdigit() or not isinstance(replicas, int):
+        return None
+    if not isinstance(start, int) or start <= int(ordinal) < start + replicas:
+        return None
+    return f"StatefulSet {name} is scaled to {replicas} replicas and does not make {pod} again"
 
 
 def _owner_deleted(reservation: Object) -> str | None:

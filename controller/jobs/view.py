@@ -51,6 +51,11 @@ class JobView:
     reserved_node_gone: bool = False
     """The Reservation's node is no longer in the node cache (deleted): its place is not
     held, whatever its status still says."""
+    workload: Object | None = None
+    """The controller the Reservation was made for (its one owner by controller
+    reference, a ReplicaSet or StatefulSet), as the caches hold it."""
+    deployment: Object | None = None
+    """That ReplicaSet's Deployment, when it has one and the cache holds it."""
 
 
 def job_name(view: JobView) -> str:

@@ -198,6 +198,79 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     )
 
 
+def pdb_allows(cluster: Cluster, namespace: str, app: str, *, min_available: int) -> None:
+    """PodDisruptionBudget `app` with `min_available`, once its status counts that."""
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": app},
+                "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
+            }
+        ),
+        namespace,
+    )
+    cluster.wait(
+        lambda: (
+            cluster.get("pdb", app, "-n", namespace).get("status", {}).get("desiredHealthy")
+            == min_available
+        ),
+        what=f"the PDB to require {min_available} pods",
+    )
+
+
+def test_a_workload_scaled_to_zero_after_the_eviction_releases_the_place_at_once(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The Reservation is open and the eviction refused by a PDB when the Deployment is
+    scaled to zero: its pod goes, and no replacement will ever take the place. The job
+    ends `WorkloadScaledDown` then, rather than holding the place for nobody until its
+    TTL, and the Reservation is released."""
+    cluster.apply(deployment("shrink", replicas=2), namespace)
+    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "shrink", 2), what="2 pods")
+    pdb_allows(cluster, namespace, "shrink", min_available=1)
+    name, manifest = job_manifest(pods[0], ttl=LONG_TTL)
+    nodes = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]]
+    # No node takes the placeholder until the job is paused: nothing is evicted before.
+    cluster.kubectl("cordon", *nodes)
+    try:
+        cluster.apply(manifest)
+        cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job admitted")
+        cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    finally:
+        cluster.kubectl("uncordon", *nodes)
+    job = cluster.wait(
+        lambda: (
+            (j := job_of(cluster, name))
+            and condition(j, "ReservationScheduled").get("status") == "True"
+            and j
+        ),
+        what="the place reserved, the job paused before the eviction",
+    )
+    options = job["spec"].get("reservationOptions") or {}
+    reservation = (options.get("reservationRef") or {}).get("name") or job["metadata"]["uid"]
+    pdb_allows(cluster, namespace, "shrink", min_available=2)
+    cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    cluster.wait(
+        lambda: condition(job_of(cluster, name), "Eviction").get("reason") == "BlockedByPDB",
+        what="the eviction refused by the PDB",
+    )
+    cluster.kubectl("scale", "deployment", "shrink", "--replicas=0", "-n", namespace)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    status = job["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown"), status
+    assert "Deployment shrink is scaled to zero" in status["message"], status
+    assert "WorkloadScaledDown" in events(cluster, name)
+    cluster.wait(
+        lambda: cluster.get("reservation", reservation).get("status", {}).get("phase") == "Failed",
+        what="the Reservation released (Failed: its placeholder goes)",
+    )
+    cluster.wait(
+        lambda: not any(leftovers(cluster, namespace).values()), what="the placeholder to go"
+    )
+
+
 def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(
     cluster: Cluster, namespace: str
 ) -> None:

@@ -80,6 +80,8 @@ def view(
     now: datetime = T0,
     labelled: bool = True,
     node_gone: bool = False,
+    workload: dict[str, Any] | None = None,
+    deployment: dict[str, Any] | None = None,
 ) -> jobs.JobView:
     return jobs.JobView(
         job=job_obj or job(),
@@ -92,6 +94,8 @@ def view(
         args=ARGS,
         admission_key=ADMISSION_KEY,
         reserved_node_gone=node_gone,
+        workload=workload,
+        deployment=deployment,
     )
 
 

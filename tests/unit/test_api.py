@@ -305,7 +305,7 @@ def _parse_error(text: str) -> str | None:
              "MissingReservation", "Preempting", "PreemptComplete", "Evicting", "FailedEvict",
              "EvictComplete", "WaitForPodBindReservation", "WaitForBoundPodReady",
              "ReservationExpired", "ReservationNotUsed", "ReservationLost",
-             "ReservationOwnerGone", "ForbiddenMigratePod", "NotAdmitted",
+             "ReservationOwnerGone", "WorkloadScaledDown", "ForbiddenMigratePod", "NotAdmitted",
              "ForbiddenTemplate", "ForbiddenPreemption", "Complete",
              "Created", "Scheduled", "Bound", "Ready", "BlockedByPDB", "DryRun", "NodeFit",
              "RolloutInProgress", "ExpectedReplicas", "MaxMigratingPerWorkload",

@@ -211,3 +211,41 @@ async def test_claimers_tied_to_a_deleted_node_are_found_whatever_their_reservat
     assert cache.stranded_claimers() == []
     await watch(cache.nodes, "DELETED", node("node-1"))
     assert [p["metadata"]["name"] for p in cache.stranded_claimers()] == ["web-2"]
+
+
+async def test_a_job_view_reads_the_workload_its_reservation_was_made_for() -> None:
+    """The Reservation's one controller owner (ReplicaSet `web-rs`) and its Deployment, by
+    UID: what tells whether a replacement may still come (`bind.scaled_away`)."""
+    cache, _ = caches()
+    rsv = reservation()
+    await watch(cache.reservations, "ADDED", rsv)
+    assert (cache.job_view(job()).workload, cache.job_view(job()).deployment) == (None, None)
+    rs = {
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": "web-rs",
+            "namespace": "default",
+            "uid": "uid-web-rs",
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                 "uid": "uid-web", "controller": True}
+            ],
+        },
+        "spec": {"replicas": 0},
+    }  # fmt: skip
+    await watch(cache.replicasets, "ADDED", rs)
+    view = cache.job_view(job())
+    assert (view.workload, view.deployment) == (rs, None)
+    deployment = {
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-web"},
+        "spec": {"replicas": 0},
+    }
+    await watch(cache.deployments, "ADDED", deployment)
+    view = cache.job_view(job())
+    assert (view.workload, view.deployment) == (rs, deployment)
+    # A Reservation of several owners (made by hand) names no one workload.
+    shared = reservation()
+    shared["spec"]["owners"] = [*shared["spec"]["owners"], {"object": {"name": "other"}}]
+    await watch(cache.reservations, "MODIFIED", shared)
+    assert cache.job_view(job()).workload is None

@@ -643,6 +643,87 @@ def test_a_reservation_deleted_after_the_eviction_ends_the_job_at_once() -> None
     assert "was deleted after the pod was evicted" in status["message"]
 
 
+def workload(kind: str, name: str, replicas: int, *, parent: str | None = None) -> dict[str, Any]:
+    """A ReplicaSet, StatefulSet or Deployment as the caches hold it; `parent` names the
+    ReplicaSet's Deployment."""
+    metadata: dict[str, Any] = {"name": name, "namespace": "default", "uid": f"uid-{name}"}
+    if parent is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": parent,
+             "uid": f"uid-{parent}", "controller": True}
+        ]  # fmt: skip
+    return {"kind": kind, "metadata": metadata, "spec": {"replicas": replicas}}
+
+
+def test_a_workload_scaled_to_zero_after_the_eviction_ends_the_job_at_once() -> None:
+    """No replacement will come: the place is released rather than held until the TTL."""
+    rsv = reservation(phase="Available", node="node-1")
+    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
+    zero = workload("ReplicaSet", "web-rs", 0)
+    plan = view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=None, workload=zero)
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:WorkloadScaledDown"]
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown")
+    assert "ReplicaSet web-rs is scaled to zero" in status["message"]
+    # A pod claimed the place (it may yet be recorded): wait for the claim's fate.
+    claimed = copy.deepcopy(rsv)
+    claimed["metadata"]["annotations"][keys.CLAIM] = "token"
+    waiting = view_plan(job_obj=job(conditions=EVICTING), rsv=claimed, owner=None, workload=zero)
+    assert status_of(waiting)["phase"] == "Running"
+    # Replicas wanted: the replacement is still to come.
+    one_left = workload("ReplicaSet", "web-rs", 1)
+    plan = view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=None, workload=one_left)
+    assert status_of(plan)["phase"] == "Running"
+
+
+def test_a_deployments_replicaset_counts_as_scaled_down_only_with_its_deployment() -> None:
+    """An old ReplicaSet of a Deployment is at zero once a rollout is over, yet the new
+    one's pods may take the place: the Deployment's replicas decide."""
+    rsv = reservation(phase="Available", node="node-1")
+    old = workload("ReplicaSet", "web-rs", 0, parent="web")
+    cases = [
+        (None, "Running"),  # the Deployment not cached: not known
+        (workload("Deployment", "web", 3), "Running"),
+        (workload("Deployment", "other", 0), "Running"),  # not this ReplicaSet's
+        (workload("Deployment", "web", 0), "Failed"),
+    ]
+    for deployment, phase in cases:
+        plan = view_plan(
+            job_obj=job(conditions=EVICTING),
+            rsv=rsv,
+            owner=None,
+            workload=old,
+            deployment=deployment,
+        )
+        assert status_of(plan)["phase"] == phase, deployment
+
+
+@pytest.mark.parametrize(
+    ("pod_name", "replicas", "start", "gone"),
+    [
+        ("db-2", 2, None, True),  # scaled from 3 to 2: db-2 is not made again
+        ("db-1", 2, None, False),
+        ("db-2", 3, None, False),
+        ("db-4", 2, 3, False),  # ordinals 3 and 4
+        ("db-2", 2, 3, True),
+        ("dbx-2", 0, None, False),  # not a name the StatefulSet gives
+        ("db-a", 0, None, False),
+    ],
+)
+def test_a_statefulset_scaled_below_the_pods_ordinal_makes_no_replacement(
+    pod_name: str, replicas: int, start: int | None, gone: bool
+) -> None:
+    db = workload("StatefulSet", "db", replicas)
+    if start is not None:
+        db["spec"]["ordinals"] = {"start": start}
+    found = jobs.bind.scaled_away(pod_name, db, None)
+    assert (found is not None) == gone
+    if gone:
+        assert found == (
+            f"StatefulSet db is scaled to {replicas} replicas and does not make {pod_name} again"
+        )
+
+
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
     evicting = [
         *EVICTING,

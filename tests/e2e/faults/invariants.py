@@ -285,11 +285,25 @@ def _untruthful(
             None if faults.deleted_pods or faults.deleted_nodes else "its replacement stayed"
         ),
         "ReservationNotUsed": lambda: None if evicted or by_user else "its pod was never evicted",
+        "WorkloadScaledDown": lambda: (
+            None if _scaled(job, faults) else "its pod's workload was not scaled to zero"
+        ),
         "ReservationExpired": lambda: None,
         "MissingReservation": lambda: None,
     }
     check = checks.get(str(status.get("reason")))
     return check() if check else f"unexpected ending: {status.get('message')}"
+
+
+def _scaled(job: Object, faults: UserFaults) -> bool:
+    """Whether the run scaled the workload of the job's pod to zero (the storm's workloads
+    name their pods after their `app`)."""
+    ref = job["spec"]["podRef"]
+    return any(
+        key == f"{ref.get('namespace')}/{key.partition('/')[2]}"
+        and str(ref.get("name")).startswith(f"{key.partition('/')[2]}-")
+        for key in faults.scaled_to_zero
+    )
 
 
 def _early_timeout(job: Object, ended_at: float) -> str | None:
