@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from berth.api import API_VERSION, ReservationPhase, keys
@@ -91,6 +91,36 @@ def is_open(reservation: Object) -> bool:
 def is_consumable(reservation: Object) -> bool:
     """Open, and not yet claimed by any pod."""
     return is_open(reservation) and claim_of(reservation) is None
+
+
+def opened_at(reservation: Object) -> datetime | None:
+    """When the controller opened it (`berth.sh/opened-at`, to the microsecond); None when
+    the annotation is missing or unreadable."""
+    text = annotations_of(reservation).get(keys.OPENED_AT)
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else None
+
+
+def opening_order(reservation: Object) -> tuple[datetime, str, str]:
+    """The order in which open Reservations are offered to replacements: the one opened
+    first, first. Its pod's eviction follows its opening by the settle time, so the
+    earliest-opened Reservation is the one whose pod left first; a Reservation opened a
+    moment ago, whose pod is still running, comes last. Ties (opened in the same instant,
+    or opened by a Berth that wrote no time) by creation, then name."""
+    metadata = reservation["metadata"]
+    return (
+        opened_at(reservation) or _NEVER,
+        str(metadata.get("creationTimestamp") or ""),
+        str(metadata["name"]),
+    )
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 def fingerprint(token: str) -> str:

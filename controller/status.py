@@ -16,6 +16,12 @@ def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def micro_timestamp(moment: datetime) -> str:
+    """RFC 3339 to the microsecond, as metav1.MicroTime prints it: for times that order
+    events less than a second apart."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 

@@ -41,6 +41,7 @@ from berth.protocol import (
     is_replicaset,
     matches_owner,
     node_of,
+    opening_order,
     owner_uids,
     phase,
     placeholder_reservation,
@@ -106,7 +107,7 @@ def decide(
         )
     candidates = sorted(
         (r for r in consumable if matches_owner(r, pod, workload_uid=workload_uid)),
-        key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]),
+        key=opening_order,
     )
     if not candidates:
         return Skip(

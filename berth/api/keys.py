@@ -76,8 +76,9 @@ SOURCE_NODE: Final = "berth.sh/source-node"
 """PodMigrationJob annotation: the node the pod ran on when the job started."""
 
 OPENED_AT: Final = "berth.sh/opened-at"
-"""Reservation annotation: when it was made consumable (RFC 3339); the eviction waits a
-moment after it, so every webhook's cache has seen the Reservation open."""
+"""Reservation annotation: when it was made consumable (RFC 3339, to the microsecond); the
+eviction waits a moment after it, so every webhook's cache has seen the Reservation open,
+and the webhook offers open Reservations to replacements in this order."""
 
 ADMISSION: Final = "berth.sh/admission"
 """PodMigrationJob annotation the controller writes when arbitration admits the job: an

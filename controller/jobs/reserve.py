@@ -34,7 +34,7 @@ from controller.jobs.view import (
     step,
     write_status,
 )
-from controller.status import condition, parse_time, same_condition, timestamp, with_condition
+from controller.status import condition, micro_timestamp, same_condition, with_condition
 
 Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
@@ -230,14 +230,17 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
             view.reservation["metadata"]["name"],
             {
                 "metadata": {
-                    "annotations": {keys.CONSUMABLE: "true", keys.OPENED_AT: timestamp(view.now)}
+                    "annotations": {
+                        keys.CONSUMABLE: "true",
+                        keys.OPENED_AT: micro_timestamp(view.now),
+                    }
                 }
             },
         )
         return step(view, status, *news, opening).again_in(CONSUMABLE_SETTLE.total_seconds())
-    opened = annotations.get(keys.OPENED_AT)
-    if opened and view.now < parse_time(opened) + CONSUMABLE_SETTLE:
-        settled = parse_time(opened) + CONSUMABLE_SETTLE
+    opened = protocol.opened_at(view.reservation)
+    if opened is not None and view.now < opened + CONSUMABLE_SETTLE:
+        settled = opened + CONSUMABLE_SETTLE
         return step(view, status, *news).again_in((settled - view.now).total_seconds())
     status, eviction = start_eviction(view, status)
     return step(view, status, *news, *eviction).again_in(WAIT_POLL)

@@ -235,6 +235,38 @@ def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
     assert kinds(go)[-1] == "Evict"
 
 
+def test_the_opening_time_is_kept_to_the_microsecond_and_a_whole_second_is_waited() -> None:
+    # Kept to the second, a Reservation opened at .9 would be evicted for 0.1 s later, before
+    # the webhooks' caches saw it open, and two opened in the same second would tie in the
+    # order the webhook offers them to replacements.
+    opening = view_plan(
+        pod_obj=pod(), rsv=reservation(phase="Available", node="node-1"), now=later(0.9)
+    ).actions[-1]
+    assert isinstance(opening, Patch)
+    written = opening.patch["metadata"]["annotations"][keys.OPENED_AT]
+    assert written == "2026-01-01T12:00:00.900000Z"
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    opened = reservation(
+        phase="Available",
+        node="node-1",
+        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: written},
+    )
+    waiting = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1.5))
+    assert waiting.actions == []
+    assert waiting.requeue_after == pytest.approx(0.4)
+    go = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(1.9))
+    assert kinds(go)[-1] == "Evict"
+
+
 NEVER = {keys.EVICTION_COST: str(keys.EVICTION_COST_NEVER)}
 
 

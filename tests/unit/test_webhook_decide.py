@@ -52,7 +52,32 @@ from webhook.decide import Claim, Reassert, Skip, decide
             ],
             REPLICASET_UID,
             ["a-old", "b-old", "young"],
-            id="oldest first, then by name",
+            id="none opened with a time: oldest first, then by name",
+        ),
+        pytest.param(
+            [],
+            [
+                # Created first but opened a moment ago, its pod still running: the
+                # replacement of the pod evicted after the other's opening takes the other.
+                reservation("a-sibling", opened="2026-11-21T23:56:23.010000Z"),
+                reservation("z-own", opened="2026-11-21T23:56:22.020000Z"),
+                reservation("unopened-time", created="2026-11-21T23:55:00Z"),
+            ],
+            REPLICASET_UID,
+            ["unopened-time", "z-own", "a-sibling"],
+            id="first opened first (within a second), one opened by a Berth that wrote no time "
+            "before all",
+        ),
+        pytest.param(
+            [],
+            [
+                reservation("b", opened="2026-11-21T23:56:22.5Z"),
+                reservation("a", opened="2026-11-21T23:56:22.500000Z"),
+                reservation("c", opened="not a time"),
+            ],
+            REPLICASET_UID,
+            ["c", "a", "b"],
+            id="opened in the same instant: by name; an unreadable time counts as none",
         ),
         pytest.param(
             [],

@@ -51,8 +51,11 @@ def reservation(
     node: str = "node-1",
     namespace: str = NAMESPACE,
     created: str = "2026-11-21T23:50:00Z",
+    opened: str | None = None,
 ) -> dict[str, Any]:
     annotations = {keys.CONSUMABLE: "true"} if consumable else {}
+    if opened:
+        annotations[keys.OPENED_AT] = opened
     if workload:
         annotations[keys.WORKLOAD] = workload
     if claim:
