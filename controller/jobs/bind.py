@@ -202,8 +202,11 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             "before it was bound; the place is released, and the workload's next pod is "
             "scheduled as any pod",
         )
+    if protocol.claim_of(reservation) is not None:
+        # A replacement is on its way (a claim no pod takes is released after CLAIM_BOUND).
+        return None
     bypass = _unbound_replacement(view, status)
-    if bypass is not None and protocol.claim_of(reservation) is None:
+    if bypass is not None:
         return fail(
             view,
             status,
@@ -215,7 +218,7 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
     scaled = scaled_away(
         view.job["spec"]["podRef"].get("name") or "", view.workload, view.deployment
     )
-    if scaled is not None and protocol.claim_of(reservation) is None:
+    if scaled is not None:
         return fail(
             view,
             status,

@@ -299,11 +299,11 @@ def _scaled(job: Object, faults: UserFaults) -> bool:
     """Whether the run scaled the workload of the job's pod to zero (the storm's workloads
     name their pods after their `app`)."""
     ref = job["spec"]["podRef"]
-    return any(
-        key == f"{ref.get('namespace')}/{key.partition('/')[2]}"
-        and str(ref.get("name")).startswith(f"{key.partition('/')[2]}-")
-        for key in faults.scaled_to_zero
-    )
+    for key in faults.scaled_to_zero:
+        namespace, _, app = key.partition("/")
+        if namespace == ref.get("namespace") and str(ref.get("name")).startswith(f"{app}-"):
+            return True
+    return False
 
 
 def _early_timeout(job: Object, ended_at: float) -> str | None:
