@@ -93,10 +93,37 @@ def is_consumable(reservation: Object) -> bool:
     return is_open(reservation) and claim_of(reservation) is None
 
 
+def is_closed(reservation: Object) -> bool:
+    """Available on a node, opened for its pod's eviction and closed again because the
+    API server refused that eviction: no replacement may claim it until it is reopened
+    for the next attempt."""
+    return (
+        phase(reservation) == ReservationPhase.AVAILABLE
+        and node_of(reservation) is not None
+        and annotations_of(reservation).get(keys.CONSUMABLE) == keys.CLOSED
+    )
+
+
+def was_opened(reservation: Object) -> bool:
+    """Opened for its pod's eviction at some point (open now or closed again, wherever its
+    place is now). Reservations are written only by Berth: its word that the eviction was
+    Berth's."""
+    return annotations_of(reservation).get(keys.CONSUMABLE) in ("true", keys.CLOSED)
+
+
 def opened_at(reservation: Object) -> datetime | None:
-    """When the controller opened it (`berth.sh/opened-at`, to the microsecond); None when
-    the annotation is missing or unreadable."""
-    text = annotations_of(reservation).get(keys.OPENED_AT)
+    """When the controller last opened it (`berth.sh/opened-at`, to the microsecond); None
+    when the annotation is missing or unreadable."""
+    return _time_annotation(reservation, keys.OPENED_AT)
+
+
+def closed_at(reservation: Object) -> datetime | None:
+    """When the controller closed it after a refused eviction (`berth.sh/closed-at`)."""
+    return _time_annotation(reservation, keys.CLOSED_AT)
+
+
+def _time_annotation(obj: Object, key: str) -> datetime | None:
+    text = annotations_of(obj).get(key)
     if not text:
         return None
     try:

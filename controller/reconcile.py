@@ -85,7 +85,9 @@ class Reconciler:
         )
         said = await self.executor.run(refusal)
         if not said.done:
-            log.warning("job %s: could not record the refused eviction (%s)", name, refused)
+            # A status write lost a race, or the Reservation was claimed before it could
+            # be closed (its claim stays); the next pass does the rest.
+            log.warning("job %s: the refused eviction (%s) was not handled in full", name, refused)
         return refusal, said
 
 

@@ -45,7 +45,12 @@ webhook. The controller alone writes and removes it."""
 
 CONSUMABLE: Final = "berth.sh/consumable"
 """Reservation annotation, "true" once the pod it was made for is being evicted: from then
-on (and not before) a replacement pod may claim it."""
+on (and not before) a replacement pod may claim it. `CLOSED` while an eviction the API
+server refused (a PodDisruptionBudget) waits to be tried again: the pod stays, so no
+replacement may claim its place meanwhile."""
+
+CLOSED: Final = "closed"
+"""`CONSUMABLE`'s value on a Reservation closed again after its pod's eviction was refused."""
 
 WORKLOAD: Final = "berth.sh/workload"
 """Reservation annotation: UID of the top-level workload (e.g. the Deployment) of the pod it
@@ -79,6 +84,10 @@ OPENED_AT: Final = "berth.sh/opened-at"
 """Reservation annotation: when it was made consumable (RFC 3339, to the microsecond); the
 eviction waits a moment after it, so every webhook's cache has seen the Reservation open,
 and the webhook offers open Reservations to replacements in this order."""
+
+CLOSED_AT: Final = "berth.sh/closed-at"
+"""Reservation annotation: when it was closed after its pod's eviction was refused (RFC
+3339, to the microsecond); reopened `EVICTION_RETRY` less the settle time after it."""
 
 ADMISSION: Final = "berth.sh/admission"
 """PodMigrationJob annotation the controller writes when arbitration admits the job: an

@@ -18,11 +18,13 @@ from berth.api import (
     ReservationConditionType,
     ReservationPhase,
     ReservationReason,
-    keys,
 )
 from controller.actions import Event, Plan
 from controller.jobs.evict import evicted, still_evicting
+from controller.jobs.reserve import opening, settling
 from controller.jobs.view import (
+    CONSUMABLE_SETTLE,
+    REOPEN_AFTER,
     WAIT_POLL,
     JobView,
     Object,
@@ -52,7 +54,7 @@ def _not_open_elsewhere(view: JobView) -> tuple[Reason, str] | None:
     pod_node = (view.pod or {}).get("spec", {}).get("nodeName")
     if (
         reservation is not None
-        and protocol.is_open(reservation)
+        and (protocol.is_open(reservation) or protocol.is_closed(reservation))
         and protocol.node_of(reservation) != pod_node
     ):
         return None
@@ -78,7 +80,7 @@ def _place_lost(view: JobView) -> str | None:
     reservation = view.reservation
     if reservation is None or protocol.phase(reservation) != ReservationPhase.PENDING:
         return None
-    if protocol.annotations_of(reservation).get(keys.CONSUMABLE) != "true":
+    if not protocol.was_opened(reservation):
         return None
     scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
     return (scheduled or {}).get("message") or "its placeholder is not bound to a node"
@@ -109,6 +111,17 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
         unopened = _not_open_elsewhere(view)
         if unopened is not None:
             return fail(view, status, reason=unopened[0], message=unopened[1])
+        # Closed after a refused eviction: opened again, and the eviction tried once the
+        # webhooks have seen it open, as the first time.
+        assert view.reservation is not None
+        if protocol.is_closed(view.reservation):
+            closed = protocol.closed_at(view.reservation)
+            if closed is not None and view.now < closed + REOPEN_AFTER:
+                return Plan().again_in((closed + REOPEN_AFTER - view.now).total_seconds())
+            return Plan().then(opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
+        left = settling(view)
+        if left is not None:
+            return Plan().again_in(left)
     return still_evicting(view, status, expired=expired)
 
 
@@ -120,6 +133,10 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         return _pod_still_there(view, status, expired=expired)
     status, news = evicted(view, status)
     reservation = view.reservation
+    if reservation is not None and protocol.is_closed(reservation):
+        # The pod left while its eviction waited to be tried again (deleted by someone
+        # else): its replacement may come now, so the place is opened to it at once.
+        return step(view, status, *news, opening(view)).again_in(WAIT_POLL)
     rsv = reservation["metadata"]["name"] if reservation else reservation_name(view.job)
     owner = view.owner
     if owner is not None and owner["spec"].get("nodeName"):

@@ -6,8 +6,6 @@ here (TTL, missing pod or Reservation) has evicted nothing.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from berth import protocol
 from berth.api import (
     PodMigrationJobConditionType,
@@ -23,6 +21,7 @@ from controller.build import asks_for_preemption, reservation_for
 from controller.jobs import preempt
 from controller.jobs.evict import start_eviction
 from controller.jobs.view import (
+    CONSUMABLE_SETTLE,
     WAIT_POLL,
     JobView,
     Object,
@@ -38,10 +37,6 @@ from controller.status import condition, micro_timestamp, same_condition, with_c
 
 Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
-
-CONSUMABLE_SETTLE = timedelta(seconds=1)
-"""How long a Reservation stays open before the eviction, so that the webhooks' caches
-have seen it open when the replacement, created right after the eviction, claims it."""
 
 
 def preemption_refused(reservation: str) -> str:
@@ -223,24 +218,36 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
         # controller.namespaces labels it, the Reservation being Available; the
         # namespace's watch event brings this job back.
         return step(view, status, *news).again_in(WAIT_POLL)
-    annotations = protocol.annotations_of(view.reservation)
-    if annotations.get(keys.CONSUMABLE) != "true":
-        opening = Patch(
-            RESERVATIONS,
-            view.reservation["metadata"]["name"],
-            {
-                "metadata": {
-                    "annotations": {
-                        keys.CONSUMABLE: "true",
-                        keys.OPENED_AT: micro_timestamp(view.now),
-                    }
-                }
-            },
-        )
-        return step(view, status, *news, opening).again_in(CONSUMABLE_SETTLE.total_seconds())
-    opened = protocol.opened_at(view.reservation)
-    if opened is not None and view.now < opened + CONSUMABLE_SETTLE:
-        settled = opened + CONSUMABLE_SETTLE
-        return step(view, status, *news).again_in((settled - view.now).total_seconds())
+    if protocol.annotations_of(view.reservation).get(keys.CONSUMABLE) != "true":
+        return step(view, status, *news, opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
+    left = settling(view)
+    if left is not None:
+        return step(view, status, *news).again_in(left)
     status, eviction = start_eviction(view, status)
     return step(view, status, *news, *eviction).again_in(WAIT_POLL)
+
+
+def opening(view: JobView) -> Patch:
+    """Open the job's Reservation to a replacement (again, after a refused eviction closed
+    it), with the time: the eviction waits `CONSUMABLE_SETTLE` after it, and the webhook
+    offers the Reservation opened first first."""
+    assert view.reservation is not None
+    annotations = {
+        keys.CONSUMABLE: "true",
+        keys.OPENED_AT: micro_timestamp(view.now),
+        keys.CLOSED_AT: None,
+    }
+    return Patch(
+        RESERVATIONS,
+        view.reservation["metadata"]["name"],
+        {"metadata": {"annotations": annotations}},
+    )
+
+
+def settling(view: JobView) -> float | None:
+    """Seconds until the job's open Reservation has been open `CONSUMABLE_SETTLE`; None
+    once it has (or when it shows no opening time)."""
+    opened = protocol.opened_at(view.reservation) if view.reservation else None
+    if opened is None or view.now >= opened + CONSUMABLE_SETTLE:
+        return None
+    return (opened + CONSUMABLE_SETTLE - view.now).total_seconds()

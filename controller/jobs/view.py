@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from berth.api import PodMigrationJobPhase, keys
@@ -18,6 +18,13 @@ Object = dict[str, Any]
 WAIT_POLL = 2.0
 """How often a job that waits for another object looks again, if no event comes first."""
 EVICTION_RETRY = 5.0
+"""How often a refused eviction is tried again."""
+CONSUMABLE_SETTLE = timedelta(seconds=1)
+"""How long a Reservation stays open before the eviction, so that the webhooks' caches
+have seen it open when the replacement, created right after the eviction, claims it."""
+REOPEN_AFTER = timedelta(seconds=EVICTION_RETRY) - CONSUMABLE_SETTLE
+"""How long a Reservation closed after a refused eviction stays closed: reopened then, the
+eviction is tried again `EVICTION_RETRY` after the refusal."""
 
 
 @dataclass(frozen=True)

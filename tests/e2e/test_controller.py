@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from berth.api import keys
 from tests.e2e.kube import Cluster
 from tests.e2e.migrate import (
     LONG_TTL,
@@ -196,6 +197,77 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
     cluster.wait(
         lambda: not leftovers(cluster, namespace)["placeholders"], what="the placeholder to go"
     )
+
+
+def test_a_place_whose_eviction_is_refused_is_closed_to_the_workloads_other_replacements(
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
+    """Two jobs of one Deployment: a PDB covering the first one's pod alone refuses its
+    eviction, the second one's pod is evicted. The first one's Reservation, created and
+    opened first, is closed while its pod stays, so the second one's replacement takes
+    the second one's place, not the place of a pod that never left (which would have
+    left the second one's place held for nobody and the first job with no place). Once
+    the PDB goes, the first pod moves to its own place."""
+    restart_controller("arbitrationArgs:\n  enabled: false\n")
+    cluster.apply(deployment("pair", replicas=2, cpu="100m"), namespace)
+    held, free = cluster.wait(lambda: ready_pods(cluster, namespace, "pair", 2), what="2 pods")
+    cluster.kubectl("label", "pod", held["metadata"]["name"], "hold=yes", "-n", namespace)
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "hold"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"hold": "yes"}}},
+            }
+        ),
+        namespace,
+    )
+    cluster.wait(
+        lambda: (
+            cluster.get("pdb", "hold", "-n", namespace).get("status", {}).get("currentHealthy") == 1
+        ),
+        what="the PDB to count the held pod",
+    )
+    first, manifest = job_manifest(held, ttl=LONG_TTL)
+    cluster.apply(manifest)
+
+    def closed() -> bool:
+        job = job_of(cluster, first)
+        if condition(job, "Eviction").get("reason") != "BlockedByPDB":
+            return False
+        reservation = cluster.get("reservation", job["metadata"]["uid"])
+        annotations = reservation["metadata"].get("annotations") or {}
+        return annotations.get(keys.CONSUMABLE) == keys.CLOSED
+
+    cluster.wait(closed, what="the first eviction refused, its Reservation closed")
+    second, manifest = job_manifest(free, ttl=LONG_TTL)
+    cluster.apply(manifest)
+    done = cluster.wait(lambda: phase_is(cluster, second, "Succeed", "Failed"), what="the second")
+    assert done["status"]["phase"] == "Succeed", done["status"]
+    on_own_place(cluster, done)
+    # The first pod has not moved; its place is still its own.
+    blocked = job_of(cluster, first)
+    assert blocked["status"]["phase"] == "Running", blocked["status"]
+    still = cluster.get("pod", held["metadata"]["name"], "-n", namespace)
+    assert still["metadata"]["uid"] == held["metadata"]["uid"]
+    reservation = cluster.get("reservation", blocked["metadata"]["uid"])
+    assert reservation["status"]["phase"] == "Available", reservation["status"]
+    assert not reservation["status"].get("currentOwners"), reservation["status"]
+    cluster.kubectl("delete", "pdb", "hold", "-n", namespace)
+    done = cluster.wait(lambda: phase_is(cluster, first, "Succeed", "Failed"), what="the first")
+    assert done["status"]["phase"] == "Succeed", done["status"]
+    on_own_place(cluster, done)
+
+
+def on_own_place(cluster: Cluster, job: dict[str, Any]) -> None:
+    """The job's replacement runs on its own Reservation's node, having taken that one."""
+    reservation = cluster.get("reservation", job["metadata"]["uid"])
+    namespace = job["spec"]["podRef"]["namespace"]
+    new = cluster.get("pod", job["status"]["podRef"]["name"], "-n", namespace)
+    allocated = json.loads(new["metadata"]["annotations"][keys.RESERVATION_ALLOCATED])
+    assert allocated["name"] == reservation["metadata"]["name"], (allocated, job["status"])
+    assert new["spec"]["nodeName"] == reservation["status"]["nodeName"]
 
 
 def pdb_allows(cluster: Cluster, namespace: str, app: str, *, min_available: int) -> None:

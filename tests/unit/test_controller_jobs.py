@@ -521,6 +521,106 @@ def test_blocked_eviction_is_reported_as_blocked_by_pdb() -> None:
     assert plan.requeue_after == EVICTION_RETRY
 
 
+def open_reservation(**annotations: str) -> dict[str, Any]:
+    return reservation(
+        phase="Available",
+        node="node-1",
+        annotations={
+            keys.CONSUMABLE: "true",
+            keys.OPENED_AT: "2026-01-01T12:00:00Z",
+            **annotations,
+        },
+    )
+
+
+def closed_reservation(at: str = "2026-01-01T12:00:01.000000Z") -> dict[str, Any]:
+    return open_reservation(**{keys.CONSUMABLE: keys.CLOSED, keys.CLOSED_AT: at})
+
+
+@pytest.mark.parametrize("status_code", [429, 500])
+def test_a_refused_eviction_closes_the_reservation_while_the_pod_stays(status_code: int) -> None:
+    """Open while the pod stays, the place could be taken by another pod of the workload
+    (another job's replacement): closed, conditional on the copy read."""
+    plan = jobs.eviction_refused(
+        view(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=open_reservation(), now=later(1)),
+        status_code=status_code,
+        message="refused",
+    )
+    close = plan.actions[-1]
+    assert isinstance(close, Patch)
+    assert close.name == "uid-job-1"
+    assert close.patch == {
+        "metadata": {
+            "resourceVersion": "5",
+            "annotations": {
+                keys.CONSUMABLE: keys.CLOSED,
+                keys.CLOSED_AT: "2026-01-01T12:00:01.000000Z",
+            },
+        }
+    }
+    # Reopened a settle time before the next attempt, which comes EVICTION_RETRY after this.
+    assert plan.requeue_after == EVICTION_RETRY - 1
+    # Refused again the same way: nothing more is said, the Reservation is closed again.
+    said = job(conditions=status_of(plan)["conditions"])
+    again = jobs.eviction_refused(
+        view(job_obj=said, pod_obj=pod(), rsv=open_reservation(), now=later(6)),
+        status_code=status_code,
+        message="refused",
+    )
+    assert kinds(again) == ["Patch:reservations"]
+
+
+def test_a_refused_eviction_leaves_a_claimed_reservation_open() -> None:
+    claimed = open_reservation(**{keys.CLAIM: "token"})
+    plan = jobs.eviction_refused(
+        view(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=claimed),
+        status_code=429,
+        message="refused",
+    )
+    assert "Patch:reservations" not in kinds(plan)
+    assert plan.requeue_after == EVICTION_RETRY
+
+
+def test_a_closed_reservation_is_reopened_then_the_eviction_tried_again_after_the_settle() -> None:
+    blocked = job(conditions=[{**EVICTING[0], "reason": "BlockedByPDB"}])
+    early = view_plan(job_obj=blocked, pod_obj=pod(), rsv=closed_reservation(), now=later(3))
+    assert early.actions == []
+    assert early.requeue_after == pytest.approx(2)
+    reopen = view_plan(job_obj=blocked, pod_obj=pod(), rsv=closed_reservation(), now=later(5))
+    assert kinds(reopen) == ["Patch:reservations"]
+    patch = reopen.actions[0]
+    assert isinstance(patch, Patch)
+    assert patch.patch["metadata"]["annotations"] == {
+        keys.CONSUMABLE: "true",
+        keys.OPENED_AT: "2026-01-01T12:00:05.000000Z",
+        keys.CLOSED_AT: None,
+    }
+    reopened = open_reservation(**{keys.OPENED_AT: "2026-01-01T12:00:05.000000Z"})
+    settling = view_plan(job_obj=blocked, pod_obj=pod(), rsv=reopened, now=later(5.5))
+    assert settling.actions == []
+    assert settling.requeue_after == pytest.approx(0.5)
+    assert kinds(view_plan(job_obj=blocked, pod_obj=pod(), rsv=reopened, now=later(6))) == ["Evict"]
+
+
+def test_a_pod_gone_while_its_reservation_is_closed_opens_it_to_the_replacement() -> None:
+    """Deleted by someone else between two attempts: its replacement may come now."""
+    blocked = job(conditions=[{**EVICTING[0], "reason": "BlockedByPDB"}])
+    plan = view_plan(job_obj=blocked, pod_obj=None, rsv=closed_reservation(), now=later(2))
+    assert "Patch:reservations" in kinds(plan)
+    assert cond(status_of(plan), "Eviction")["reason"] == "EvictComplete"
+    assert "Failed" not in str(status_of(plan).get("phase"))
+
+
+def test_a_closed_reservation_that_lost_its_place_is_waited_for_not_taken_for_forgery() -> None:
+    blocked = job(conditions=[{**EVICTING[0], "reason": "BlockedByPDB"}])
+    lost = closed_reservation()
+    lost["status"] = {"phase": "Pending"}
+    plan = view_plan(job_obj=blocked, pod_obj=pod(), rsv=lost, now=later(9))
+    assert "Evict" not in kinds(plan)
+    assert status_of(plan)["phase"] == "Running"
+    assert "lost its place" in cond(status_of(plan), "Eviction")["message"]
+
+
 @pytest.mark.parametrize("status_code", [403, 500, 503])
 def test_any_other_refused_eviction_is_recorded_with_its_code_and_an_event(
     status_code: int,

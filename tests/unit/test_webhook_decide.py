@@ -25,6 +25,13 @@ from tests.unit.webhook_cases import (
 from webhook.decide import Claim, Reassert, Skip, decide
 
 
+def closed(name: str) -> dict[str, Any]:
+    """Opened, then closed again after its pod's eviction was refused."""
+    closed = reservation(name, opened="2026-11-21T23:56:22.020000Z")
+    closed["metadata"]["annotations"][keys.CONSUMABLE] = keys.CLOSED
+    return closed
+
+
 @pytest.mark.parametrize(
     ("changes", "reservations", "workload_uid", "expected"),
     [
@@ -85,6 +92,13 @@ from webhook.decide import Claim, Reassert, Skip, decide
             REPLICASET_UID,
             "no consumable reservation",
             id="not yet consumable",
+        ),
+        pytest.param(
+            [],
+            [closed("r1")],
+            REPLICASET_UID,
+            "no consumable reservation",
+            id="closed again after its pod's eviction was refused",
         ),
         pytest.param(
             [],
