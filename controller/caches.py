@@ -36,6 +36,7 @@ from berth.kube.client import (
 from berth.kube.informer import IndexFunc, Informer, Store, object_key, without_managed_fields
 from berth.ledger import Ledger
 from berth.resources import Resources
+from berth.scheduling import selector_matches
 from berth.settings import MigrationControllerArgs
 from controller import build, jobs, namespaces, reservations
 from controller.actions import Plan
@@ -390,8 +391,30 @@ class Caches:
             reserved_node_gone=self._node_gone(
                 protocol.node_of(reservation) if reservation else None
             ),
+            exhausted_pdb=(
+                self.exhausted_pdb(pod)
+                if reservation is not None and protocol.is_closed(reservation)
+                else None
+            ),
             **self.reserved_workload(reservation),
         )
+
+    def exhausted_pdb(self, pod: Object | None) -> str | None:
+        """A PodDisruptionBudget covering the ready pod that the cache shows allowing no
+        disruption now (namespace/name); None when none does, or when the pod is not
+        ready (the Eviction API may let an unready pod go whatever its budget allows)."""
+        if pod is None or not protocol.is_ready(pod):
+            return None
+        namespace = pod["metadata"].get("namespace")
+        labels = protocol.labels_of(pod)
+        for pdb in self.pdbs.values():
+            selector = (pdb.get("spec") or {}).get("selector")
+            if pdb["metadata"].get("namespace") != namespace or selector is None:
+                continue
+            allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+            if allowed < 1 and selector_matches(selector, labels):
+                return f"{namespace}/{pdb['metadata']['name']}"
+        return None
 
     def reserved_workload(self, reservation: Object | None) -> dict[str, Object | None]:
         """The controller a Reservation was made for (its one owner by controller

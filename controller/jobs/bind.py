@@ -24,6 +24,7 @@ from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.reserve import opening, settling
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
+    EVICTION_RETRY,
     REOPEN_AFTER,
     WAIT_POLL,
     JobView,
@@ -102,6 +103,10 @@ def _wait_for_place(view: JobView, status: Object, why: str) -> Plan:
 def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
     """The pod is not gone yet: wait for it, evict it again, or see why not."""
     terminating = (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
+    if terminating and view.reservation is not None and protocol.is_closed(view.reservation):
+        # Leaving while its eviction was held back (deleted by someone else): its
+        # replacement may come any moment, so the place is opened to it at once.
+        return Plan().then(opening(view)).again_in(WAIT_POLL)
     if not terminating and not expired:
         # Past the TTL nothing is evicted again, and the TTL is what ended the job (its
         # Reservation, with the same TTL, may have been seen to end first).
@@ -115,6 +120,9 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
         # webhooks have seen it open, as the first time.
         assert view.reservation is not None
         if protocol.is_closed(view.reservation):
+            if view.exhausted_pdb is not None:
+                # Refused again for sure: neither reopened nor tried until it allows one.
+                return Plan().again_in(EVICTION_RETRY)
             closed = protocol.closed_at(view.reservation)
             if closed is not None and view.now < closed + REOPEN_AFTER:
                 return Plan().again_in((closed + REOPEN_AFTER - view.now).total_seconds())

@@ -63,6 +63,10 @@ class JobView:
     reference, a ReplicaSet or StatefulSet), as the caches hold it."""
     deployment: Object | None = None
     """That ReplicaSet's Deployment, when it has one and the cache holds it."""
+    exhausted_pdb: str | None = None
+    """While the Reservation is closed after a refused eviction: a PodDisruptionBudget
+    covering the (ready) pod that the cache shows allowing no disruption now
+    (namespace/name), so that the next attempt would be refused as well."""
 
 
 def job_name(view: JobView) -> str:

@@ -82,6 +82,7 @@ def view(
     node_gone: bool = False,
     workload: dict[str, Any] | None = None,
     deployment: dict[str, Any] | None = None,
+    exhausted_pdb: str | None = None,
 ) -> jobs.JobView:
     return jobs.JobView(
         job=job_obj or job(),
@@ -96,6 +97,7 @@ def view(
         reserved_node_gone=node_gone,
         workload=workload,
         deployment=deployment,
+        exhausted_pdb=exhausted_pdb,
     )
 
 

@@ -249,3 +249,33 @@ async def test_a_job_view_reads_the_workload_its_reservation_was_made_for() -> N
     shared["spec"]["owners"] = [*shared["spec"]["owners"], {"object": {"name": "other"}}]
     await watch(cache.reservations, "MODIFIED", shared)
     assert cache.job_view(job()).workload is None
+
+
+def pdb(name: str, allowed: int, labels: dict[str, str], namespace: str = "default") -> Any:
+    return {
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": labels}},
+        "status": {"disruptionsAllowed": allowed},
+    }
+
+
+async def test_a_closed_reservations_job_view_names_a_budget_that_allows_no_disruption() -> None:
+    """Read only while the job's Reservation is closed after a refused eviction, and only
+    for a ready pod (the Eviction API may let an unready one go whatever the budget)."""
+    cache, _ = caches()
+    await watch(cache.pods, "ADDED", pod())
+    await watch(cache.pdbs, "ADDED", pdb("other-app", 0, {"app": "db"}))
+    await watch(cache.pdbs, "ADDED", pdb("elsewhere", 0, {"app": "web"}, namespace="team-b"))
+    await watch(cache.pdbs, "ADDED", pdb("roomy", 1, {"app": "web"}))
+    closed = reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "closed"})
+    await watch(cache.reservations, "ADDED", closed)
+    assert cache.job_view(job()).exhausted_pdb is None
+    await watch(cache.pdbs, "ADDED", pdb("tight", 0, {"app": "web"}))
+    assert cache.job_view(job()).exhausted_pdb == "default/tight"
+    await watch(cache.pods, "MODIFIED", pod(ready=False))
+    assert cache.job_view(job()).exhausted_pdb is None
+    await watch(cache.pods, "MODIFIED", pod())
+    opened = reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"})
+    await watch(cache.reservations, "MODIFIED", opened)
+    assert cache.job_view(job()).exhausted_pdb is None

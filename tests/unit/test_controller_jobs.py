@@ -602,6 +602,23 @@ def test_a_closed_reservation_is_reopened_then_the_eviction_tried_again_after_th
     assert kinds(view_plan(job_obj=blocked, pod_obj=pod(), rsv=reopened, now=later(6))) == ["Evict"]
 
 
+def test_a_closed_reservation_stays_closed_while_a_budget_allows_no_disruption() -> None:
+    """Refused again for sure: no reopening, no eviction, nothing written; looked at again
+    as often as an eviction would be tried."""
+    blocked = job(conditions=[{**EVICTING[0], "reason": "BlockedByPDB"}])
+    plan = jobs.decide(
+        view(
+            job_obj=blocked,
+            pod_obj=pod(),
+            rsv=closed_reservation(),
+            now=later(60),
+            exhausted_pdb="default/tight",
+        )
+    )
+    assert plan.actions == []
+    assert plan.requeue_after == EVICTION_RETRY
+
+
 def test_a_pod_gone_while_its_reservation_is_closed_opens_it_to_the_replacement() -> None:
     """Deleted by someone else between two attempts: its replacement may come now."""
     blocked = job(conditions=[{**EVICTING[0], "reason": "BlockedByPDB"}])
@@ -609,6 +626,16 @@ def test_a_pod_gone_while_its_reservation_is_closed_opens_it_to_the_replacement(
     assert "Patch:reservations" in kinds(plan)
     assert cond(status_of(plan), "Eviction")["reason"] == "EvictComplete"
     assert "Failed" not in str(status_of(plan).get("phase"))
+    # The same as soon as it is terminating: the workload replaces it from then on.
+    leaving = pod()
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:01Z"
+    plan = view_plan(
+        job_obj=blocked,
+        pod_obj=leaving,
+        rsv=closed_reservation(),
+        now=later(2),
+    )
+    assert kinds(plan) == ["Patch:reservations"]
 
 
 def test_a_closed_reservation_that_lost_its_place_is_waited_for_not_taken_for_forgery() -> None:
