@@ -120,7 +120,8 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
         # webhooks have seen it open, as the first time.
         assert view.reservation is not None
         if protocol.is_closed(view.reservation):
-            if view.exhausted_pdb is not None:
+            refusal = (condition(status, Type.EVICTION) or {}).get("reason")
+            if refusal == Reason.BLOCKED_BY_PDB and view.exhausted_pdb is not None:
                 # Refused again for sure: neither reopened nor tried until it allows one.
                 return Plan().again_in(EVICTION_RETRY)
             closed = protocol.closed_at(view.reservation)

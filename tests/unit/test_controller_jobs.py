@@ -617,6 +617,19 @@ def test_a_closed_reservation_stays_closed_while_a_budget_allows_no_disruption()
     )
     assert plan.actions == []
     assert plan.requeue_after == EVICTION_RETRY
+    # Refused for another reason (a Delete the API server refused ignores budgets): the
+    # budget holds nothing back.
+    failed = job(conditions=[{**EVICTING[0], "reason": "FailedEvict"}])
+    plan = jobs.decide(
+        view(
+            job_obj=failed,
+            pod_obj=pod(),
+            rsv=closed_reservation(),
+            now=later(60),
+            exhausted_pdb="default/tight",
+        )
+    )
+    assert kinds(plan) == ["Patch:reservations"]
 
 
 def test_a_pod_gone_while_its_reservation_is_closed_opens_it_to_the_replacement() -> None:
