@@ -103,7 +103,8 @@ def _wait_for_place(view: JobView, status: Object, why: str) -> Plan:
 def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
     """The pod is not gone yet: wait for it, evict it again, or see why not."""
     terminating = (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
-    if terminating and view.reservation is not None and protocol.is_closed(view.reservation):
+    closed = view.reservation is not None and protocol.is_closed(view.reservation)
+    if terminating and closed:
         # Leaving while its eviction was held back (deleted by someone else): its
         # replacement may come any moment, so the place is opened to it at once.
         return Plan().then(opening(view)).again_in(WAIT_POLL)
@@ -116,22 +117,27 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
         unopened = _not_open_elsewhere(view)
         if unopened is not None:
             return fail(view, status, reason=unopened[0], message=unopened[1])
-        # Closed after a refused eviction: opened again, and the eviction tried once the
-        # webhooks have seen it open, as the first time.
-        assert view.reservation is not None
-        if protocol.is_closed(view.reservation):
-            refusal = (condition(status, Type.EVICTION) or {}).get("reason")
-            if refusal == Reason.BLOCKED_BY_PDB and view.exhausted_pdb is not None:
-                # Refused again for sure: neither reopened nor tried until it allows one.
-                return Plan().again_in(EVICTION_RETRY)
-            closed = protocol.closed_at(view.reservation)
-            if closed is not None and view.now < closed + REOPEN_AFTER:
-                return Plan().again_in((closed + REOPEN_AFTER - view.now).total_seconds())
-            return Plan().then(opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
+        if closed:
+            return _reopen_when_due(view, status)
         left = settling(view)
         if left is not None:
             return Plan().again_in(left)
     return still_evicting(view, status, expired=expired)
+
+
+def _reopen_when_due(view: JobView, status: Object) -> Plan:
+    """The Reservation was closed after a refused eviction: open it again `REOPEN_AFTER`
+    the refusal, so that the eviction, tried once the webhooks have seen it open as the
+    first time, comes `EVICTION_RETRY` after the refusal; not while a PDB that refused it
+    still allows no disruption (that attempt would be refused too)."""
+    assert view.reservation is not None
+    refusal = (condition(status, Type.EVICTION) or {}).get("reason")
+    if refusal == Reason.BLOCKED_BY_PDB and view.exhausted_pdb is not None:
+        return Plan().again_in(EVICTION_RETRY)
+    closed = protocol.closed_at(view.reservation)
+    if closed is not None and view.now < closed + REOPEN_AFTER:
+        return Plan().again_in((closed + REOPEN_AFTER - view.now).total_seconds())
+    return Plan().then(opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
 
 
 def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
