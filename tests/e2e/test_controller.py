@@ -120,23 +120,7 @@ def guarded_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     """Two pods under a PodDisruptionBudget that allows no disruption."""
     cluster.apply(deployment("guarded", replicas=2), namespace)
     pods = cluster.wait(lambda: ready_pods(cluster, namespace, "guarded", 2), what="2 pods")
-    cluster.apply(
-        json.dumps(
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": "g"},
-                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}},
-            }
-        ),
-        namespace,
-    )
-    cluster.wait(
-        lambda: (
-            cluster.get("pdb", "g", "-n", namespace).get("status", {}).get("currentHealthy") == 2
-        ),
-        what="the PDB to count its pods",
-    )
+    budget(cluster, namespace, "g", {"app": "guarded"}, min_available=2)
     return list(pods)
 
 
@@ -212,23 +196,7 @@ def test_a_place_whose_eviction_is_refused_is_closed_to_the_workloads_other_repl
     cluster.apply(deployment("pair", replicas=2, cpu="100m"), namespace)
     held, free = cluster.wait(lambda: ready_pods(cluster, namespace, "pair", 2), what="2 pods")
     cluster.kubectl("label", "pod", held["metadata"]["name"], "hold=yes", "-n", namespace)
-    cluster.apply(
-        json.dumps(
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": "hold"},
-                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"hold": "yes"}}},
-            }
-        ),
-        namespace,
-    )
-    cluster.wait(
-        lambda: (
-            cluster.get("pdb", "hold", "-n", namespace).get("status", {}).get("currentHealthy") == 1
-        ),
-        what="the PDB to count the held pod",
-    )
+    budget(cluster, namespace, "hold", {"hold": "yes"}, min_available=1)
     first, manifest = job_manifest(held, ttl=LONG_TTL)
     cluster.apply(manifest)
 
@@ -271,24 +239,32 @@ def on_own_place(cluster: Cluster, job: dict[str, Any]) -> None:
 
 
 def pdb_allows(cluster: Cluster, namespace: str, app: str, *, min_available: int) -> None:
-    """PodDisruptionBudget `app` with `min_available`, once its status counts that."""
+    """PodDisruptionBudget `app` over the pods of `app`, with `min_available`."""
+    budget(cluster, namespace, app, {"app": app}, min_available=min_available)
+
+
+def budget(
+    cluster: Cluster, namespace: str, name: str, labels: dict[str, str], *, min_available: int
+) -> None:
+    """PodDisruptionBudget `name` over the pods with `labels`, once its status counts
+    `min_available` (the disruption controller writes the whole status at once)."""
     cluster.apply(
         json.dumps(
             {
                 "apiVersion": "policy/v1",
                 "kind": "PodDisruptionBudget",
-                "metadata": {"name": app},
-                "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
+                "metadata": {"name": name},
+                "spec": {"minAvailable": min_available, "selector": {"matchLabels": labels}},
             }
         ),
         namespace,
     )
     cluster.wait(
         lambda: (
-            cluster.get("pdb", app, "-n", namespace).get("status", {}).get("desiredHealthy")
+            cluster.get("pdb", name, "-n", namespace).get("status", {}).get("desiredHealthy")
             == min_available
         ),
-        what=f"the PDB to require {min_available} pods",
+        what=f"PDB {name} to require {min_available} pods",
     )
 
 

@@ -213,21 +213,8 @@ OPEN = reservation(
 
 
 def test_eviction_waits_a_moment_after_the_reservation_opened() -> None:
-    scheduled = job(
-        conditions=[
-            {
-                "type": "ReservationScheduled",
-                "status": "True",
-                "reason": "Scheduled",
-                "message": "reserved on node-1",
-            }
-        ]
-    )
-    opened = reservation(
-        phase="Available",
-        node="node-1",
-        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: "2026-01-01T12:00:00Z"},
-    )
+    scheduled = job(conditions=[SCHEDULED])
+    opened = OPEN
     waiting = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=opened, now=later(0.5))
     assert waiting.actions == []
     assert waiting.requeue_after
@@ -245,16 +232,7 @@ def test_the_opening_time_is_kept_to_the_microsecond_and_a_whole_second_is_waite
     assert isinstance(opening, Patch)
     written = opening.patch["metadata"]["annotations"][keys.OPENED_AT]
     assert written == "2026-01-01T12:00:00.900000Z"
-    scheduled = job(
-        conditions=[
-            {
-                "type": "ReservationScheduled",
-                "status": "True",
-                "reason": "Scheduled",
-                "message": "reserved on node-1",
-            }
-        ]
-    )
+    scheduled = job(conditions=[SCHEDULED])
     opened = reservation(
         phase="Available",
         node="node-1",
