@@ -107,7 +107,12 @@ class Caches:
         self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid, keep=lean)
         self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid, keep=lean)
         self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid, keep=lean)
-        self.pdbs = Informer(kube, PDBS, keep=lean)
+        self.pdbs = Informer(
+            kube,
+            PDBS,
+            indexes={"namespace": lambda o: _single(o["metadata"].get("namespace"))},
+            keep=lean,
+        )
         self.nodes = Informer(kube, NODES, handler=self._on_node, keep=lean)
         self.priority_classes = Informer(kube, PRIORITYCLASSES, keep=lean)
         self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace, keep=lean)
@@ -405,11 +410,11 @@ class Caches:
         ready (the Eviction API may let an unready pod go whatever its budget allows)."""
         if pod is None or not protocol.is_ready(pod):
             return None
-        namespace = pod["metadata"].get("namespace")
+        namespace = str(pod["metadata"].get("namespace"))
         labels = protocol.labels_of(pod)
-        for pdb in self.pdbs.values():
+        for pdb in self.pdbs.by_index("namespace", namespace):
             selector = (pdb.get("spec") or {}).get("selector")
-            if pdb["metadata"].get("namespace") != namespace or selector is None:
+            if selector is None:
                 continue
             allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
             if allowed < 1 and selector_matches(selector, labels):
