@@ -88,6 +88,7 @@ class LocalCluster(Processes):
         self._ca: tls.KeyPair | None = None
         self._admin: tls.KeyPair | None = None
         self._etcd_url = ""
+        self._server = ""
 
     # ----- up -------------------------------------------------------------------------
 
@@ -231,16 +232,21 @@ class LocalCluster(Processes):
             port=port,
             health_url=f"https://127.0.0.1:{port}/readyz",
         )
-        assert self._ca is not None
+        self._server = f"https://127.0.0.1:{port}"
         assert self._admin is not None
+        self._write_kubeconfig(self.kubeconfig, self._admin)
+
+    def _write_kubeconfig(self, path: Path, user: tls.KeyPair) -> None:
+        """A kubeconfig at `path` for this API server, as the holder of `user`'s certificate."""
+        assert self._ca is not None
         config = render.kubeconfig(
-            server=f"https://127.0.0.1:{port}",
+            server=self._server,
             ca_pem=self._ca.cert_pem,
-            cert_pem=self._admin.cert_pem,
-            key_pem=self._admin.key_pem,
+            cert_pem=user.cert_pem,
+            key_pem=user.key_pem,
         )
-        self.kubeconfig.touch(mode=0o600)
-        self.kubeconfig.write_text(yaml.safe_dump(config))
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(config))
 
     def _start_controller_manager(self) -> None:
         port = free_port()
@@ -315,7 +321,14 @@ class LocalCluster(Processes):
         )
 
     def _start_kwok(self) -> None:
+        """kwok under a name of its own, so that a policy can refuse its stale deletes."""
         assert self.binaries is not None
+        assert self._ca is not None
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(render.kwok_delete_guard()))
+        kwok_user = tls.issue(
+            self._ca, common_name=render.KWOK_USER, organization="system:masters", client=True
+        )
+        self._write_kubeconfig(self.kwok_kubeconfig, kwok_user)
         port = free_port()
         stages = subprocess.run(
             [str(self.binaries.kwok), "stages"], check=True, capture_output=True, text=True
@@ -327,7 +340,7 @@ class LocalCluster(Processes):
             "kwok",
             [
                 f"--config={stages_path}",
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={self.kwok_kubeconfig}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={render.KWOK_NODE_ANNOTATION}=fake",
                 "--manage-nodes-with-label-selector=",

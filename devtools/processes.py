@@ -77,6 +77,7 @@ class Processes:
         self.pki = self.state_dir / "pki"
         self.logs = self.state_dir / "logs"
         self.kubeconfig = self.state_dir / "kubeconfig"
+        self.kwok_kubeconfig = self.state_dir / "kwok.kubeconfig"
         self.state_file = self.state_dir / "state.json"
         self.components: list[Component] = []
         self.binaries: Binaries | None = None

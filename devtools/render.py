@@ -214,6 +214,53 @@ def kwok_configuration(*, parallelism: int) -> dict[str, Any]:
     }
 
 
+KWOK_USER = "berth-dev-kwok"
+"""The user kwok acts as (its client certificate's common name)."""
+
+
+def kwok_delete_guard() -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy, and its binding, refusing kwok's deletion of a pod that
+    is not terminating. kwok finishes a terminating pod by deleting it by name, with no
+    UID precondition, and may do so twice from two queued events: the second delete would
+    remove a new pod of the same name (a StatefulSet's replacement) that a kubelet never
+    would. Refused, kwok drops it; the new pod is finished when it terminates in turn."""
+    name = "berth-dev-kwok-deletes-only-terminating-pods"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["DELETE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "by-kwok", "expression": f"request.userInfo.username == '{KWOK_USER}'"}
+            ],
+            "validations": [
+                {
+                    "expression": "has(oldObject.metadata.deletionTimestamp)",
+                    "message": "kwok deletes only a terminating pod (a stale delete by name)",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
 INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
 """The annotation cert-manager's CA injector fills a webhook configuration's caBundle by."""
 

@@ -128,6 +128,38 @@ def test_deleted_pod_is_replaced_and_disappears(cluster: Cluster, namespace: str
     assert len(kept) == 2
 
 
+def test_kwok_deletes_a_terminating_pod_and_never_its_same_name_successor(
+    cluster: Cluster, namespace: str
+) -> None:
+    """kwok finishes a terminating pod by deleting it by name; a stale second delete
+    (as kwok makes from two queued events) must not remove a new pod of that name, as a
+    StatefulSet creates at once. The test ground's policy refuses it."""
+    cluster.apply(deployment("solo", replicas=1, cpu="100m"), namespace)
+    [running] = cluster.wait(
+        lambda: ready_pods(cluster, namespace, "app=solo", 1), what="a ready pod of solo"
+    )
+    name = running["metadata"]["name"]
+    binaries = cluster.local.binaries
+    assert binaries is not None
+    as_kwok = [str(binaries.kubectl), f"--kubeconfig={cluster.local.kwok_kubeconfig}"]
+    stale = subprocess.run(
+        [*as_kwok, "delete", "pod", name, "-n", namespace, "--grace-period=0", "--force"],
+        capture_output=True,
+        text=True,
+    )
+    assert stale.returncode != 0
+    assert "kwok deletes only a terminating pod" in stale.stderr
+    assert (
+        cluster.get("pod", name, "-n", namespace)["metadata"]["uid"] == running["metadata"]["uid"]
+    )
+
+    cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
+    cluster.wait(
+        lambda: cluster.kubectl("get", "pod", name, "-n", namespace, check=False).returncode,
+        what=f"kwok to finish the terminating pod {name}",
+    )
+
+
 async def test_pdb_blocks_eviction_with_429(
     cluster: Cluster, namespace: str, api: client.ApiClient
 ) -> None:
