@@ -20,8 +20,8 @@ from berth.api import (
     ReservationReason,
 )
 from controller.actions import Event, Plan
+from controller.jobs.consumable import opening, settling
 from controller.jobs.evict import evicted, still_evicting
-from controller.jobs.reserve import opening, settling
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
     EVICTION_RETRY,

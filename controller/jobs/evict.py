@@ -5,15 +5,13 @@ Also the whole of an EvictDirectly job, which is the eviction alone.
 
 from __future__ import annotations
 
-from berth import protocol
 from berth.api import (
     PodMigrationJobConditionType,
     PodMigrationJobPhase,
     PodMigrationJobReason,
-    keys,
 )
-from berth.kube.client import RESERVATIONS
-from controller.actions import Action, Event, Patch, Plan
+from controller.actions import Action, Event, Plan
+from controller.jobs.consumable import closing
 from controller.jobs.view import (
     EVICTION_RETRY,
     REOPEN_AFTER,
@@ -27,7 +25,7 @@ from controller.jobs.view import (
     step,
     write_status,
 )
-from controller.status import condition, micro_timestamp, same_condition, with_condition
+from controller.status import condition, same_condition, with_condition
 
 Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
@@ -130,7 +128,8 @@ def eviction_refused(view: JobView, *, status_code: int, message: str) -> Plan:
     refusal (403, 500, 503...) is FailedEvict, with the status code in the message.
     """
     status: Object = dict(view.job.get("status") or {})
-    close = tuple(patch for patch in [closing(view)] if patch is not None)
+    close_patch = closing(view)
+    close = (close_patch,) if close_patch else ()
     # A closed Reservation is reopened before the next attempt, which waits the settle time.
     retry = REOPEN_AFTER.total_seconds() if close else EVICTION_RETRY
     if status_code == 429:
@@ -152,18 +151,3 @@ def eviction_refused(view: JobView, *, status_code: int, message: str) -> Plan:
         .then(*close)
         .again_in(retry)
     )
-
-
-def closing(view: JobView) -> Patch | None:
-    """Close the job's Reservation after the API server refused its pod's eviction, so
-    that no other pod of the workload takes the place of a pod that stays; only one open
-    and unclaimed, and conditional on the copy read (a claim made since stays, and the
-    place with it). None when there is nothing to close."""
-    reservation = view.reservation
-    if reservation is None or not protocol.is_consumable(reservation):
-        return None
-    metadata = {
-        "resourceVersion": reservation["metadata"]["resourceVersion"],
-        "annotations": {keys.CONSUMABLE: keys.CLOSED, keys.CLOSED_AT: micro_timestamp(view.now)},
-    }
-    return Patch(RESERVATIONS, reservation["metadata"]["name"], {"metadata": metadata})

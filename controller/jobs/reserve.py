@@ -19,6 +19,7 @@ from controller import template
 from controller.actions import Create, Event, Patch, Plan
 from controller.build import asks_for_preemption, reservation_for
 from controller.jobs import preempt
+from controller.jobs.consumable import opening, settling
 from controller.jobs.evict import start_eviction
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
@@ -33,7 +34,7 @@ from controller.jobs.view import (
     step,
     write_status,
 )
-from controller.status import condition, micro_timestamp, same_condition, with_condition
+from controller.status import condition, same_condition, with_condition
 
 Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
@@ -225,29 +226,3 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
         return step(view, status, *news).again_in(left)
     status, eviction = start_eviction(view, status)
     return step(view, status, *news, *eviction).again_in(WAIT_POLL)
-
-
-def opening(view: JobView) -> Patch:
-    """Open the job's Reservation to a replacement (again, after a refused eviction closed
-    it), with the time: the eviction waits `CONSUMABLE_SETTLE` after it, and the webhook
-    offers the Reservation opened first first."""
-    assert view.reservation is not None
-    annotations = {
-        keys.CONSUMABLE: "true",
-        keys.OPENED_AT: micro_timestamp(view.now),
-        keys.CLOSED_AT: None,
-    }
-    return Patch(
-        RESERVATIONS,
-        view.reservation["metadata"]["name"],
-        {"metadata": {"annotations": annotations}},
-    )
-
-
-def settling(view: JobView) -> float | None:
-    """Seconds until the job's open Reservation has been open `CONSUMABLE_SETTLE`; None
-    once it has (or when it shows no opening time)."""
-    opened = protocol.opened_at(view.reservation) if view.reservation else None
-    if opened is None or view.now >= opened + CONSUMABLE_SETTLE:
-        return None
-    return (opened + CONSUMABLE_SETTLE - view.now).total_seconds()
