@@ -249,7 +249,7 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
         )
     scaled = scaled_away(
         view.job["spec"]["podRef"].get("name") or "", view.workload, view.deployment
-    )
+    ) or _scaled_down(view, status)
     if scaled is not None:
         return fail(
             view,
@@ -278,6 +278,61 @@ def scaled_away(pod: str, workload: Object | None, deployment: Object | None) ->
     if deployment is None or deployment["metadata"].get("uid") != parent.get("uid"):
         return None
     return _scaled_to_zero(deployment)
+
+
+REVISION = "deployment.kubernetes.io/revision"
+"""The Deployment's revision, which its controller copies to its newest ReplicaSet."""
+
+
+def _scaled_down(view: JobView, status: Mapping[str, Any]) -> str | None:
+    """Why a ReplicaSet scaled down, not to zero, makes no replacement for the pod gone: it
+    runs as many pods as it wants (and its Deployment, when it is the Deployment's newest)
+    without one, each older than the job's Reservation, so none is a replacement. None
+    during a rollout (the Reservation's ReplicaSet not the newest), when the new
+    ReplicaSet's pods may yet take the place."""
+    workload = view.workload
+    started = _reserved_at(status)
+    if workload is None or workload.get("kind") != "ReplicaSet" or not started:
+        return None
+    wanted = [(workload.get("spec") or {}).get("replicas", 1)]
+    parent = protocol.controller_of(workload)
+    if parent is not None:
+        deployment = view.deployment
+        if (
+            parent.get("kind") != "Deployment"
+            or deployment is None
+            or deployment["metadata"].get("uid") != parent.get("uid")
+            or _revision(deployment) is None
+            or _revision(deployment) != _revision(workload)
+        ):
+            return None
+        wanted.append((deployment.get("spec") or {}).get("replicas", 1))
+    if not all(isinstance(replicas, int) for replicas in wanted):
+        return None
+    running = [pod for pod in view.siblings if _kept(pod, view.job, started)]
+    if len(running) < max(wanted):
+        return None
+    return (
+        f"ReplicaSet {workload['metadata']['name']} is scaled to {wanted[0]} replicas and "
+        f"runs {len(running)} pods from before the migration"
+    )
+
+
+def _revision(workload: Object) -> str | None:
+    return (workload["metadata"].get("annotations") or {}).get(REVISION)
+
+
+def _kept(pod: Object, job: Object, started: str) -> bool:
+    """A pod of the workload that counts towards its replicas and was there before the
+    job reserved its place: not the migrated pod, not terminating or finished."""
+    metadata = pod["metadata"]
+    return not (
+        metadata.get("uid") == source_uid(job)
+        or metadata.get("deletionTimestamp")
+        or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        or protocol.placeholder_reservation(pod)
+        or metadata.get("creationTimestamp", "") > started
+    )
 
 
 def _scaled_to_zero(workload: Object) -> str | None:
@@ -373,12 +428,7 @@ def _unbound_replacement(view: JobView, status: Mapping[str, Any]) -> Object | N
     """A pod of the same controller, created since the job reserved its place, that
     carries no claim: the workload replaced the pod without going through the webhook.
     (The reservation's creation, unlike the eviction's start, is a time that stays put.)"""
-    reserved = (
-        condition(status, Type.RESERVATION_CREATED)
-        or condition(status, Type.RESERVATION_SCHEDULED)
-        or {}
-    )
-    started = reserved.get("lastTransitionTime")
+    started = _reserved_at(status)
     if not started:
         return None
     for pod in view.siblings:
@@ -393,3 +443,15 @@ def _unbound_replacement(view: JobView, status: Mapping[str, Any]) -> Object | N
         if metadata.get("creationTimestamp", "") > started:
             return pod
     return None
+
+
+def _reserved_at(status: Mapping[str, Any]) -> str | None:
+    """When the job created its Reservation (RFC 3339, whole seconds), as its status says.
+    Every replacement was created after it: the eviction waits for the place, and the
+    settle time after opening it."""
+    reserved = (
+        condition(status, Type.RESERVATION_CREATED)
+        or condition(status, Type.RESERVATION_SCHEDULED)
+        or {}
+    )
+    return reserved.get("lastTransitionTime") or None

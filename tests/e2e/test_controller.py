@@ -268,16 +268,13 @@ def budget(
     )
 
 
-def test_a_workload_scaled_to_zero_after_the_eviction_releases_the_place_at_once(
-    cluster: Cluster, namespace: str
-) -> None:
-    """The Reservation is open and the eviction refused by a PDB when the Deployment is
-    scaled to zero: its pod goes, and no replacement will ever take the place. The job
-    ends `WorkloadScaledDown` then, rather than holding the place for nobody until its
-    TTL, and the Reservation is released."""
-    cluster.apply(deployment("shrink", replicas=2), namespace)
-    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "shrink", 2), what="2 pods")
-    pdb_allows(cluster, namespace, "shrink", min_available=1)
+def blocked_by_pdb(
+    cluster: Cluster, namespace: str, app: str, pods: list[dict[str, Any]]
+) -> tuple[str, str]:
+    """A job for the first of `pods` (all of Deployment `app`'s) whose place is reserved
+    and whose eviction a PDB then refuses; its name and its Reservation's. (Arbitration
+    admits no job whose PDB allows no disruption, so the PDB tightens once it is paused.)"""
+    pdb_allows(cluster, namespace, app, min_available=len(pods) - 1)
     name, manifest = job_manifest(pods[0], ttl=LONG_TTL)
     nodes = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]]
     # No node takes the placeholder until the job is paused: nothing is evicted before.
@@ -298,12 +295,25 @@ def test_a_workload_scaled_to_zero_after_the_eviction_releases_the_place_at_once
     )
     options = job["spec"].get("reservationOptions") or {}
     reservation = (options.get("reservationRef") or {}).get("name") or job["metadata"]["uid"]
-    pdb_allows(cluster, namespace, "shrink", min_available=2)
+    pdb_allows(cluster, namespace, app, min_available=len(pods))
     cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":false}}')
     cluster.wait(
         lambda: condition(job_of(cluster, name), "Eviction").get("reason") == "BlockedByPDB",
         what="the eviction refused by the PDB",
     )
+    return name, reservation
+
+
+def test_a_workload_scaled_to_zero_after_the_eviction_releases_the_place_at_once(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The Reservation is open and the eviction refused by a PDB when the Deployment is
+    scaled to zero: its pod goes, and no replacement will ever take the place. The job
+    ends `WorkloadScaledDown` then, rather than holding the place for nobody until its
+    TTL, and the Reservation is released."""
+    cluster.apply(deployment("shrink", replicas=2), namespace)
+    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "shrink", 2), what="2 pods")
+    name, reservation = blocked_by_pdb(cluster, namespace, "shrink", pods)
     cluster.kubectl("scale", "deployment", "shrink", "--replicas=0", "-n", namespace)
     job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
     status = job["status"]
@@ -317,6 +327,37 @@ def test_a_workload_scaled_to_zero_after_the_eviction_releases_the_place_at_once
     cluster.wait(
         lambda: not any(leftovers(cluster, namespace).values()), what="the placeholder to go"
     )
+
+
+def test_a_replicaset_scaled_down_after_the_eviction_releases_the_place_at_once(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The eviction is refused by a PDB when the Deployment is scaled from 3 to 2: its
+    ReplicaSet deletes the pod being migrated (the lowest deletion cost) and runs its two
+    others, so no replacement will take the place. The job ends `WorkloadScaledDown` then,
+    rather than holding the place for nobody until its TTL, and the Reservation is
+    released."""
+    cluster.apply(deployment("trim", replicas=3), namespace)
+    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "trim", 3), what="3 pods")
+    name, reservation = blocked_by_pdb(cluster, namespace, "trim", pods)
+    victim = pods[0]["metadata"]["name"]
+    cost = "controller.kubernetes.io/pod-deletion-cost=-1000"
+    cluster.kubectl("annotate", "pod", victim, "-n", namespace, cost)
+    cluster.kubectl("scale", "deployment", "trim", "--replicas=2", "-n", namespace)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    status = job["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown"), status
+    assert "is scaled to 2 replicas and runs 2 pods from before the migration" in status["message"]
+    assert "WorkloadScaledDown" in events(cluster, name)
+    cluster.wait(
+        lambda: cluster.get("reservation", reservation).get("status", {}).get("phase") == "Failed",
+        what="the Reservation released (Failed: its placeholder goes)",
+    )
+    cluster.wait(
+        lambda: not any(leftovers(cluster, namespace).values()), what="the placeholder to go"
+    )
+    kept = {pod["metadata"]["name"] for pod in ready_pods(cluster, namespace, "trim", 2)}
+    assert kept == {pod["metadata"]["name"] for pod in pods[1:]}
 
 
 def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(

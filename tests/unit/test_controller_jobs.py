@@ -14,7 +14,7 @@ from controller import jobs
 from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
 from controller.jobs.view import EVICTION_RETRY
 from tests.unit.arbitration.helpers import one
-from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation
+from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation, ts
 from tests.unit.controller_cases import (
     ARGS,
     EVICTING,
@@ -871,6 +871,83 @@ def test_a_statefulset_scaled_below_the_pods_ordinal_makes_no_replacement(
     if gone:
         assert found == (
             f"StatefulSet db is scaled to {replicas} replicas and does not make {pod_name} again"
+        )
+
+
+RESERVED_AT = {"type": "ReservationCreated", "status": "True", "lastTransitionTime": ts(later(5))}
+
+
+def _revision(workload_obj: dict[str, Any], revision: str) -> dict[str, Any]:
+    workload_obj["metadata"]["annotations"] = {jobs.bind.REVISION: revision}
+    return workload_obj
+
+
+def _older(name: str, *, terminating: bool = False) -> dict[str, Any]:
+    """A pod of web-rs created before the job reserved its place."""
+    found = pod(name, node="node-2")
+    if terminating:
+        found["metadata"]["deletionTimestamp"] = ts(later(8))
+    return found
+
+
+def _newer(name: str) -> dict[str, Any]:
+    """A pod of web-rs created after the job reserved its place, claiming it."""
+    found = pod(name, node="node-2", annotations={keys.CLAIM: "token"})
+    found["metadata"]["creationTimestamp"] = ts(later(6))
+    return found
+
+
+TWO_OLDER = (_older("web-0"), _older("web-2"))
+
+
+@pytest.mark.parametrize(
+    ("rs_replicas", "deployment", "siblings", "phase"),
+    [
+        (2, None, TWO_OLDER, "Failed"),  # 3 → 2: it runs 2 without a replacement
+        (3, None, TWO_OLDER, "Running"),  # the replacement is to come
+        (2, None, (_older("web-0"), _older("web-2", terminating=True)), "Running"),
+        (2, None, (_older("web-0"), _newer("web-3")), "Running"),  # a replacement counts not
+        (2, ("web", 2, "4"), TWO_OLDER, "Failed"),
+        (2, ("web", 3, "4"), TWO_OLDER, "Running"),  # not scaled down yet
+        (2, ("web", 2, "3"), TWO_OLDER, "Running"),  # an old one, mid-rollout
+        (2, ("other", 2, "4"), TWO_OLDER, "Running"),  # not its Deployment
+    ],
+)
+def test_a_replicaset_scaled_down_without_a_replacement_ends_the_job_at_once(
+    rs_replicas: int,
+    deployment: tuple[str, int, str] | None,
+    siblings: tuple[dict[str, Any], ...],
+    phase: str,
+) -> None:
+    """A ReplicaSet scaled down (not to zero) while its pod was evicted runs the pods it
+    wants without making one again: the place is released rather than held until the TTL."""
+    rs = workload("ReplicaSet", "web-rs", rs_replicas, parent=None if deployment is None else "web")
+    parent = None
+    if deployment is not None:
+        name, replicas, revision = deployment
+        parent = _revision(workload("Deployment", name, replicas), revision)
+        _revision(rs, "4")
+    rsv = reservation(phase="Available", node="node-1")
+    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
+    jv = jobs.JobView(
+        job=job(conditions=[*EVICTING, RESERVED_AT]),
+        pod=None,
+        reservation=rsv,
+        owner=None,
+        workload_uid=None,
+        now=later(10),
+        args=ARGS,
+        admission_key=ADMISSION_KEY,
+        siblings=siblings,
+        workload=rs,
+        deployment=parent,
+    )
+    status = status_of(jobs.decide(jv))
+    assert status["phase"] == phase, status
+    if phase == "Failed":
+        assert status["reason"] == "WorkloadScaledDown"
+        assert status["message"].startswith(
+            "ReplicaSet web-rs is scaled to 2 replicas and runs 2 pods from before the migration"
         )
 
 
