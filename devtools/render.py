@@ -224,41 +224,64 @@ def kwok_delete_guard() -> list[dict[str, Any]]:
     UID precondition, and may do so twice from two queued events: the second delete would
     remove a new pod of the same name (a StatefulSet's replacement) that a kubelet never
     would. Refused, kwok drops it; the new pod is finished when it terminates in turn."""
-    name = "berth-dev-kwok-deletes-only-terminating-pods"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["DELETE"],
-                        "resources": ["pods"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "by-kwok", "expression": f"request.userInfo.username == '{KWOK_USER}'"}
-            ],
-            "validations": [
+    return denying_policy(
+        "berth-dev-kwok-deletes-only-terminating-pods",
+        operation="DELETE",
+        resource="pods",
+        match_conditions={"by-kwok": f"request.userInfo.username == '{KWOK_USER}'"},
+        expression="has(oldObject.metadata.deletionTimestamp)",
+        message="kwok deletes only a terminating pod (a stale delete by name)",
+    )
+
+
+def denying_policy(
+    name: str,
+    *,
+    operation: str,
+    resource: str,
+    expression: str,
+    message: str,
+    match_conditions: dict[str, str] | None = None,
+    namespace: str | None = None,
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding that deny an `operation` on a core
+    `resource` (in `namespace` alone, if given) where `expression` is false."""
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
                 {
-                    "expression": "has(oldObject.metadata.deletionTimestamp)",
-                    "message": "kwok deletes only a terminating pod (a stale delete by name)",
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": [operation],
+                    "resources": [resource],
                 }
-            ],
+            ]
         },
+        "validations": [{"expression": expression, "message": message}],
     }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    if match_conditions:
+        spec["matchConditions"] = [
+            {"name": key, "expression": value} for key, value in match_conditions.items()
+        ]
+    binding: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if namespace is not None:
+        selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        binding["matchResources"] = {"namespaceSelector": selector}
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": binding,
+        },
+    ]
 
 
 INJECT_CA_FROM = "cert-manager.io/inject-ca-from"

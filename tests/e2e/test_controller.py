@@ -304,6 +304,23 @@ def blocked_by_pdb(
     return name, reservation
 
 
+def ends_scaled_down(cluster: Cluster, namespace: str, name: str, reservation: str) -> str:
+    """Wait for job `name` to end `WorkloadScaledDown`, saying so in an event, with its
+    Reservation released and its placeholder gone; its message."""
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    status = job["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown"), status
+    assert "WorkloadScaledDown" in events(cluster, name)
+    cluster.wait(
+        lambda: cluster.get("reservation", reservation).get("status", {}).get("phase") == "Failed",
+        what="the Reservation released (Failed: its placeholder goes)",
+    )
+    cluster.wait(
+        lambda: not any(leftovers(cluster, namespace).values()), what="the placeholder to go"
+    )
+    return str(status["message"])
+
+
 def test_a_workload_scaled_to_zero_after_the_eviction_releases_the_place_at_once(
     cluster: Cluster, namespace: str
 ) -> None:
@@ -315,18 +332,8 @@ def test_a_workload_scaled_to_zero_after_the_eviction_releases_the_place_at_once
     pods = cluster.wait(lambda: ready_pods(cluster, namespace, "shrink", 2), what="2 pods")
     name, reservation = blocked_by_pdb(cluster, namespace, "shrink", pods)
     cluster.kubectl("scale", "deployment", "shrink", "--replicas=0", "-n", namespace)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
-    status = job["status"]
-    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown"), status
-    assert "Deployment shrink is scaled to zero" in status["message"], status
-    assert "WorkloadScaledDown" in events(cluster, name)
-    cluster.wait(
-        lambda: cluster.get("reservation", reservation).get("status", {}).get("phase") == "Failed",
-        what="the Reservation released (Failed: its placeholder goes)",
-    )
-    cluster.wait(
-        lambda: not any(leftovers(cluster, namespace).values()), what="the placeholder to go"
-    )
+    message = ends_scaled_down(cluster, namespace, name, reservation)
+    assert "Deployment shrink is scaled to zero" in message
 
 
 def test_a_replicaset_scaled_down_after_the_eviction_releases_the_place_at_once(
@@ -344,18 +351,8 @@ def test_a_replicaset_scaled_down_after_the_eviction_releases_the_place_at_once(
     cost = "controller.kubernetes.io/pod-deletion-cost=-1000"
     cluster.kubectl("annotate", "pod", victim, "-n", namespace, cost)
     cluster.kubectl("scale", "deployment", "trim", "--replicas=2", "-n", namespace)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
-    status = job["status"]
-    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown"), status
-    assert "is scaled to 2 replicas and runs 2 pods from before the migration" in status["message"]
-    assert "WorkloadScaledDown" in events(cluster, name)
-    cluster.wait(
-        lambda: cluster.get("reservation", reservation).get("status", {}).get("phase") == "Failed",
-        what="the Reservation released (Failed: its placeholder goes)",
-    )
-    cluster.wait(
-        lambda: not any(leftovers(cluster, namespace).values()), what="the placeholder to go"
-    )
+    message = ends_scaled_down(cluster, namespace, name, reservation)
+    assert "is scaled to 2 replicas and runs 2 pods from before the migration" in message
     kept = {pod["metadata"]["name"] for pod in ready_pods(cluster, namespace, "trim", 2)}
     assert kept == {pod["metadata"]["name"] for pod in pods[1:]}
 

@@ -26,6 +26,7 @@ import pytest
 
 from berth.api import keys
 from berth.kube.client import Kube, KubeError
+from devtools import render
 from devtools.render import Scope
 from tests.e2e.capacity import (
     bound_node,
@@ -200,40 +201,15 @@ def evictions_need_the_label(cluster: Cluster, namespace: str) -> Iterator[str]:
     namespace carries berth.sh/migrating, as the API server's admission sees it: from the
     same namespace informer the webhook's namespaceSelector is matched against. Its name."""
     name = f"berth-test-{namespace}"[:63]
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods/eviction"],
-                    }
-                ]
-            },
-            "validations": [
-                {"expression": LABELLED, "message": "evicted before berth.sh/migrating"}
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            },
-        },
-    }
-    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}))
+    items = render.denying_policy(
+        name,
+        operation="CREATE",
+        resource="pods/eviction",
+        expression=LABELLED,
+        message="evicted before berth.sh/migrating",
+        namespace=namespace,
+    )
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     try:
         yield name
     finally:

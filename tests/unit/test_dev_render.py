@@ -83,6 +83,29 @@ def test_kwok_configuration_sets_parallelism_and_keeps_kwok_defaults() -> None:
     assert options["enablePodsOnNodeSyncListPager"] is True
 
 
+def test_kwoks_deletes_are_checked_only_for_kwok_and_only_on_pods() -> None:
+    policy, binding = render.kwok_delete_guard()
+    spec = policy["spec"]
+    [rule] = spec["matchConstraints"]["resourceRules"]
+    assert (rule["operations"], rule["resources"]) == (["DELETE"], ["pods"])
+    [only_kwok] = spec["matchConditions"]
+    assert only_kwok["expression"] == f"request.userInfo.username == '{render.KWOK_USER}'"
+    assert spec["validations"][0]["expression"] == "has(oldObject.metadata.deletionTimestamp)"
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+
+
+def test_a_denying_policy_bound_to_one_namespace_selects_it_by_its_name_label() -> None:
+    _, binding = render.denying_policy(
+        "p", operation="CREATE", resource="pods/eviction", expression="false", message="m",
+        namespace="team-a",
+    )  # fmt: skip
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]
+    assert selector == {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}
+
+
 def test_kubernetes_version_comes_from_the_kcp_module() -> None:
     assert binaries.kubernetes_version().startswith("v1.")
 
