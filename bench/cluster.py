@@ -86,18 +86,25 @@ class Bench:
         await asyncio.sleep(window)
         return (self.cpu_seconds() - before) / (time.monotonic() - started)
 
+    async def measure_idle(self) -> float:
+        """The cores the cluster's processes use when nothing is asked of them. Measured
+        once, right after the cluster started: not just after it grew, when kwok still
+        works on the new nodes for some seconds (a baseline taken then lets every batch
+        start at once)."""
+        samples = sorted([await self.cores_in_use() for _ in range(8)])
+        self.idle = samples[len(samples) // 2]
+        say(f"the cluster idles at {self.idle:.2f} cores")
+        return self.idle
+
     async def settle(self, *, timeout: float = 15.0) -> None:
         """Wait until the work the last batch left behind (watchers digesting its pods,
-        their deletion) is done: the cluster back near the cores it uses idle, measured
-        the first time. A batch that starts while the previous one's aftermath still runs
-        is slowed by it, whichever side it measures."""
-        if self.idle is None:
-            samples = sorted([await self.cores_in_use() for _ in range(8)])
-            self.idle = samples[len(samples) // 2]
-            say(f"the cluster idles at {self.idle:.2f} cores")
+        their deletion) is done: the cluster back near the cores it uses idle. A batch
+        that starts while the previous one's aftermath still runs is slowed by it,
+        whichever side it measures."""
+        idle = self.idle if self.idle is not None else await self.measure_idle()
         started = time.monotonic()
         while time.monotonic() < started + timeout:
-            if await self.cores_in_use() <= self.idle * 1.5 + 0.05:
+            if await self.cores_in_use() <= idle * 1.5 + 0.05:
                 return
         say(f"the cluster did not settle within {timeout:.0f}s; going on")
 

@@ -274,6 +274,7 @@ async def measure(scale: Scale, run: Run, only: frozenset[str] = frozenset(FAMIL
     api = await Api.connect(cluster)
     bench = Bench(cluster=cluster, api=api, nodes=first)
     try:
+        await bench.measure_idle()
         run.notes.append(
             f"The cluster runs Berth in the **{cluster_mode(cluster)}** scope, as `berth dev "
             "up` starts it: that is the scope of the migration and memory rows. The "
@@ -283,7 +284,10 @@ async def measure(scale: Scale, run: Run, only: frozenset[str] = frozenset(FAMIL
 
         async def scheduler_rows() -> list[Row]:
             return await scheduler.rows(
-                bench, batches=scale.scheduler_batches, pods=scale.scheduler_pods
+                bench,
+                batches=scale.scheduler_batches,
+                pods=scale.scheduler_pods,
+                floor=bench.nodes == scale.nodes[1],
             )
 
         async def memory_rows() -> list[Row]:

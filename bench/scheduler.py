@@ -54,7 +54,8 @@ METHOD = (
     "near their idle CPU (every pod watcher has taken the new pods in). 'An extender that "
     "answers at once': the strict entries pointed at `bench/nullhook.py`, which passes "
     "every node sent from bare asyncio with no work: what kube-scheduler pays for calling "
-    "any extender on this machine, whoever answers."
+    "any extender on this machine, whoever answers (at the larger size only, where the "
+    "targets are set)."
 )
 
 
@@ -129,13 +130,15 @@ async def batch(bench: Bench, *, name: str, config: dict[str, Any], pods: int) -
     return span_rate(times)
 
 
-async def rows(bench: Bench, *, batches: int, pods: int) -> list[Row]:
-    """One row per scope at the cluster's current size, and the floor: the strict
+async def rows(bench: Bench, *, batches: int, pods: int, floor: bool) -> list[Row]:
+    """One row per scope at the cluster's current size and, with `floor`, the strict
     scope's entries pointed at an extender that answers at once."""
     await bench.namespace(NAMESPACE)
     result = []
     for mode in MODES:
         result.append(await mode_row(bench, mode, batches=batches, pods=pods))
+    if not floor:
+        return result
     async with nullhook.running(bench) as null:
         entries = [{**e, "urlPrefix": null.url} for e in extender_entries(bench.cluster, "strict")]
         result.append(
