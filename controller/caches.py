@@ -40,6 +40,7 @@ from berth.scheduling import selector_matches
 from berth.settings import MigrationControllerArgs
 from controller import build, jobs, namespaces, reservations
 from controller.actions import Plan
+from controller.arbitration.candidates import CLAIM_VOLUMES, LOCAL_STORAGE_VOLUMES
 from controller.queue import job_key, namespace_key, reservation_key
 
 Object = dict[str, Any]
@@ -52,6 +53,46 @@ def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
 
 def _single(value: str | None) -> list[str]:
     return [value] if value else []
+
+
+CONTAINER_FIELDS = ("name", "resources", "ports", "restartPolicy")
+"""What the controller reads of a container: what it requests, its host ports (a
+Reservation's template, `build.reservation_for`; `berth.resources`) and whether an init
+container is a sidecar."""
+READ_VOLUMES = (*LOCAL_STORAGE_VOLUMES, *CLAIM_VOLUMES)
+"""The kinds of volume the arbitration looks at (`arbitration.candidates.PodFacts`)."""
+UNREAD_STATUS = (
+    "containerStatuses",
+    "initContainerStatuses",
+    "ephemeralContainerStatuses",
+    "podIP",
+    "podIPs",
+    "hostIP",
+    "hostIPs",
+)
+
+
+def lean_pod(pod: Object) -> Object:
+    """What the pods' cache keeps of a pod: all but what the controller never reads, which
+    is over half of a running pod's memory here (bench/PROFILE.md) -- `managedFields`, of
+    each container all but `CONTAINER_FIELDS`, the volumes of other kinds than
+    `READ_VOLUMES`, ephemeral containers, and the status of each container and the pod's
+    addresses. Nothing the controller writes is made of a cached pod (pods are only
+    patched, by merge patch or a JSON patch of their scheduling gates, which are kept)."""
+    lean = without_managed_fields(pod)
+    spec: Object = dict(lean.get("spec") or {})
+    for field in ("containers", "initContainers"):
+        if field in spec:
+            spec[field] = [
+                {key: c[key] for key in CONTAINER_FIELDS if key in c} for c in spec[field] or ()
+            ]
+    if "volumes" in spec:
+        spec["volumes"] = [
+            v for v in spec["volumes"] or () if any(kind in v for kind in READ_VOLUMES)
+        ]
+    spec.pop("ephemeralContainers", None)
+    status = {k: v for k, v in (lean.get("status") or {}).items() if k not in UNREAD_STATUS}
+    return {**lean, "spec": spec, "status": status}
 
 
 PREEMPTED_MEMORY = timedelta(minutes=30)
@@ -71,7 +112,7 @@ class Caches:
         """The key of the admission marks (`controller.signing`), set before any job is
         reconciled or admitted; empty, no job counts as admitted."""
         # Every cache but the Reservations' (`protocol.claimed_at` reads them) leaves
-        # out managedFields.
+        # out managedFields; the pods' keeps only what the controller reads (`lean_pod`).
         lean = without_managed_fields
         self.jobs = Informer(
             kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job, keep=lean
@@ -101,7 +142,7 @@ class Caches:
                 "controller": lambda p: _single((protocol.controller_of(p) or {}).get("uid")),
             },
             handler=self._on_pod,
-            keep=lean,
+            keep=lean_pod,
         )
         by_uid: dict[str, IndexFunc] = {"uid": lambda o: _single(o["metadata"].get("uid"))}
         self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid, keep=lean)

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from controller.arbitration.workloads import Workload
 
 EVICT_DIRECTLY = PodMigrationJobMode.EVICT_DIRECTLY.value
+LOCAL_STORAGE_VOLUMES = ("emptyDir", "hostPath")
+"""The kinds of volume whose data stays behind on the node."""
+CLAIM_VOLUMES = ("persistentVolumeClaim", "ephemeral")
+"""The kinds of volume that are PersistentVolumeClaims (a generic ephemeral one makes one)."""
 
 
 class PodFacts:
@@ -79,10 +83,10 @@ class PodFacts:
         self.pvc: str | None = None
         """Which volume is a PersistentVolumeClaim (generic ephemeral ones are too), or None."""
         for volume in spec.get("volumes") or ():
-            for kind in ("emptyDir", "hostPath"):
+            for kind in LOCAL_STORAGE_VOLUMES:
                 if kind in volume and self.local_storage is None:
                     self.local_storage = f"{kind} volume {volume.get('name')}"
-            if ("persistentVolumeClaim" in volume or "ephemeral" in volume) and self.pvc is None:
+            if any(kind in volume for kind in CLAIM_VOLUMES) and self.pvc is None:
                 self.pvc = f"volume {volume.get('name')}"
 
 

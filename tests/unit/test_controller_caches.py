@@ -11,7 +11,7 @@ from berth.kube.informer import Informer
 from berth.resources import parse_quantity
 from berth.settings import MigrationControllerArgs
 from controller import build
-from controller.caches import Caches
+from controller.caches import Caches, lean_pod
 from tests.unit.builders import job, node, placeholder, pod, reservation
 
 NODE_FIT = MigrationControllerArgs.model_validate({"nodeFit": True})
@@ -132,7 +132,7 @@ async def test_a_job_view_reads_the_victims_on_its_placeholders_node() -> None:
     await watch(cache.pods, "MODIFIED", victim)
     await watch(cache.pods, "MODIFIED", marked("other", "node-2"))
     view = cache.job_view(job())
-    assert view.placeholder == ph
+    assert view.placeholder == lean_pod(ph)
     assert view.preempted == (victim,)
 
 
