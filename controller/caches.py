@@ -74,9 +74,9 @@ UNREAD_STATUS = (
 
 def lean_pod(pod: Object) -> Object:
     """What the pods' cache keeps of a pod: all but what the controller never reads, which
-    is over half of a running pod's memory here (bench/PROFILE.md) -- `managedFields`, of
+    is over half of a running pod's memory here (bench/PROFILE.md): `managedFields`, of
     each container all but `CONTAINER_FIELDS`, the volumes of other kinds than
-    `READ_VOLUMES`, ephemeral containers, and the status of each container and the pod's
+    `READ_VOLUMES`, ephemeral containers, the containers' statuses and the pod's
     addresses. Nothing the controller writes is made of a cached pod (pods are only
     patched, by merge patch or a JSON patch of their scheduling gates, which are kept)."""
     lean = without_managed_fields(pod)
