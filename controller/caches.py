@@ -95,6 +95,23 @@ def lean_pod(pod: Object) -> Object:
     return {**lean, "spec": spec, "status": status}
 
 
+WORKLOAD_TEMPLATES = ("template", "volumeClaimTemplates")
+
+
+def lean_workload(workload: Object) -> Object:
+    """What the workloads' caches keep of a ReplicaSet, Deployment or StatefulSet: all but
+    `managedFields` and its templates (of pods, of volume claims), which the controller
+    never reads: what a pod asks for, it reads off the pod. A template is most of such an
+    object (11 of 14 kB of Python objects for a ReplicaSet of one ordinary pod, bench/
+    PROFILE.md), and a cluster keeps up to 10 old ReplicaSets of every Deployment
+    (`revisionHistoryLimit`). The controller writes no workload."""
+    lean = without_managed_fields(workload)
+    spec = lean.get("spec")
+    if not isinstance(spec, dict) or not any(key in spec for key in WORKLOAD_TEMPLATES):
+        return lean
+    return {**lean, "spec": {k: v for k, v in spec.items() if k not in WORKLOAD_TEMPLATES}}
+
+
 PREEMPTED_MEMORY = timedelta(minutes=30)
 """How long the caches remember a pod marked for preemption after its last event: far
 longer than a placeholder takes to bind once its victims are gone."""
@@ -112,7 +129,8 @@ class Caches:
         """The key of the admission marks (`controller.signing`), set before any job is
         reconciled or admitted; empty, no job counts as admitted."""
         # Every cache but the Reservations' (`protocol.claimed_at` reads them) leaves
-        # out managedFields; the pods' keeps only what the controller reads (`lean_pod`).
+        # out managedFields; those of pods and workloads keep only what the controller
+        # reads (`lean_pod`, `lean_workload`).
         lean = without_managed_fields
         self.jobs = Informer(
             kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job, keep=lean
@@ -145,9 +163,9 @@ class Caches:
             keep=lean_pod,
         )
         by_uid: dict[str, IndexFunc] = {"uid": lambda o: _single(o["metadata"].get("uid"))}
-        self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid, keep=lean)
-        self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid, keep=lean)
-        self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid, keep=lean)
+        self.replicasets = Informer(kube, REPLICASETS, indexes=by_uid, keep=lean_workload)
+        self.deployments = Informer(kube, DEPLOYMENTS, indexes=by_uid, keep=lean_workload)
+        self.statefulsets = Informer(kube, STATEFULSETS, indexes=by_uid, keep=lean_workload)
         self.pdbs = Informer(
             kube,
             PDBS,

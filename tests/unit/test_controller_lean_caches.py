@@ -1,6 +1,6 @@
-"""What the pods' cache keeps of a pod (`controller.caches.lean_pod`): less memory, and
-nothing the controller reads changes. Every reader is compared on the whole pod and on
-what the cache keeps of it."""
+"""What the caches of pods and workloads keep (`controller.caches.lean_pod`,
+`lean_workload`): less memory, and nothing the controller reads changes. Every reader is
+compared on the whole object and on what the cache keeps of it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from berth.scheduling import node_affinity_matches, qos_class, taints_tolerated
 from berth.settings import MigrationControllerArgs
 from controller import build
 from controller.arbitration.candidates import PodFacts
-from controller.caches import Caches, lean_pod
+from controller.arbitration.workloads import replicas_of, rollout_of, workload_limits
+from controller.caches import Caches, lean_pod, lean_workload
 from tests.unit.builders import job
 
 Object = dict[str, Any]
@@ -183,3 +184,110 @@ async def test_the_pods_cache_keeps_the_lean_pod() -> None:
     whole = running_pod()
     await cache.pods._apply("ADDED", whole)
     assert cache.pods.get("default/web-1") == lean_pod(whole)
+
+
+def workloads() -> list[Object]:
+    """A Deployment, its ReplicaSet and a StatefulSet as the API server returns them."""
+    pod = running_pod()
+    template: Object = {"metadata": {"labels": {"app": "web"}}, "spec": pod["spec"]}
+    managed = pod["metadata"]["managedFields"]
+
+    def workload(kind: str, name: str, spec: Object, status: Object, **meta: Any) -> Object:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "uid": f"uid-{name}",
+                "generation": 3,
+                "managedFields": managed,
+                **meta,
+            },
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, **spec},
+            "status": {"observedGeneration": 3, **status},
+        }
+
+    revision = {"deployment.kubernetes.io/revision": "5"}
+    return [
+        workload(
+            "Deployment",
+            "web",
+            {"template": template, "strategy": {"type": "RollingUpdate"}},
+            {"replicas": 4, "updatedReplicas": 3, "availableReplicas": 3},
+            annotations=revision,
+        ),
+        workload(
+            "ReplicaSet",
+            "web-7d4",
+            {"template": template},
+            {"replicas": 3, "availableReplicas": 2},
+            annotations=revision,
+            ownerReferences=[
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": "web",
+                    "uid": "uid-web",
+                    "controller": True,
+                }
+            ],
+        ),
+        workload(
+            "StatefulSet",
+            "db",
+            {
+                "template": template,
+                "ordinals": {"start": 1},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {}}],
+            },
+            {"replicas": 3, "updatedReplicas": 2},
+        ),
+    ]
+
+
+def test_every_reader_reads_the_same_of_the_lean_workload() -> None:
+    args = MigrationControllerArgs()
+    for whole in workloads():
+        kept = copy.deepcopy(whole)
+        lean = lean_workload(whole)
+        assert whole == kept
+        assert "managedFields" not in lean["metadata"]
+        assert "template" not in lean["spec"]
+        assert "volumeClaimTemplates" not in lean["spec"]
+        # All else is as it was: whatever reads it reads the same.
+        rest = {
+            k: v for k, v in whole["spec"].items() if k not in ("template", "volumeClaimTemplates")
+        }
+        assert lean["spec"] == rest
+        assert lean["status"] == whole["status"]
+        assert lean["metadata"] == {
+            k: v for k, v in whole["metadata"].items() if k != "managedFields"
+        }
+        assert rollout_of(lean) == rollout_of(whole)
+        assert replicas_of(lean, ()) == replicas_of(whole, ()) == 3
+        limits = workload_limits("u", lean, (), available=2, args=args)
+        assert limits == workload_limits("u", whole, (), available=2, args=args)
+        assert protocol.controller_of(lean) == protocol.controller_of(whole)
+
+
+def test_a_workload_without_a_template_is_kept_as_it_is() -> None:
+    for odd in ({"metadata": {"name": "w"}}, {"metadata": {"name": "w"}, "spec": None}):
+        assert lean_workload(odd) == odd
+
+
+async def test_the_workloads_caches_keep_the_lean_workload() -> None:
+    cache = Caches(cast(Kube, None), MigrationControllerArgs(), enqueue=lambda _: None)
+    deployment, replicaset, statefulset = workloads()
+    for informer, whole in (
+        (cache.deployments, deployment),
+        (cache.replicasets, replicaset),
+        (cache.statefulsets, statefulset),
+    ):
+        await informer._apply("ADDED", whole)
+        assert informer.get(f"default/{whole['metadata']['name']}") == lean_workload(whole)
+    # The job's view finds the workloads as before.
+    found = cache.reserved_workload(
+        {"spec": {"owners": [{"controller": {"kind": "ReplicaSet", "uid": "uid-web-7d4"}}]}}
+    )
+    assert found == {"workload": lean_workload(replicaset), "deployment": lean_workload(deployment)}
