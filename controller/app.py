@@ -41,7 +41,7 @@ class Controller:
         self.args = args
         self.queue = WorkQueue()
         metrics.WORKQUEUE_DEPTH.set_function(lambda: len(self.queue))
-        self.caches = Caches(kube, args, enqueue=self.queue.add)
+        self.caches = Caches(kube, args, enqueue=self.queue.add, enqueue_after=self.queue.add_after)
         self.executor = Executor(
             kube,
             Recorder(kube, component=COMPONENT, instance=identity),

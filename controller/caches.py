@@ -12,6 +12,7 @@ loop in the time it takes to copy a few dicts, which later watch events do not c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -112,6 +113,44 @@ def lean_workload(workload: Object) -> Object:
     return {**lean, "spec": {k: v for k, v in spec.items() if k not in WORKLOAD_TEMPLATES}}
 
 
+NODE_GRACE = 30.0
+"""Seconds a node that a pod or a placeholder names may stay missing from the nodes' cache
+before it counts as gone. The node watch may show a node later than the pod watch shows a
+pod bound to it (a node added moments before, as an autoscaler does); a deletion the watch
+shows counts at once. After a restart, a node deleted while the controller was away
+counts as gone once this grace has passed."""
+
+RECHECK_MARGIN = 0.5
+"""Seconds past the grace at which a key waiting on a missing node comes back."""
+
+FORGET_DELETED = 3600.0
+"""Seconds a deletion seen is remembered; asked about later, such a node waits out the
+grace again."""
+
+
+class Absences:
+    """Since when each node name the controller looked up was missing from its cache: at
+    once gone if the watch showed it deleted, else gone `NODE_GRACE` after the first
+    look-up that missed it. A node the watch shows is forgotten here."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._since: dict[str, float] = {}
+
+    def seen(self, node: str) -> None:
+        self._since.pop(node, None)
+
+    def deleted(self, node: str) -> None:
+        now = self.clock()
+        self._since = {n: t for n, t in self._since.items() if t > now - FORGET_DELETED}
+        self._since[node] = now - NODE_GRACE
+
+    def wait(self, node: str) -> float:
+        """Seconds until `node`, missing from the cache, counts as gone; 0 if it does."""
+        now = self.clock()
+        return max(0.0, self._since.setdefault(node, now) + NODE_GRACE - now)
+
+
 PREEMPTED_MEMORY = timedelta(minutes=30)
 """How long the caches remember a pod marked for preemption after its last event: far
 longer than a placeholder takes to bind once its victims are gone."""
@@ -121,10 +160,20 @@ class Caches:
     """The informers the controller reads, and the keys their events put in the queue."""
 
     def __init__(
-        self, kube: Kube, args: MigrationControllerArgs, *, enqueue: Callable[[str], None]
+        self,
+        kube: Kube,
+        args: MigrationControllerArgs,
+        *,
+        enqueue: Callable[[str], None],
+        enqueue_after: Callable[[str, float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.args = args
         self.enqueue = enqueue
+        self.enqueue_after = enqueue_after
+        """Add a key in so many seconds: a key whose view names a node not seen yet
+        comes back when that node would count as gone. None: nothing comes back."""
+        self.absences = Absences(clock)
         self.admission_key = b""
         """The key of the admission marks (`controller.signing`), set before any job is
         reconciled or admitted; empty, no job counts as admitted."""
@@ -176,8 +225,8 @@ class Caches:
         self.priority_classes = Informer(kube, PRIORITYCLASSES, keep=lean)
         self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace, keep=lean)
         self.preempted: dict[str, tuple[Object, datetime]] = {}
-        """Pods the scheduler marked for preemption, by UID: their last state and when it
-        was seen; kept `PREEMPTED_MEMORY` after deletion, for the job whose placeholder
+        """Pods the scheduler marked for preemption, by UID: their last state (`lean_pod`)
+        and when it was seen; kept `PREEMPTED_MEMORY` after deletion, for the job whose placeholder
         they made room for to record them (`controller.jobs.preempt`)."""
         self.ledger = Ledger() if args.node_fit else None
         """Free capacity per node, kept up to date by the watches; only nodeFit reads it."""
@@ -220,10 +269,13 @@ class Caches:
     def _on_node(self, kind: str, node: Object) -> None:
         if self.ledger is not None:
             self.ledger.on_node(kind, node)
-        if kind == "DELETED":
+        name = node["metadata"]["name"]
+        if kind != "DELETED":
+            self.absences.seen(name)
+        else:
+            self.absences.deleted(name)
             # A placeholder there holds nothing any more: its Reservation must know (and
             # its job). Reservations are few (one per migration) and nodes rarely go.
-            name = node["metadata"]["name"]
             for reservation in self.reservations.values():
                 uid = reservation["metadata"].get("uid", "")
                 placeholders = self.pods.by_index("placeholder", uid)
@@ -276,7 +328,7 @@ class Caches:
             for uid, (seen, at) in self.preempted.items()
             if now - at < PREEMPTED_MEMORY
         }
-        self.preempted[str(pod["metadata"].get("uid"))] = (pod, now)
+        self.preempted[str(pod["metadata"].get("uid"))] = (lean_pod(pod), now)
 
     def preempted_on(self, node: str | None) -> tuple[Object, ...]:
         """The pods marked for preemption on `node` that the caches hold or remember."""
@@ -356,6 +408,7 @@ class Caches:
         return next((p for p in named if protocol.is_placeholder_of(p, reservation)), None)
 
     def reservation_view(self, reservation: Object) -> reservations.ReservationView:
+        key = reservation_key(reservation["metadata"]["name"])
         named = self.pods.by_index("placeholder", reservation["metadata"].get("uid", ""))
         placeholder = self.placeholder(reservation)
         strays = tuple(
@@ -394,18 +447,20 @@ class Caches:
             priority_class_found=None
             if priority_class is None
             else self.priority_classes.get(priority_class["metadata"]["name"]),
-            node_gone=self._node_gone((placeholder or {}).get("spec", {}).get("nodeName")),
-            stranded=self._stranded((owner, *accepted)),
+            node_gone=self._node_gone(
+                (placeholder or {}).get("spec", {}).get("nodeName"), again=key
+            ),
+            stranded=self._stranded((owner, *accepted), again=key),
         )
 
-    def _stranded(self, pods: tuple[Object | None, ...]) -> tuple[Object, ...]:
+    def _stranded(self, pods: tuple[Object | None, ...], *, again: str) -> tuple[Object, ...]:
         """Those of `pods` (a Reservation's owner and accepted claimers) not bound nor
         terminating whose affinity ties them to a node that is gone."""
         found: dict[str, Object] = {}
         for pod in pods:
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 continue
-            if self._node_gone(protocol.tied_node(pod)):
+            if self._node_gone(protocol.tied_node(pod), again=again):
                 found[str(pod["metadata"].get("uid"))] = pod
         return tuple(found.values())
 
@@ -419,9 +474,16 @@ class Caches:
             for pod in self.pods.by_index("tied", node)
         ]
 
-    def _node_gone(self, node: str | None) -> bool:
-        """Whether `node` names a node the cache no longer holds (deleted)."""
-        return node is not None and self.nodes.get(node) is None
+    def _node_gone(self, node: str | None, *, again: str | None = None) -> bool:
+        """Whether `node` names a node that is gone: deleted, or missing from the cache
+        longer than `NODE_GRACE` (`Absences`). Not gone yet but missing, the key `again`
+        is added back for when it would be."""
+        if node is None or self.nodes.get(node) is not None:
+            return False
+        wait = self.absences.wait(node)
+        if wait and again is not None and self.enqueue_after is not None:
+            self.enqueue_after(again, wait + RECHECK_MARGIN)
+        return not wait
 
     def job_view(self, job: Object) -> jobs.JobView:
         ref = job["spec"]["podRef"]
@@ -453,7 +515,8 @@ class Caches:
                 jobs.placeholder_node(placeholder) if placeholder is not None else None
             ),
             reserved_node_gone=self._node_gone(
-                protocol.node_of(reservation) if reservation else None
+                protocol.node_of(reservation) if reservation else None,
+                again=job_key(job["metadata"]["name"]),
             ),
             exhausted_pdb=(
                 self.exhausted_pdb(pod)

@@ -16,13 +16,13 @@ from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs
 from controller import jobs
-from controller.actions import Patch, Plan, UpdateStatus
+from controller.actions import Delete, Patch, Plan, UpdateStatus
 from controller.admission import Admission, decide
 from controller.arbitration import Decision, LimiterState
-from controller.caches import Caches
+from controller.caches import NODE_GRACE, Caches
 from controller.executor import Executor, Outcome
 from controller.jobs import marker
-from tests.unit.builders import ADMISSION_KEY, T0, job, pod
+from tests.unit.builders import ADMISSION_KEY, T0, job, node, pod
 from tests.unit.controller_cases import kinds, status_of
 
 # ----- the decision written on the job ----------------------------------------------------
@@ -110,9 +110,9 @@ class Recording(Executor):
         return Outcome()
 
 
-async def watch(caches: Caches, plural: str, obj: dict[str, Any]) -> None:
+async def watch(caches: Caches, plural: str, obj: dict[str, Any], kind: str = "ADDED") -> None:
     informer = next(i for i in caches.informers if i.resource.plural == plural)
-    await informer._apply("ADDED", obj)
+    await informer._apply(kind, obj)
 
 
 async def test_a_round_that_raises_still_releases_stray_gates(
@@ -171,9 +171,41 @@ async def test_a_claimer_tied_to_a_deleted_node_with_no_reservation_left_is_dele
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
         }
     }
+    await watch(caches, "nodes", node("node-9"))
     await watch(caches, "pods", tied)
+    await watch(caches, "nodes", node("node-9"), kind="DELETED")
     await admission.release_strays()
     assert [kinds(p) for p in executor.plans] == [["Delete:pods", "Event:StrandedPodDeleted"]]
+
+
+async def test_a_claimer_tied_to_a_node_not_seen_yet_waits_out_the_grace() -> None:
+    """The node watch may lag the pods': a node never seen counts as gone only once it has
+    been missing `NODE_GRACE`, and not at all if it shows up meanwhile."""
+    args = MigrationControllerArgs()
+    now = [100.0]
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None, clock=lambda: now[0])
+    executor = Recording()
+    admission = Admission(caches, executor, args, admitted=lambda _key: None)
+    for name, node_name in (("web-8", "node-8"), ("web-9", "node-9")):
+        tied = pod(name, node=None, annotations={keys.CLAIM: "x"})
+        tied["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+        tied["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+        await watch(caches, "pods", tied)
+    await admission.release_strays()
+    now[0] += NODE_GRACE - 1
+    await watch(caches, "nodes", node("node-8"))
+    await admission.release_strays()
+    assert executor.plans == []
+    now[0] += 1
+    await admission.release_strays()
+    assert [kinds(p) for p in executor.plans] == [["Delete:pods", "Event:StrandedPodDeleted"]]
+    deleted = [a.name for p in executor.plans for a in p.actions if isinstance(a, Delete)]
+    assert deleted == ["web-9"]
 
 
 async def test_arbitration_waits_for_a_jobs_mode_to_be_recorded() -> None:

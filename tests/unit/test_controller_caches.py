@@ -11,7 +11,8 @@ from berth.kube.informer import Informer
 from berth.resources import parse_quantity
 from berth.settings import MigrationControllerArgs
 from controller import build
-from controller.caches import Caches, lean_pod
+from controller.caches import NODE_GRACE, Caches, lean_pod
+from controller.queue import job_key, reservation_key
 from tests.unit.builders import job, node, placeholder, pod, reservation
 
 NODE_FIT = MigrationControllerArgs.model_validate({"nodeFit": True})
@@ -117,7 +118,7 @@ async def test_a_pod_marked_for_preemption_is_remembered_after_its_deletion() ->
         await watch(cache.pods, "MODIFIED", obj)
         await watch(cache.pods, "DELETED", obj)
     assert cache.pods.get("default/victim") is None
-    assert cache.preempted_on("node-1") == (victim,)
+    assert cache.preempted_on("node-1") == (lean_pod(victim),)
     assert cache.preempted_on(None) == ()
 
 
@@ -133,7 +134,7 @@ async def test_a_job_view_reads_the_victims_on_its_placeholders_node() -> None:
     await watch(cache.pods, "MODIFIED", marked("other", "node-2"))
     view = cache.job_view(job())
     assert view.placeholder == lean_pod(ph)
-    assert view.preempted == (victim,)
+    assert view.preempted == (lean_pod(victim),)
 
 
 def controlled(api_version: str, kind: str, uid: str) -> dict[str, Any]:
@@ -279,3 +280,36 @@ async def test_a_closed_reservations_job_view_names_a_budget_that_allows_no_disr
     opened = reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"})
     await watch(cache.reservations, "MODIFIED", opened)
     assert cache.job_view(job()).exhausted_pdb is None
+
+
+async def test_a_node_not_seen_yet_counts_as_gone_only_after_the_grace() -> None:
+    """A placeholder bound to a node the nodes' watch has not shown yet keeps its place;
+    its Reservation and the job come back when the grace ends, and then the node is gone
+    unless the watch showed it meanwhile. A deletion the watch shows counts at once."""
+    now = [10.0]
+    again: list[tuple[str, float]] = []
+    cache = Caches(
+        cast(Kube, None),
+        NODE_FIT,
+        enqueue=lambda _key: None,
+        enqueue_after=lambda key, seconds: again.append((key, seconds)),
+        clock=lambda: now[0],
+    )
+    rsv = reservation(phase="Available", node="node-7")
+    await watch(cache.reservations, "ADDED", rsv)
+    await watch(cache.pods, "ADDED", placeholder(node="node-7"))
+    assert cache.reservation_view(rsv).placeholder is not None
+    assert cache.reservation_view(rsv).node_gone is False
+    assert cache.job_view(job()).reserved_node_gone is False
+    assert {key for key, _ in again} == {reservation_key(rsv["metadata"]["name"]), job_key("job-1")}
+    assert all(NODE_GRACE < seconds <= NODE_GRACE + 1 for _, seconds in again)
+    now[0] += NODE_GRACE
+    assert cache.reservation_view(rsv).node_gone is True
+    assert cache.job_view(job()).reserved_node_gone is True
+    # The node shows up after all: it is there.
+    await watch(cache.nodes, "ADDED", node("node-7"))
+    assert cache.reservation_view(rsv).node_gone is False
+    # Its deletion counts at once.
+    await watch(cache.nodes, "DELETED", node("node-7"))
+    assert cache.reservation_view(rsv).node_gone is True
+    assert cache.job_view(job()).reserved_node_gone is True
