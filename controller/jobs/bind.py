@@ -20,6 +20,7 @@ from berth.api import (
     ReservationReason,
 )
 from controller.actions import Event, Plan
+from controller.arbitration.workloads import rollout_of
 from controller.jobs.consumable import opening, settling
 from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
@@ -247,9 +248,11 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             f"without claiming Reservation {rsv!r} (is the webhook running?); it is "
             "scheduled as any pod, and the reservation is released",
         )
-    scaled = scaled_away(
-        view.job["spec"]["podRef"].get("name") or "", view.workload, view.deployment
-    ) or _scaled_down(view, status)
+    scaled = (
+        scaled_away(view.job["spec"]["podRef"].get("name") or "", view.workload, view.deployment)
+        or _scaled_down(view, status)
+        or _rolled_past(view)
+    )
     if scaled is not None:
         return fail(
             view,
@@ -315,6 +318,31 @@ def _scaled_down(view: JobView, status: Mapping[str, Any]) -> str | None:
     return (
         f"ReplicaSet {workload['metadata']['name']} is scaled to {wanted[0]} replicas and "
         f"runs {len(running)} pods from before the migration"
+    )
+
+
+def _rolled_past(view: JobView) -> str | None:
+    """Why a ReplicaSet that a finished rollout left behind makes no replacement for the
+    pod gone: scaled to zero, it is not its Deployment's newest, and the Deployment has
+    rolled out every replica (`rollout_of`), so no ReplicaSet of it makes a pod now. None
+    while the rollout goes on, when the new ReplicaSet's pods may yet take the place."""
+    workload, deployment = view.workload, view.deployment
+    if workload is None or workload.get("kind") != "ReplicaSet" or deployment is None:
+        return None
+    parent = protocol.controller_of(workload)
+    if (
+        parent is None
+        or parent.get("kind") != "Deployment"
+        or deployment["metadata"].get("uid") != parent.get("uid")
+        or (workload.get("spec") or {}).get("replicas", 1) != 0
+    ):
+        return None
+    newest = _revision(deployment)
+    if newest is None or newest == _revision(workload) or rollout_of(deployment) is not None:
+        return None
+    return (
+        f"Deployment {deployment['metadata']['name']} has rolled out revision {newest} on "
+        f"all its replicas, and ReplicaSet {workload['metadata']['name']} is scaled to zero"
     )
 
 

@@ -951,6 +951,51 @@ def test_a_replicaset_scaled_down_without_a_replacement_ends_the_job_at_once(
         )
 
 
+@pytest.mark.parametrize(
+    ("rs_replicas", "parent", "updated", "total", "phase"),
+    [
+        (0, "web", 2, 2, "Failed"),  # rolled out: no ReplicaSet of it makes a pod
+        (0, "web", 1, 2, "Running"),  # rolling out: a new pod may yet take the place
+        (0, "web", 2, 3, "Running"),  # an old pod still going
+        (1, "web", 2, 2, "Running"),  # the old ReplicaSet not scaled to zero yet
+        (0, "other", 2, 2, "Running"),  # not its Deployment
+    ],
+)
+def test_a_replicaset_a_finished_rollout_left_behind_ends_the_job_at_once(
+    rs_replicas: int, parent: str, updated: int, total: int, phase: str
+) -> None:
+    """The pod's ReplicaSet was rolled past after the eviction and no new pod took the
+    place: once the rollout is over none will, and the place is released rather than held
+    until the TTL."""
+    rs = _revision(workload("ReplicaSet", "web-rs", rs_replicas, parent=parent), "3")
+    deployment = _revision(workload("Deployment", "web", 2), "4")
+    deployment["metadata"]["generation"] = 5
+    deployment["status"] = {"observedGeneration": 5, "updatedReplicas": updated, "replicas": total}
+    rsv = reservation(phase="Available", node="node-1")
+    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
+    jv = jobs.JobView(
+        job=job(conditions=[*EVICTING, RESERVED_AT]),
+        pod=None,
+        reservation=rsv,
+        owner=None,
+        workload_uid=None,
+        now=later(10),
+        args=ARGS,
+        admission_key=ADMISSION_KEY,
+        siblings=TWO_OLDER,
+        workload=rs,
+        deployment=deployment,
+    )
+    status = status_of(jobs.decide(jv))
+    assert status["phase"] == phase, status
+    if phase == "Failed":
+        assert status["reason"] == "WorkloadScaledDown"
+        assert status["message"].startswith(
+            "Deployment web has rolled out revision 4 on all its replicas, and ReplicaSet "
+            "web-rs is scaled to zero, so no replacement will take Reservation"
+        )
+
+
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
     evicting = [
         *EVICTING,
