@@ -357,6 +357,29 @@ def test_a_replicaset_scaled_down_after_the_eviction_releases_the_place_at_once(
     assert kept == {pod["metadata"]["name"] for pod in pods[1:]}
 
 
+def test_a_replicaset_a_finished_rollout_left_behind_releases_the_place_at_once(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The eviction is refused by a PDB (the place reserved, not open) when the Deployment
+    rolls out a new template, all new pods at once: they are scheduled as any pod, and
+    the old ReplicaSet, scaled to zero, deletes the pod being migrated. No pod of the
+    Deployment comes after that, so once the rollout is over the job ends
+    `WorkloadScaledDown`, rather than holding the place for nobody until its TTL."""
+    cluster.apply(deployment("roll", replicas=2), namespace)
+    surge = {"rollingUpdate": {"maxSurge": "100%", "maxUnavailable": 0}}
+    patch = json.dumps({"spec": {"strategy": surge}})
+    cluster.kubectl("patch", "deployment", "roll", "-n", namespace, "--type=merge", "-p", patch)
+    pods = cluster.wait(lambda: ready_pods(cluster, namespace, "roll", 2), what="2 pods")
+    name, reservation = blocked_by_pdb(cluster, namespace, "roll", pods)
+    template = {"template": {"metadata": {"annotations": {"berth.test/rollout": "2"}}}}
+    patch = json.dumps({"spec": template})
+    cluster.kubectl("patch", "deployment", "roll", "-n", namespace, "--type=merge", "-p", patch)
+    message = ends_scaled_down(cluster, namespace, name, reservation)
+    assert message.startswith("Deployment roll has rolled out revision 2 on all its replicas")
+    new = ready_pods(cluster, namespace, "roll", 2)
+    assert not {pod["metadata"]["name"] for pod in new} & {pod["metadata"]["name"] for pod in pods}
+
+
 def test_paused_job_does_nothing_until_unpaused_and_abort_cleans_up(
     cluster: Cluster, namespace: str
 ) -> None:
