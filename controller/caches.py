@@ -226,8 +226,8 @@ class Caches:
         self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace, keep=lean)
         self.preempted: dict[str, tuple[Object, datetime]] = {}
         """Pods the scheduler marked for preemption, by UID: their last state (`lean_pod`)
-        and when it was seen; kept `PREEMPTED_MEMORY` after deletion, for the job whose placeholder
-        they made room for to record them (`controller.jobs.preempt`)."""
+        and when it was seen; kept `PREEMPTED_MEMORY` after deletion, for the job whose
+        placeholder they made room for to record them (`controller.jobs.preempt`)."""
         self.ledger = Ledger() if args.node_fit else None
         """Free capacity per node, kept up to date by the watches; only nodeFit reads it."""
         self.informers = [
