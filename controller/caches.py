@@ -490,6 +490,8 @@ class Caches:
         pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
         reservation = self.reservations.get(jobs.reservation_name(job))
         placeholder = self.placeholder(reservation)
+        reserved = protocol.node_of(reservation) if reservation else None
+        reserved_gone = self._node_gone(reserved, again=job_key(job["metadata"]["name"]))
         siblings: list[Object] = []
         for owner in (reservation or {}).get("spec", {}).get("owners") or []:
             uid = (owner.get("controller") or {}).get("uid")
@@ -514,10 +516,10 @@ class Caches:
             preempted=self.preempted_on(
                 jobs.placeholder_node(placeholder) if placeholder is not None else None
             ),
-            reserved_node_gone=self._node_gone(
-                protocol.node_of(reservation) if reservation else None,
-                again=job_key(job["metadata"]["name"]),
-            ),
+            reserved_node_gone=reserved_gone,
+            reserved_node_unseen=not reserved_gone
+            and reserved is not None
+            and self.nodes.get(reserved) is None,
             exhausted_pdb=(
                 self.exhausted_pdb(pod)
                 if reservation is not None and protocol.is_closed(reservation)

@@ -70,6 +70,9 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     node = protocol.node_of(reservation)
     if phase != ReservationPhase.AVAILABLE or node is None or view.reserved_node_gone:
         return _wait_for_place(view, status, reservation)
+    if view.reserved_node_unseen:
+        # The node comes into the cache, or counts as gone, within moments: wait quietly.
+        return step(view, status).again_in(WAIT_POLL)
     if node == view.pod["spec"].get("nodeName"):
         return fail(
             view,

@@ -56,8 +56,12 @@ class JobView:
     """Pods the scheduler marked for preemption on the placeholder's node, live or lately
     deleted (`controller.jobs.preempt`)."""
     reserved_node_gone: bool = False
-    """The Reservation's node is no longer in the node cache (deleted): its place is not
-    held, whatever its status still says."""
+    """The Reservation's node is gone (deleted, `caches.Absences`): its place is not held,
+    whatever its status still says."""
+    reserved_node_unseen: bool = False
+    """The Reservation's node is missing from the node cache but not counted as gone yet
+    (added moments ago, or deleted while the controller was away): nothing is evicted on
+    the strength of a place there until the cache knows which."""
     workload: Object | None = None
     """The controller the Reservation was made for (its one owner by controller
     reference, a ReplicaSet or StatefulSet), as the caches hold it."""

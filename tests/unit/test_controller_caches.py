@@ -301,14 +301,17 @@ async def test_a_node_not_seen_yet_counts_as_gone_only_after_the_grace() -> None
     assert cache.reservation_view(rsv).placeholder is not None
     assert cache.reservation_view(rsv).node_gone is False
     assert cache.job_view(job()).reserved_node_gone is False
+    assert cache.job_view(job()).reserved_node_unseen is True
     assert {key for key, _ in again} == {reservation_key(rsv["metadata"]["name"]), job_key("job-1")}
     assert all(NODE_GRACE < seconds <= NODE_GRACE + 1 for _, seconds in again)
     now[0] += NODE_GRACE
     assert cache.reservation_view(rsv).node_gone is True
     assert cache.job_view(job()).reserved_node_gone is True
+    assert cache.job_view(job()).reserved_node_unseen is False
     # The node shows up after all: it is there.
     await watch(cache.nodes, "ADDED", node("node-7"))
     assert cache.reservation_view(rsv).node_gone is False
+    assert cache.job_view(job()).reserved_node_unseen is False
     # Its deletion counts at once.
     await watch(cache.nodes, "DELETED", node("node-7"))
     assert cache.reservation_view(rsv).node_gone is True

@@ -199,6 +199,22 @@ def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> 
     assert cond(status_of(plan), "ReservationScheduled")["status"] == "False"
 
 
+def test_nothing_is_evicted_while_the_reserved_node_is_not_in_the_cache() -> None:
+    """Placed on a node the node watch has not shown: added moments ago, or deleted while
+    the controller was away. The job neither opens the place nor evicts until it knows."""
+    for rsv in (
+        reservation(phase="Available", node="node-1"),
+        reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+    ):
+        plan = view_plan(
+            job_obj=job(conditions=[SCHEDULED]), pod_obj=pod(), rsv=rsv, node_unseen=True
+        )
+        assert not [a for a in plan.actions if not isinstance(a, UpdateStatus)], kinds(plan)
+        assert plan.requeue_after is not None
+        seen = view_plan(job_obj=job(conditions=[SCHEDULED]), pod_obj=pod(), rsv=rsv)
+        assert [a for a in seen.actions if not isinstance(a, UpdateStatus)], kinds(seen)
+
+
 SCHEDULED = {
     "type": "ReservationScheduled",
     "status": "True",
