@@ -212,7 +212,7 @@ def _judge_job(history: History, name: str, faults: UserFaults, verdict: Verdict
     if len(evicted) > 1:
         verdict.double_evictions.append(f"{name}: {len(evicted)} pods of {ref['name']} removed")
     for _uid, removal in evicted:
-        _check_reserved(history, name, job, removal, verdict)
+        _check_reserved(history, name, job, removal, verdict, faults=faults)
     why = _untruthful(
         history, job, source_uid=source_uid, evicted=bool(evicted), faults=faults, ended_at=end.at
     )
@@ -236,9 +236,16 @@ def _by_user(pod: Object, removal: Seen, faults: UserFaults) -> bool:
 
 
 def _check_reserved(
-    history: History, name: str, job: Object, removal: Seen, verdict: Verdict
+    history: History,
+    name: str,
+    job: Object,
+    removal: Seen,
+    verdict: Verdict,
+    *,
+    faults: UserFaults,
 ) -> None:
-    """ReservationFirst: when the pod went, its Reservation was Available elsewhere."""
+    """ReservationFirst: when the pod went, its Reservation was Available elsewhere, on a
+    node not deleted before."""
     if job["spec"].get("mode", "ReservationFirst") != "ReservationFirst":
         return
     reservation = history.at("reservations", job["metadata"]["uid"], removal.revision)
@@ -246,8 +253,10 @@ def _check_reserved(
     if reservation is None or phase(reservation) != "Available":
         state = "absent" if reservation is None else phase(reservation)
         verdict.unreserved_evictions.append(f"{name}: Reservation {state} at the eviction")
-    elif (reservation.get("status") or {}).get("nodeName") in (None, node):
+    elif (reserved := (reservation.get("status") or {}).get("nodeName")) in (None, node):
         verdict.unreserved_evictions.append(f"{name}: Reservation on the pod's own node {node}")
+    elif reserved in faults.deleted_nodes and removal.revision >= faults.deleted_nodes[reserved]:
+        verdict.unreserved_evictions.append(f"{name}: Reservation on deleted node {reserved}")
 
 
 def _untruthful(

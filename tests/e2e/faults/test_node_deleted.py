@@ -6,7 +6,8 @@ node under its placeholder is deleted; then the job is unpaused. The pod garbage
 collector would remove the placeholder only after a while: until then its Reservation
 must not count as Available there, or the replacement would be tied to a node that no
 longer exists. The node is made again afterwards, the same size: the tests after this
-one place pods on every node of the package's cluster.
+one place pods on every node of the package's cluster. Once more with every controller
+replica down while the node goes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from berth.kube.client import Kube
 from devtools.nodes import is_schedulable
 from devtools.render import fake_node
+from tests.e2e.faults.inject import Injector
 from tests.e2e.faults.invariants import UserFaults, judge, phase
 from tests.e2e.faults.recorder import Recorder
 from tests.e2e.faults.world import (
@@ -80,6 +82,41 @@ async def test_a_place_lost_while_a_pdb_refuses_the_eviction_is_waited_for(
             assert phase(job_state(recorder, name) or {}) == "Running"
             await min_available(cluster, namespace, 1)
             final = await ended_and_released(recorder, namespace, name)
+    moved_off(recorder, namespace, name, final, gone=gone, faults=faults)
+
+
+async def test_a_node_deleted_while_no_controller_runs_is_never_evicted_to(
+    cluster: Cluster, namespace: str, kube: Kube
+) -> None:
+    """Every controller replica is down when the node under the placeholder is deleted:
+    started again, the controller finds the placeholder bound to a node its cache never
+    held, which may as well be a node added moments ago. It evicts nothing on the strength
+    of that place until the node counts as gone (`caches.NODE_GRACE`), then moves the pod
+    to a place elsewhere."""
+    injector = Injector(cluster)
+    async with Recorder(kube) as recorder:
+        name, gone, size = await reserved_and_paused(cluster, namespace, recorder)
+        replicas = [
+            c.name for c in cluster.local.running() if c.name.startswith("berth-controller")
+        ]
+        try:
+            for replica in replicas:
+                await injector.kill(replica, why="(every replica)")
+            async with node_deleted(cluster, recorder, gone, size) as faults:
+                await pause(cluster, name, False)
+                await cluster.await_(
+                    lambda: (
+                        not cluster.kubectl(
+                            "get", "node", gone, "--ignore-not-found", "-o", "name"
+                        ).stdout
+                    ),
+                    what=f"node {gone} to be gone",
+                    timeout=120,
+                )
+                await injector.restart_all()
+                final = await ended_and_released(recorder, namespace, name)
+        finally:
+            await injector.restart_all()
     moved_off(recorder, namespace, name, final, gone=gone, faults=faults)
 
 
