@@ -916,6 +916,39 @@ def _newer(name: str) -> dict[str, Any]:
 TWO_OLDER = (_older("web-0"), _older("web-2"))
 
 
+def assert_after_eviction(
+    rs: dict[str, Any],
+    deployment: dict[str, Any] | None,
+    siblings: tuple[dict[str, Any], ...],
+    *,
+    phase: str,
+    scaled: str,
+) -> None:
+    """The job's phase after its pod's eviction, its Reservation open and unclaimed, the
+    pod's ReplicaSet `rs` (of `deployment`) running `siblings`: `phase`, and if Failed,
+    WorkloadScaledDown with a message that starts with `scaled`."""
+    rsv = reservation(phase="Available", node="node-1")
+    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
+    jv = jobs.JobView(
+        job=job(conditions=[*EVICTING, RESERVED_AT]),
+        pod=None,
+        reservation=rsv,
+        owner=None,
+        workload_uid=None,
+        now=later(10),
+        args=ARGS,
+        admission_key=ADMISSION_KEY,
+        siblings=siblings,
+        workload=rs,
+        deployment=deployment,
+    )
+    status = status_of(jobs.decide(jv))
+    assert status["phase"] == phase, status
+    if phase == "Failed":
+        assert status["reason"] == "WorkloadScaledDown"
+        assert status["message"].startswith(scaled), status["message"]
+
+
 @pytest.mark.parametrize(
     ("rs_replicas", "deployment", "siblings", "phase"),
     [
@@ -943,28 +976,8 @@ def test_a_replicaset_scaled_down_without_a_replacement_ends_the_job_at_once(
         name, replicas, revision = deployment
         parent = _revision(workload("Deployment", name, replicas), revision)
         _revision(rs, "4")
-    rsv = reservation(phase="Available", node="node-1")
-    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
-    jv = jobs.JobView(
-        job=job(conditions=[*EVICTING, RESERVED_AT]),
-        pod=None,
-        reservation=rsv,
-        owner=None,
-        workload_uid=None,
-        now=later(10),
-        args=ARGS,
-        admission_key=ADMISSION_KEY,
-        siblings=siblings,
-        workload=rs,
-        deployment=parent,
-    )
-    status = status_of(jobs.decide(jv))
-    assert status["phase"] == phase, status
-    if phase == "Failed":
-        assert status["reason"] == "WorkloadScaledDown"
-        assert status["message"].startswith(
-            "ReplicaSet web-rs is scaled to 2 replicas and runs 2 pods from before the migration"
-        )
+    scaled = "ReplicaSet web-rs is scaled to 2 replicas and runs 2 pods from before the migration"
+    assert_after_eviction(rs, parent, siblings, phase=phase, scaled=scaled)
 
 
 @pytest.mark.parametrize(
@@ -987,29 +1000,11 @@ def test_a_replicaset_a_finished_rollout_left_behind_ends_the_job_at_once(
     deployment = _revision(workload("Deployment", "web", 2), "4")
     deployment["metadata"]["generation"] = 5
     deployment["status"] = {"observedGeneration": 5, "updatedReplicas": updated, "replicas": total}
-    rsv = reservation(phase="Available", node="node-1")
-    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
-    jv = jobs.JobView(
-        job=job(conditions=[*EVICTING, RESERVED_AT]),
-        pod=None,
-        reservation=rsv,
-        owner=None,
-        workload_uid=None,
-        now=later(10),
-        args=ARGS,
-        admission_key=ADMISSION_KEY,
-        siblings=TWO_OLDER,
-        workload=rs,
-        deployment=deployment,
+    scaled = (
+        "Deployment web has rolled out revision 4 on all its replicas, and ReplicaSet web-rs "
+        "is scaled to zero, so no replacement will take Reservation"
     )
-    status = status_of(jobs.decide(jv))
-    assert status["phase"] == phase, status
-    if phase == "Failed":
-        assert status["reason"] == "WorkloadScaledDown"
-        assert status["message"].startswith(
-            "Deployment web has rolled out revision 4 on all its replicas, and ReplicaSet "
-            "web-rs is scaled to zero, so no replacement will take Reservation"
-        )
+    assert_after_eviction(rs, deployment, TWO_OLDER, phase=phase, scaled=scaled)
 
 
 def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
