@@ -278,9 +278,17 @@ def scaled_away(pod: str, workload: Object | None, deployment: Object | None) ->
     parent = protocol.controller_of(workload)
     if parent is None or parent.get("kind") != "Deployment":
         return _scaled_to_zero(workload)
-    if deployment is None or deployment["metadata"].get("uid") != parent.get("uid"):
+    above = _deployment_of(workload, deployment)
+    return None if above is None else _scaled_to_zero(above)
+
+
+def _deployment_of(replicaset: Object, deployment: Object | None) -> Object | None:
+    """`deployment` when it is the Deployment that `replicaset`'s controller reference
+    names (by UID); None otherwise."""
+    parent = protocol.controller_of(replicaset)
+    if parent is None or parent.get("kind") != "Deployment" or deployment is None:
         return None
-    return _scaled_to_zero(deployment)
+    return deployment if deployment["metadata"].get("uid") == parent.get("uid") else None
 
 
 REVISION = "deployment.kubernetes.io/revision"
@@ -298,13 +306,10 @@ def _scaled_down(view: JobView, status: Mapping[str, Any]) -> str | None:
     if workload is None or workload.get("kind") != "ReplicaSet" or not started:
         return None
     wanted = [(workload.get("spec") or {}).get("replicas", 1)]
-    parent = protocol.controller_of(workload)
-    if parent is not None:
-        deployment = view.deployment
+    if protocol.controller_of(workload) is not None:
+        deployment = _deployment_of(workload, view.deployment)
         if (
-            parent.get("kind") != "Deployment"
-            or deployment is None
-            or deployment["metadata"].get("uid") != parent.get("uid")
+            deployment is None
             or _revision(deployment) is None
             or _revision(deployment) != _revision(workload)
         ):
@@ -326,16 +331,11 @@ def _rolled_past(view: JobView) -> str | None:
     pod gone: scaled to zero, it is not its Deployment's newest, and the Deployment has
     rolled out every replica (`rollout_of`), so no ReplicaSet of it makes a pod now. None
     while the rollout goes on, when the new ReplicaSet's pods may yet take the place."""
-    workload, deployment = view.workload, view.deployment
-    if workload is None or workload.get("kind") != "ReplicaSet" or deployment is None:
+    workload = view.workload
+    if workload is None or workload.get("kind") != "ReplicaSet":
         return None
-    parent = protocol.controller_of(workload)
-    if (
-        parent is None
-        or parent.get("kind") != "Deployment"
-        or deployment["metadata"].get("uid") != parent.get("uid")
-        or (workload.get("spec") or {}).get("replicas", 1) != 0
-    ):
+    deployment = _deployment_of(workload, view.deployment)
+    if deployment is None or (workload.get("spec") or {}).get("replicas", 1) != 0:
         return None
     newest = _revision(deployment)
     if newest is None or newest == _revision(workload) or rollout_of(deployment) is not None:
