@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from berth import protocol
@@ -126,6 +127,16 @@ RECHECK_MARGIN = 0.5
 FORGET_DELETED = 3600.0
 """Seconds a deletion seen is remembered; asked about later, such a node waits out the
 grace again."""
+
+
+class Missing(Enum):
+    """How a node named by a pod, placeholder or Reservation is missing from the cache."""
+
+    UNSEEN = "unseen"
+    """Not seen yet, for less than `NODE_GRACE`: added moments ago, or deleted while the
+    controller was away."""
+    GONE = "gone"
+    """Deleted, as the watch showed, or missing longer than `NODE_GRACE`."""
 
 
 class Absences:
@@ -475,23 +486,32 @@ class Caches:
         ]
 
     def _node_gone(self, node: str | None, *, again: str | None = None) -> bool:
-        """Whether `node` names a node that is gone: deleted, or missing from the cache
-        longer than `NODE_GRACE` (`Absences`). Not gone yet but missing, the key `again`
-        is added back for when it would be."""
+        """Whether `node` names a node that is gone (`_missing`)."""
+        return self._missing(node, again=again) is Missing.GONE
+
+    def _missing(self, node: str | None, *, again: str | None = None) -> Missing | None:
+        """Whether `node`, when named, is missing from the cache: gone (deleted, or
+        missing longer than `NODE_GRACE`, `Absences`) or not seen yet; None when the
+        cache holds it. Not seen yet, the key `again` is added back for when it would
+        count as gone."""
         if node is None or self.nodes.get(node) is not None:
-            return False
+            return None
         wait = self.absences.wait(node)
-        if wait and again is not None and self.enqueue_after is not None:
+        if not wait:
+            return Missing.GONE
+        if again is not None and self.enqueue_after is not None:
             self.enqueue_after(again, wait + RECHECK_MARGIN)
-        return not wait
+        return Missing.UNSEEN
 
     def job_view(self, job: Object) -> jobs.JobView:
         ref = job["spec"]["podRef"]
         pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
         reservation = self.reservations.get(jobs.reservation_name(job))
         placeholder = self.placeholder(reservation)
-        reserved = protocol.node_of(reservation) if reservation else None
-        reserved_gone = self._node_gone(reserved, again=job_key(job["metadata"]["name"]))
+        missing = self._missing(
+            protocol.node_of(reservation) if reservation else None,
+            again=job_key(job["metadata"]["name"]),
+        )
         siblings: list[Object] = []
         for owner in (reservation or {}).get("spec", {}).get("owners") or []:
             uid = (owner.get("controller") or {}).get("uid")
@@ -516,10 +536,8 @@ class Caches:
             preempted=self.preempted_on(
                 jobs.placeholder_node(placeholder) if placeholder is not None else None
             ),
-            reserved_node_gone=reserved_gone,
-            reserved_node_unseen=not reserved_gone
-            and reserved is not None
-            and self.nodes.get(reserved) is None,
+            reserved_node_gone=missing is Missing.GONE,
+            reserved_node_unseen=missing is Missing.UNSEEN,
             exhausted_pdb=(
                 self.exhausted_pdb(pod)
                 if reservation is not None and protocol.is_closed(reservation)
