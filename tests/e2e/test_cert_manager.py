@@ -11,6 +11,7 @@ import base64
 import json
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -170,12 +171,24 @@ async def test_a_renewal_is_served_while_pods_are_admitted(
         await cluster.await_(lambda: len(created) >= 3, what="the stream to start")
         await renew(cluster)
 
-        async def renewed() -> x509.Certificate | None:
-            cert = await asyncio.to_thread(served, cluster, "berth-webhook")
-            return cert if cert.serial_number != before.serial_number else None
+        def renewed(component: str) -> Callable[[], Awaitable[x509.Certificate | None]]:
+            async def check() -> x509.Certificate | None:
+                cert = await asyncio.to_thread(served, cluster, component)
+                return cert if cert.serial_number != before.serial_number else None
+
+            return check
 
         after = await cluster.await_(
-            renewed, what="the webhook to serve the renewed certificate", timeout=RENEWAL_TIMEOUT
+            renewed("berth-webhook"),
+            what="the webhook to serve the renewed certificate",
+            timeout=RENEWAL_TIMEOUT,
+        )
+        # The extender watches the same files on its own clock: it reloads within its
+        # polling interval of the webhook, not at the same instant.
+        extender = await cluster.await_(
+            renewed("berth-extender"),
+            what="the extender to serve the renewed certificate",
+            timeout=RENEWAL_TIMEOUT,
         )
         seen = len(created)
         await cluster.await_(lambda: len(created) >= seen + 3, what="pods after the reload")
@@ -185,7 +198,6 @@ async def test_a_renewal_is_served_while_pods_are_admitted(
         assert certificate(cluster)["status"]["revision"] > revision
         leaf = x509.load_pem_x509_certificate(secret(cluster, TLS_SECRET)["tls.crt"])
         assert after.serial_number == leaf.serial_number
-        extender = await asyncio.to_thread(served, cluster, "berth-extender")
         assert extender.serial_number == leaf.serial_number
         # Every pod was created, and every creation was reviewed by the webhook.
         assert created

@@ -163,12 +163,9 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
 
     job = cluster.wait(blocked, what="BlockedByPDB")
     assert "disruption budget" in condition(job, "Eviction")["message"]
-    expire(cluster, name)
-    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
-    assert job["status"]["reason"] == "Timeout"
-    assert "BlockedByPDB" in events(cluster, name)
     # The refusal is written on the job as the Evicting write left it: no write of this
-    # job's status lost a race with the controller's own previous write.
+    # job's status lost a race with the controller's own previous write. (Read before the
+    # TTL patch below, whose new resourceVersion may rightly make a retry's write conflict.)
     controller = next(c for c in cluster.local.components if c.name == "berth-controller")
     conflicts = [
         line
@@ -176,6 +173,10 @@ def test_pdb_refusing_the_eviction_is_retried_and_reported(
         if "conflict on UpdateStatus" in line and name in line
     ]
     assert not conflicts, conflicts
+    expire(cluster, name)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Failed"), what="the TTL")
+    assert job["status"]["reason"] == "Timeout"
+    assert "BlockedByPDB" in events(cluster, name)
     still = cluster.get("pod", pods[0]["metadata"]["name"], "-n", namespace)
     assert still["metadata"]["uid"] == pods[0]["metadata"]["uid"]
     cluster.wait(
