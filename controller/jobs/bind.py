@@ -41,6 +41,7 @@ from controller.status import (
     reference,
     same_condition,
     scheduling_message,
+    timestamp,
     with_condition,
 )
 
@@ -298,11 +299,11 @@ REVISION = "deployment.kubernetes.io/revision"
 def _scaled_down(view: JobView, status: Mapping[str, Any]) -> str | None:
     """Why a ReplicaSet scaled down, not to zero, makes no replacement for the pod gone: it
     runs as many pods as it wants (and its Deployment, when it is the Deployment's newest)
-    without one, each older than the job's Reservation, so none is a replacement. None
-    during a rollout (the Reservation's ReplicaSet not the newest), when the new
-    ReplicaSet's pods may yet take the place."""
+    without one, each made before the place was open to it (`_open_since`), so none is a
+    replacement that may yet claim it. None during a rollout (the Reservation's ReplicaSet
+    not the newest), when the new ReplicaSet's pods may yet take the place."""
     workload = view.workload
-    started = _reserved_at(status)
+    started = _open_since(view, status)
     if workload is None or workload.get("kind") != "ReplicaSet" or not started:
         return None
     wanted = [(workload.get("spec") or {}).get("replicas", 1)]
@@ -322,7 +323,8 @@ def _scaled_down(view: JobView, status: Mapping[str, Any]) -> str | None:
         return None
     return (
         f"ReplicaSet {workload['metadata']['name']} is scaled to {wanted[0]} replicas and "
-        f"runs {len(running)} pods from before the migration"
+        f"runs {len(running)} pods created before Reservation {reservation_name(view.job)!r} "
+        "was open to them"
     )
 
 
@@ -351,8 +353,9 @@ def _revision(workload: Object) -> str | None:
 
 
 def _kept(pod: Object, job: Object, started: str) -> bool:
-    """A pod of the workload that counts towards its replicas and was there before the
-    job reserved its place: not the migrated pod, not terminating or finished."""
+    """A pod of the workload that counts towards its replicas and was made before the
+    place was open to it (`started`, whole seconds): not the migrated pod, not
+    terminating or finished."""
     metadata = pod["metadata"]
     return not (
         metadata.get("uid") == source_uid(job)
@@ -453,10 +456,10 @@ def _complete(
 
 
 def _unbound_replacement(view: JobView, status: Mapping[str, Any]) -> Object | None:
-    """A pod of the same controller, created since the job reserved its place, that
-    carries no claim: the workload replaced the pod without going through the webhook.
-    (The reservation's creation, unlike the eviction's start, is a time that stays put.)"""
-    started = _reserved_at(status)
+    """A pod of the same controller, created since the place was open to it
+    (`_open_since`), that carries no claim: the workload replaced the pod without going
+    through the webhook."""
+    started = _open_since(view, status)
     if not started:
         return None
     for pod in view.siblings:
@@ -471,6 +474,23 @@ def _unbound_replacement(view: JobView, status: Mapping[str, Any]) -> Object | N
         if metadata.get("creationTimestamp", "") > started:
             return pod
     return None
+
+
+def _open_since(view: JobView, status: Mapping[str, Any]) -> str | None:
+    """Since when (RFC 3339, whole seconds) the job's Reservation has been open to a
+    replacement: its last opening (`berth.sh/opened-at`, to the second), or its creation
+    when it shows no opening time. A pod of the workload made in an earlier second
+    could not claim it (a scale-up while a PDB refused the eviction and the place was
+    closed): it bypassed nothing, and counts with the pods the workload kept. One made
+    in that very second counts so too: a replacement of the pod that someone else
+    deleted while the place was closed, which reached the webhook as the controller
+    reopened it. The evicted pod's own replacement comes later: the eviction waits
+    `CONSUMABLE_SETTLE` after the opening."""
+    reserved = _reserved_at(status)
+    opened = protocol.opened_at(view.reservation) if view.reservation else None
+    if not reserved or opened is None:
+        return reserved
+    return max(reserved, timestamp(opened))
 
 
 def _reserved_at(status: Mapping[str, Any]) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from berth.api import keys
-from tests.e2e.kube import Cluster
+from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
     LONG_TTL,
     condition,
@@ -229,6 +229,47 @@ def test_a_place_whose_eviction_is_refused_is_closed_to_the_workloads_other_repl
     on_own_place(cluster, done)
 
 
+def test_a_pod_the_workload_made_while_the_place_was_closed_is_not_taken_for_a_bypass(
+    cluster: Cluster, namespace: str, restart_controller: Callable[[str], None]
+) -> None:
+    """While a PDB refuses the eviction (the Reservation closed), the Deployment is scaled
+    up: its new pod is made without a claim, as it should be. The PDB then allows the
+    eviction; in the moments before the replacement's claim shows, the controller does
+    not take that older pod for a replacement that bypassed the webhook (it could not
+    claim a closed place): the job waits for the claim and moves the pod to its place."""
+    restart_controller("arbitrationArgs:\n  enabled: false\n")
+    cluster.apply(deployment("grow", replicas=2, cpu="100m"), namespace)
+    held = cluster.wait(lambda: ready_pods(cluster, namespace, "grow", 2), what="2 pods")[0]
+    pdb_allows(cluster, namespace, "grow", min_available=2)
+    name, manifest = job_manifest(held, ttl=LONG_TTL)
+    cluster.apply(manifest)
+
+    def closed() -> bool:
+        job = job_of(cluster, name)
+        if condition(job, "Eviction").get("reason") != "BlockedByPDB":
+            return False
+        reservation = cluster.get("reservation", job["metadata"]["uid"])
+        annotations = reservation["metadata"].get("annotations") or {}
+        return annotations.get(keys.CONSUMABLE) == keys.CLOSED
+
+    cluster.wait(closed, what="the eviction refused, the Reservation closed")
+    before = {p["metadata"]["uid"] for p in ready_pods(cluster, namespace, "grow", 2)}
+    cluster.kubectl("scale", "deployment", "grow", "--replicas=3", "-n", namespace)
+    done = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job", timeout=120
+    )
+    assert done["status"]["phase"] == "Succeed", done["status"]
+    on_own_place(cluster, done)
+    grown = [
+        p
+        for p in pods(cluster, namespace, "app=grow")
+        if p["metadata"]["uid"] not in before
+        and p["metadata"]["name"] != done["status"]["podRef"]["name"]
+    ]
+    assert len(grown) == 1, grown
+    assert keys.CLAIM not in (grown[0]["metadata"].get("annotations") or {})
+
+
 def on_own_place(cluster: Cluster, job: dict[str, Any]) -> None:
     """The job's replacement runs on its own Reservation's node, having taken that one."""
     reservation = cluster.get("reservation", job["metadata"]["uid"])
@@ -353,7 +394,7 @@ def test_a_replicaset_scaled_down_after_the_eviction_releases_the_place_at_once(
     cluster.kubectl("annotate", "pod", victim, "-n", namespace, cost)
     cluster.kubectl("scale", "deployment", "trim", "--replicas=2", "-n", namespace)
     message = ends_scaled_down(cluster, namespace, name, reservation)
-    assert "is scaled to 2 replicas and runs 2 pods from before the migration" in message
+    assert "is scaled to 2 replicas and runs 2 pods created before Reservation" in message
     kept = {pod["metadata"]["name"] for pod in ready_pods(cluster, namespace, "trim", 2)}
     assert kept == {pod["metadata"]["name"] for pod in pods[1:]}
 

@@ -4,6 +4,7 @@ step by step, and in what order."""
 from __future__ import annotations
 
 import copy
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
 from controller.jobs.view import EVICTION_RETRY
+from controller.status import micro_timestamp
 from tests.unit.arbitration.helpers import one
 from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation, ts
 from tests.unit.controller_cases import (
@@ -976,7 +978,7 @@ def test_a_replicaset_scaled_down_without_a_replacement_ends_the_job_at_once(
         name, replicas, revision = deployment
         parent = _revision(workload("Deployment", name, replicas), revision)
         _revision(rs, "4")
-    scaled = "ReplicaSet web-rs is scaled to 2 replicas and runs 2 pods from before the migration"
+    scaled = "ReplicaSet web-rs is scaled to 2 replicas and runs 2 pods created before Reservation"
     assert_after_eviction(rs, parent, siblings, phase=phase, scaled=scaled)
 
 
@@ -1034,6 +1036,66 @@ def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason(
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
     assert "web-2" in status["message"]
     assert "webhook" in status["message"]
+
+
+def _made_at(name: str, moment: datetime, *, claimed: bool = False) -> dict[str, Any]:
+    """A pod of web-rs created at `moment`, claiming the job's Reservation or not."""
+    found = pod(name, node="node-2", annotations={keys.CLAIM: "token"} if claimed else None)
+    found["metadata"]["creationTimestamp"] = ts(moment)
+    return found
+
+
+def _after_eviction(
+    siblings: tuple[dict[str, Any], ...], *, opened: datetime | None, rs_replicas: int = 3
+) -> dict[str, Any]:
+    """The job's status after its pod's eviction (reserved at +5 s), its Reservation open
+    (since `opened`, or with no opening time) and unclaimed, web-rs wanting
+    `rs_replicas` and running `siblings`."""
+    rsv = reservation(phase="Available", node="node-1")
+    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
+    if opened is not None:
+        rsv["metadata"]["annotations"][keys.OPENED_AT] = micro_timestamp(opened)
+    jv = jobs.JobView(
+        job=job(conditions=[*EVICTING, RESERVED_AT]),
+        pod=None,
+        reservation=rsv,
+        owner=None,
+        workload_uid=None,
+        now=later(60),
+        args=ARGS,
+        admission_key=ADMISSION_KEY,
+        siblings=siblings,
+        workload=workload("ReplicaSet", "web-rs", rs_replicas),
+    )
+    return status_of(jobs.decide(jv))
+
+
+def test_a_pod_made_while_the_place_was_not_open_is_no_replacement_that_bypassed_it() -> None:
+    """A pod of the workload made after the Reservation but before its last opening (a
+    scale-up while a PDB refused the eviction and the place was closed) could not claim
+    it. Once the eviction succeeds and before the replacement's claim shows, it is not
+    taken for a replacement that bypassed the webhook: the job waits for the claim."""
+    scaled_up = _made_at("web-3", later(20))
+    status = _after_eviction((_older("web-0"), scaled_up), opened=later(40.5))
+    assert status["phase"] == "Running", status
+    # Made after the opening, unclaimed: the webhook was bypassed.
+    status = _after_eviction((_older("web-0"), _made_at("web-3", later(42))), opened=later(40.5))
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
+    # A Reservation with no opening time: the cut is its creation, as before.
+    status = _after_eviction((_older("web-0"), scaled_up), opened=None)
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
+
+
+def test_a_replacement_made_before_the_place_reopened_counts_with_the_pods_kept() -> None:
+    """The pod was deleted by someone else while its eviction was refused and its
+    Reservation closed; the ReplicaSet's new pod reached the webhook in the second the
+    controller reopened the place, before it showed open, and went elsewhere. The
+    ReplicaSet runs every replica it wants without a replacement: the job ends at once
+    rather than holding the place for nobody until the TTL."""
+    replaced = _made_at("web-3", later(40))
+    status = _after_eviction((_older("web-0"), replaced), opened=later(40.2), rs_replicas=2)
+    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown")
+    assert "runs 2 pods created before Reservation" in status["message"], status["message"]
 
 
 # ----- a finished job ---------------------------------------------------------------------

@@ -294,8 +294,12 @@ def _untruthful(
             None if faults.deleted_pods or faults.deleted_nodes else "its replacement stayed"
         ),
         "ReservationNotUsed": lambda: None if evicted or by_user else "its pod was never evicted",
+        # Or its pod deleted by the user while its eviction was refused: the ReplicaSet's
+        # new pod, made as the place reopened, counts with the pods it kept.
         "WorkloadScaledDown": lambda: (
-            None if _scaled(job, faults) else "its pod's workload was not scaled to zero"
+            None
+            if _scaled(job, faults) or source_uid in faults.deleted_pods
+            else "its pod's workload was not scaled to zero, nor its pod deleted by the user"
         ),
         "ReservationExpired": lambda: None,
         "MissingReservation": lambda: None,
