@@ -123,14 +123,20 @@ def closed_at(reservation: Object) -> datetime | None:
 
 
 def _time_annotation(obj: Object, key: str) -> datetime | None:
+    """The annotation's time in UTC; None when missing, unreadable, without a zone, or
+    out of the range a time Berth writes can take (at the edges of `datetime`, adding a
+    second to it or moving it to UTC overflows)."""
     text = annotations_of(obj).get(key)
     if not text:
         return None
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        if moment.tzinfo is None:
+            return None
+        moment = moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return moment if moment.tzinfo else None
+    return moment if 1970 <= moment.year < 9999 else None
 
 
 def opening_order(reservation: Object) -> tuple[datetime, str, str]:

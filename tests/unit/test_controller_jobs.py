@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from berth import protocol
 from berth.api import keys
 from berth.settings import MigrationControllerArgs
 from controller import jobs
@@ -1046,7 +1047,7 @@ def _made_at(name: str, moment: datetime, *, claimed: bool = False) -> dict[str,
 
 
 def _after_eviction(
-    siblings: tuple[dict[str, Any], ...], *, opened: datetime | None, rs_replicas: int = 3
+    siblings: tuple[dict[str, Any], ...], *, opened: datetime | str | None, rs_replicas: int = 3
 ) -> dict[str, Any]:
     """The job's status after its pod's eviction (reserved at +5 s), its Reservation open
     (since `opened`, or with no opening time) and unclaimed, web-rs wanting
@@ -1054,7 +1055,8 @@ def _after_eviction(
     rsv = reservation(phase="Available", node="node-1")
     rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
     if opened is not None:
-        rsv["metadata"]["annotations"][keys.OPENED_AT] = micro_timestamp(opened)
+        written = opened if isinstance(opened, str) else micro_timestamp(opened)
+        rsv["metadata"]["annotations"][keys.OPENED_AT] = written
     jv = jobs.JobView(
         job=job(conditions=[*EVICTING, RESERVED_AT]),
         pod=None,
@@ -1096,6 +1098,26 @@ def test_a_replacement_made_before_the_place_reopened_counts_with_the_pods_kept(
     status = _after_eviction((_older("web-0"), replaced), opened=later(40.2), rs_replicas=2)
     assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown")
     assert "runs 2 pods created before Reservation" in status["message"], status["message"]
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "9999-12-31T23:59:59.999999Z",  # a second later overflows
+        "0001-01-01T00:00:00+14:00",  # in UTC, before year 1
+        "9999-12-31T23:00:00-10:00",  # in UTC, after year 9999
+        "1969-12-31T23:59:59Z",
+        "2026-01-01T12:00:40",  # no zone
+        "yesterday",
+    ],
+)
+def test_an_opening_time_berth_could_not_have_written_reads_as_none(written: str) -> None:
+    """Whoever can write a Reservation's annotations can write any string there: one
+    that is no time Berth writes reads as no opening time, and no decision fails on it."""
+    rsv = reservation(phase="Available", node="node-1", annotations={keys.OPENED_AT: written})
+    assert protocol.opened_at(rsv) is None
+    status = _after_eviction((_older("web-0"), _made_at("web-3", later(20))), opened=written)
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
 
 
 # ----- a finished job ---------------------------------------------------------------------
