@@ -124,9 +124,9 @@ counts as gone once this grace has passed."""
 RECHECK_MARGIN = 0.5
 """Seconds past the grace at which a key waiting on a missing node comes back."""
 
-FORGET_DELETED = 3600.0
-"""Seconds a deletion seen is remembered; asked about later, such a node waits out the
-grace again."""
+FORGET_AFTER = 3600.0
+"""Seconds a missing node is remembered (a deletion seen, or since its first look-up);
+asked about later, it waits out the grace again."""
 
 
 class Missing(Enum):
@@ -142,24 +142,40 @@ class Missing(Enum):
 class Absences:
     """Since when each node name the controller looked up was missing from its cache: at
     once gone if the watch showed it deleted, else gone `NODE_GRACE` after the first
-    look-up that missed it. A node the watch shows is forgotten here."""
+    look-up that missed it. A node the watch shows is forgotten here, and any entry
+    `FORGET_AFTER` old: the names a pod's affinity may carry are not kept for ever."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._since: dict[str, float] = {}
+        """In the order the entries were made, so the oldest come first."""
+
+    def __len__(self) -> int:
+        return len(self._since)
 
     def seen(self, node: str) -> None:
         self._since.pop(node, None)
 
     def deleted(self, node: str) -> None:
-        now = self.clock()
-        self._since = {n: t for n, t in self._since.items() if t > now - FORGET_DELETED}
+        now = self._forget_old()
+        self._since.pop(node, None)
         self._since[node] = now - NODE_GRACE
 
     def wait(self, node: str) -> float:
         """Seconds until `node`, missing from the cache, counts as gone; 0 if it does."""
-        now = self.clock()
+        now = self._forget_old()
         return max(0.0, self._since.setdefault(node, now) + NODE_GRACE - now)
+
+    def _forget_old(self) -> float:
+        """Drop the entries older than `FORGET_AFTER` (from the oldest made; one made by a
+        deletion is dated back by the grace, so it may go up to that much late); now."""
+        now = self.clock()
+        while self._since:
+            oldest = next(iter(self._since))
+            if self._since[oldest] > now - FORGET_AFTER:
+                break
+            del self._since[oldest]
+        return now
 
 
 PREEMPTED_MEMORY = timedelta(minutes=30)

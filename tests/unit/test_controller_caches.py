@@ -11,7 +11,7 @@ from berth.kube.informer import Informer
 from berth.resources import parse_quantity
 from berth.settings import MigrationControllerArgs
 from controller import build
-from controller.caches import NODE_GRACE, Caches, lean_pod
+from controller.caches import FORGET_AFTER, NODE_GRACE, Absences, Caches, lean_pod
 from controller.queue import job_key, reservation_key
 from tests.unit.builders import job, node, placeholder, pod, reservation
 
@@ -280,6 +280,24 @@ async def test_a_closed_reservations_job_view_names_a_budget_that_allows_no_disr
     opened = reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"})
     await watch(cache.reservations, "MODIFIED", opened)
     assert cache.job_view(job()).exhausted_pdb is None
+
+
+def test_names_of_missing_nodes_are_forgotten_after_an_hour() -> None:
+    """Node names a pod's affinity carries are a pod writer's choice: each one looked up
+    and never seen is kept an hour, not for ever, and then waits out the grace again."""
+    now = [0.0]
+    absences = Absences(clock=lambda: now[0])
+    for index in range(1000):
+        assert absences.wait(f"never-{index}") == NODE_GRACE
+    now[0] += NODE_GRACE
+    assert absences.wait("never-0") == 0.0  # gone, and still remembered as gone
+    absences.deleted("node-9")
+    assert absences.wait("node-9") == 0.0
+    assert len(absences) == 1001
+    now[0] += FORGET_AFTER
+    assert absences.wait("never-1") == NODE_GRACE  # forgotten: the grace again
+    assert len(absences) == 1  # every other entry is an hour old
+    assert absences.wait("node-9") == NODE_GRACE
 
 
 async def test_a_node_not_seen_yet_counts_as_gone_only_after_the_grace() -> None:
