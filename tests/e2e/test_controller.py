@@ -201,15 +201,10 @@ def test_a_place_whose_eviction_is_refused_is_closed_to_the_workloads_other_repl
     first, manifest = job_manifest(held, ttl=LONG_TTL)
     cluster.apply(manifest)
 
-    def closed() -> bool:
-        job = job_of(cluster, first)
-        if condition(job, "Eviction").get("reason") != "BlockedByPDB":
-            return False
-        reservation = cluster.get("reservation", job["metadata"]["uid"])
-        annotations = reservation["metadata"].get("annotations") or {}
-        return annotations.get(keys.CONSUMABLE) == keys.CLOSED
-
-    cluster.wait(closed, what="the first eviction refused, its Reservation closed")
+    cluster.wait(
+        lambda: refused_and_closed(cluster, first),
+        what="the first eviction refused, its Reservation closed",
+    )
     second, manifest = job_manifest(free, ttl=LONG_TTL)
     cluster.apply(manifest)
     done = cluster.wait(lambda: phase_is(cluster, second, "Succeed", "Failed"), what="the second")
@@ -244,15 +239,10 @@ def test_a_pod_the_workload_made_while_the_place_was_closed_is_not_taken_for_a_b
     name, manifest = job_manifest(held, ttl=LONG_TTL)
     cluster.apply(manifest)
 
-    def closed() -> bool:
-        job = job_of(cluster, name)
-        if condition(job, "Eviction").get("reason") != "BlockedByPDB":
-            return False
-        reservation = cluster.get("reservation", job["metadata"]["uid"])
-        annotations = reservation["metadata"].get("annotations") or {}
-        return annotations.get(keys.CONSUMABLE) == keys.CLOSED
-
-    cluster.wait(closed, what="the eviction refused, the Reservation closed")
+    cluster.wait(
+        lambda: refused_and_closed(cluster, name),
+        what="the eviction refused, the Reservation closed",
+    )
     before = {p["metadata"]["uid"] for p in ready_pods(cluster, namespace, "grow", 2)}
     cluster.kubectl("scale", "deployment", "grow", "--replicas=3", "-n", namespace)
     done = cluster.wait(
@@ -268,6 +258,16 @@ def test_a_pod_the_workload_made_while_the_place_was_closed_is_not_taken_for_a_b
     ]
     assert len(grown) == 1, grown
     assert keys.CLAIM not in (grown[0]["metadata"].get("annotations") or {})
+
+
+def refused_and_closed(cluster: Cluster, name: str) -> bool:
+    """Whether job `name`'s eviction was refused by a PDB and its Reservation closed."""
+    job = job_of(cluster, name)
+    if condition(job, "Eviction").get("reason") != "BlockedByPDB":
+        return False
+    reservation = cluster.get("reservation", job["metadata"]["uid"])
+    annotations = reservation["metadata"].get("annotations") or {}
+    return annotations.get(keys.CONSUMABLE) == keys.CLOSED
 
 
 def on_own_place(cluster: Cluster, job: dict[str, Any]) -> None:

@@ -930,22 +930,7 @@ def assert_after_eviction(
     """The job's phase after its pod's eviction, its Reservation open and unclaimed, the
     pod's ReplicaSet `rs` (of `deployment`) running `siblings`: `phase`, and if Failed,
     WorkloadScaledDown with a message that starts with `scaled`."""
-    rsv = reservation(phase="Available", node="node-1")
-    rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
-    jv = jobs.JobView(
-        job=job(conditions=[*EVICTING, RESERVED_AT]),
-        pod=None,
-        reservation=rsv,
-        owner=None,
-        workload_uid=None,
-        now=later(10),
-        args=ARGS,
-        admission_key=ADMISSION_KEY,
-        siblings=siblings,
-        workload=rs,
-        deployment=deployment,
-    )
-    status = status_of(jobs.decide(jv))
+    status = _after_eviction(siblings, rs=rs, deployment=deployment, opened=None, now=later(10))
     assert status["phase"] == phase, status
     if phase == "Failed":
         assert status["reason"] == "WorkloadScaledDown"
@@ -1047,11 +1032,16 @@ def _made_at(name: str, moment: datetime, *, claimed: bool = False) -> dict[str,
 
 
 def _after_eviction(
-    siblings: tuple[dict[str, Any], ...], *, opened: datetime | str | None, rs_replicas: int = 3
+    siblings: tuple[dict[str, Any], ...],
+    *,
+    opened: datetime | str | None,
+    rs: dict[str, Any] | None = None,
+    deployment: dict[str, Any] | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """The job's status after its pod's eviction (reserved at +5 s), its Reservation open
-    (since `opened`, or with no opening time) and unclaimed, web-rs wanting
-    `rs_replicas` and running `siblings`."""
+    (since `opened`, or with no opening time) and unclaimed, the pod's ReplicaSet `rs`
+    (default: web-rs wanting 3, of no Deployment) running `siblings`."""
     rsv = reservation(phase="Available", node="node-1")
     rsv["metadata"]["annotations"][keys.CONSUMABLE] = "true"
     if opened is not None:
@@ -1063,11 +1053,12 @@ def _after_eviction(
         reservation=rsv,
         owner=None,
         workload_uid=None,
-        now=later(60),
+        now=now or later(60),
         args=ARGS,
         admission_key=ADMISSION_KEY,
         siblings=siblings,
-        workload=workload("ReplicaSet", "web-rs", rs_replicas),
+        workload=rs or workload("ReplicaSet", "web-rs", 3),
+        deployment=deployment,
     )
     return status_of(jobs.decide(jv))
 
@@ -1095,7 +1086,8 @@ def test_a_replacement_made_before_the_place_reopened_counts_with_the_pods_kept(
     ReplicaSet runs every replica it wants without a replacement: the job ends at once
     rather than holding the place for nobody until the TTL."""
     replaced = _made_at("web-3", later(40))
-    status = _after_eviction((_older("web-0"), replaced), opened=later(40.2), rs_replicas=2)
+    rs = workload("ReplicaSet", "web-rs", 2)
+    status = _after_eviction((_older("web-0"), replaced), opened=later(40.2), rs=rs)
     assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown")
     assert "runs 2 pods created before Reservation" in status["message"], status["message"]
 
