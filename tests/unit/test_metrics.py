@@ -146,6 +146,18 @@ def finished(phase: str, reason: str) -> dict[str, float]:
         pytest.param(
             job(conditions=STARTED[1:]), job(conditions=STARTED), {}, id="same phase: nothing"
         ),
+        pytest.param(
+            job(conditions=[*STARTED, {"type": "Eviction", "lastTransitionTime": "soon"}]),
+            job(phase="Succeed", conditions=STARTED),
+            timed("Running", 30) | finished("Succeed", ""),
+            id="a time no one can read is passed over",
+        ),
+        pytest.param(
+            job(conditions=[{**STARTED[1], "lastTransitionTime": ts(later(10)).lower()}]),
+            job(phase="Succeed", conditions=STARTED),
+            timed("Running", 30) | finished("Succeed", ""),
+            id="lower-case t and z",
+        ),
     ],
 )
 def test_record_job_status(
