@@ -96,9 +96,19 @@ class ReservationView:
 
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
+    """When the Reservation expires: its `expires`, else its creation plus its `ttl` (or
+    `DEFAULT_TTL`). An `expires` Python cannot read (the schema's `date-time` lets in
+    "0000-01-01T00:00:00Z", or any character before a fraction) or without a zone counts
+    as absent."""
     spec = reservation.get("spec") or {}
-    if spec.get("expires"):
-        return parse_time(spec["expires"])
+    expires = spec.get("expires")
+    if isinstance(expires, str) and expires:
+        try:
+            moment = parse_time(expires)
+        except ValueError:
+            moment = None
+        if moment is not None and moment.tzinfo is not None:
+            return moment
     return deadline(reservation, spec.get("ttl"), DEFAULT_TTL)
 
 

@@ -265,6 +265,32 @@ def test_expired_reservation_fails_then_cleans_up_and_lets_the_pod_go() -> None:
     assert kinds(plan) == ["Delete:pods", "Patch:pods", "Event:ReservationReleased"]
 
 
+@pytest.mark.parametrize(
+    ("expires", "expected"),
+    [
+        ("2026-01-01T12:00:30Z", later(30)),
+        ("2026-01-01t12:00:30z", later(30)),  # the schema's date-time lets lower case in
+        ("2026-01-01T12:00:30x5Z", later(3600)),  # and any character before a fraction
+        ("0000-01-01T00:00:00Z", later(3600)),  # and year 0
+        ("2026-01-01T12:00:30", later(3600)),  # no zone: not from the schema
+    ],
+)
+def test_an_expiry_is_read_as_the_schema_lets_it_in_or_else_the_default_ttl(
+    expires: str, expected: object
+) -> None:
+    """A Reservation made by hand states `expires` as its writer likes: each is read, or
+    counts as absent (an hour from its creation), and no pass fails on it."""
+    rsv = reservation(phase="Available", node="node-1")
+    rsv["spec"].pop("ttl", None)
+    rsv["spec"]["expires"] = expires
+    assert reservations.expires_at(rsv) == expected
+    plan = rsv_plan(rsv, ph=placeholder(), now=later(61))
+    if expected == later(30):
+        assert status_of(plan)["phase"] == "Failed"
+    else:
+        assert "UpdateStatus:reservations" not in kinds(plan)
+
+
 def test_lost_placeholder_is_recreated_and_the_reservation_pending_again() -> None:
     plan = rsv_plan(reservation(phase="Available", node="node-1"), ph=None)
     assert kinds(plan) == ["Create:pods", "UpdateStatus:reservations"]
