@@ -22,6 +22,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from berth import protocol
 from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase
+from berth.api.times import read_time
 from berth.protocol import Object
 
 LATENCY_BUCKETS = (
@@ -188,21 +189,8 @@ def _first_step(job: Object) -> datetime | None:
     one tells; a job that ends before any step has none.
     """
     conditions = (job.get("status") or {}).get("conditions") or []
-    times = (_time(c.get("lastTransitionTime")) for c in conditions)
+    times = (read_time(c.get("lastTransitionTime")) for c in conditions)
     return min((t for t in times if t is not None), default=None)
-
-
-def _time(text: object) -> datetime | None:
-    """A condition's time; None when it is none Python reads (the schema's `date-time`
-    also lets in a lower-case `t` or `z`, and a status is anyone's with the right to
-    write it)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.upper())
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else None
 
 
 # ----- serving (webhook, extender, the controller's health port) -------------------------

@@ -42,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from berth.api import API_VERSION, ReservationPhase, keys
+from berth.api.times import read_time
 from berth.scheduling import selector_matches
 
 Object = Mapping[str, Any]
@@ -123,20 +124,7 @@ def closed_at(reservation: Object) -> datetime | None:
 
 
 def _time_annotation(obj: Object, key: str) -> datetime | None:
-    """The annotation's time in UTC; None when missing, unreadable, without a zone, or
-    out of the range a time Berth writes can take (at the edges of `datetime`, adding a
-    second to it or moving it to UTC overflows)."""
-    text = annotations_of(obj).get(key)
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        if moment.tzinfo is None:
-            return None
-        moment = moment.astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
-    return moment if 1970 <= moment.year < 9999 else None
+    return read_time(annotations_of(obj).get(key))
 
 
 def opening_order(reservation: Object) -> tuple[datetime, str, str]:

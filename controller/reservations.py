@@ -36,6 +36,7 @@ from typing import Any
 
 from berth import protocol
 from berth.api import ReservationConditionType, ReservationPhase, ReservationReason, keys
+from berth.api.times import read_time
 from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
 from controller import build
 from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
@@ -97,19 +98,11 @@ class ReservationView:
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
     """When the Reservation expires: its `expires`, else its creation plus its `ttl` (or
-    `DEFAULT_TTL`). An `expires` Python cannot read (the schema's `date-time` lets in
-    "0000-01-01T00:00:00Z", or any character before a fraction) or without a zone counts
-    as absent."""
+    `DEFAULT_TTL`). An `expires` that is no time (`read_time`: year 0000, say, which
+    the schema lets in) counts as absent."""
     spec = reservation.get("spec") or {}
-    expires = spec.get("expires")
-    if isinstance(expires, str) and expires:
-        try:
-            moment = parse_time(expires)
-        except ValueError:
-            moment = None
-        if moment is not None and moment.tzinfo is not None:
-            return moment
-    return deadline(reservation, spec.get("ttl"), DEFAULT_TTL)
+    expires = read_time(spec.get("expires"))
+    return expires or deadline(reservation, spec.get("ttl"), DEFAULT_TTL)
 
 
 def delete_placeholder(placeholder: Mapping[str, Any]) -> Delete:

@@ -23,8 +23,8 @@ def micro_timestamp(moment: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """An RFC 3339 time, a lower-case `t` or `z` included."""
-    return datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    """A time the API server wrote (`berth.api.times` reads those a user wrote)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def created_at(obj: Mapping[str, Any]) -> datetime:
