@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,10 @@ class ClusterSpec:
 
 TLS_SECRET = "berth-tls"
 """The Secret of Berth's serving certificate (manifests/cert-manager/certificate.yaml)."""
+
+CA_SECRET = "berth-ca"
+"""The Secret of the Berth CA that cert-manager issues it from
+(manifests/cert-manager/issuers.yaml)."""
 
 
 class LocalCluster(Processes):
@@ -426,13 +432,7 @@ class LocalCluster(Processes):
             for doc in documents
         ]
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
-        self.kubectl(
-            "wait",
-            "--for=condition=Ready",
-            f"certificate/{TLS_SECRET}",
-            f"--namespace={BERTH_NAMESPACE}",
-            f"--timeout={START_TIMEOUT:.0f}s",
-        )
+        wait_until(self._issued_by_the_ca, what="Berth's certificate, issued by the Berth CA")
         port = free_port()
         self._spawn(
             "berth-tls-mount",
@@ -447,6 +447,58 @@ class LocalCluster(Processes):
             health_url=f"http://127.0.0.1:{port}/healthz",
             command=[sys.executable, "-m", "devtools.secretmount"],
         )
+
+    def _issued_by_the_ca(self) -> bool:
+        """Whether Berth's Certificate and the Berth CA's are Ready, neither being issued,
+        and Berth's Secret carries the CA the CA's Secret holds. cert-manager at times
+        issues the CA a second time a moment after the first (its caches a step behind),
+        after it signed Berth's certificate with the first: the webhooks' caBundle would
+        then name a CA the CA's Secret no longer holds. Berth's Certificate is then
+        renewed (as `cmctl renew` does) and looked at again."""
+        certificates = {
+            name: self._certificate_conditions(name) for name in (CA_SECRET, TLS_SECRET)
+        }
+        if not all(
+            c.get("Ready") == "True" and c.get("Issuing") != "True" for c in certificates.values()
+        ):
+            return False
+        ca = self._secret_data(CA_SECRET).get("tls.crt")
+        if ca is not None and ca == self._secret_data(TLS_SECRET).get("ca.crt"):
+            return True
+        self.report("cert-manager issued the Berth CA again: renewing Berth's certificate")
+        issuing = {
+            "type": "Issuing",
+            "status": "True",
+            "reason": "ManuallyTriggered",
+            "message": "issued by a Berth CA that was issued again",
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        self.kubectl(
+            "patch",
+            "certificate",
+            TLS_SECRET,
+            f"--namespace={BERTH_NAMESPACE}",
+            "--subresource=status",
+            "--type=json",
+            "--patch="
+            + json.dumps([{"op": "add", "path": "/status/conditions/-", "value": issuing}]),
+        )
+        return False
+
+    def _certificate_conditions(self, name: str) -> dict[str, str]:
+        found = self.kubectl(
+            "get", "certificate", name, f"--namespace={BERTH_NAMESPACE}", "-o", "json", check=False
+        )
+        if found.returncode != 0:
+            return {}
+        conditions = (json.loads(found.stdout).get("status") or {}).get("conditions") or []
+        return {c.get("type"): c.get("status") for c in conditions}
+
+    def _secret_data(self, name: str) -> dict[str, str]:
+        found = self.kubectl(
+            "get", "secret", name, f"--namespace={BERTH_NAMESPACE}", "-o", "json", check=False
+        )
+        return (json.loads(found.stdout).get("data") or {}) if found.returncode == 0 else {}
 
     @property
     def serving_files(self) -> tuple[Path, Path]:
