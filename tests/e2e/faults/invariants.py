@@ -288,10 +288,13 @@ def _untruthful(
         "ReservationLost": lambda: (
             None if node in faults.deleted_nodes else f"its Reservation's node {node} stayed"
         ),
-        # Its replacement deleted before binding: by the user, or by Berth when the
-        # replacement's node went (StrandedPodDeleted).
+        # Its replacement deleted before binding: by the user, by its ReplicaSet when the
+        # workload was scaled to zero, or by Berth when the replacement's node went
+        # (StrandedPodDeleted).
         "ReservationOwnerGone": lambda: (
-            None if faults.deleted_pods or faults.deleted_nodes else "its replacement stayed"
+            None
+            if faults.deleted_pods or faults.deleted_nodes or _scaled(job, faults)
+            else "its replacement stayed"
         ),
         "ReservationNotUsed": lambda: None if evicted or by_user else "its pod was never evicted",
         # Or its pod deleted by the user while its eviction was refused: the ReplicaSet's
