@@ -466,24 +466,29 @@ class LocalCluster(Processes):
         if ca is not None and ca == self._secret_data(TLS_SECRET).get("ca.crt"):
             return True
         self.report("cert-manager issued the Berth CA again: renewing Berth's certificate")
+        self.renew_certificate(TLS_SECRET, "issued by a Berth CA that was issued again")
+        return False
+
+    def renew_certificate(self, name: str, why: str) -> None:
+        """What `cmctl renew` does: the Certificate's Issuing condition set to True, for
+        cert-manager to issue it again."""
         issuing = {
             "type": "Issuing",
             "status": "True",
             "reason": "ManuallyTriggered",
-            "message": "issued by a Berth CA that was issued again",
+            "message": why,
             "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         self.kubectl(
             "patch",
             "certificate",
-            TLS_SECRET,
+            name,
             f"--namespace={BERTH_NAMESPACE}",
             "--subresource=status",
             "--type=json",
             "--patch="
             + json.dumps([{"op": "add", "path": "/status/conditions/-", "value": issuing}]),
         )
-        return False
 
     def _certificate_conditions(self, name: str) -> dict[str, str]:
         found = self.kubectl(

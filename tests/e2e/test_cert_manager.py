@@ -12,7 +12,6 @@ import json
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,27 +98,6 @@ def test_the_certificate_is_issued_injected_and_served(cluster: Cluster, namespa
     assert new["spec"]["nodeName"] == job["status"]["nodeName"] != old["spec"]["nodeName"]
 
 
-async def renew(cluster: Cluster) -> None:
-    """What `cmctl renew` does: the Certificate's Issuing condition set to True."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    issuing = {
-        "type": "Issuing",
-        "status": "True",
-        "reason": "ManuallyTriggered",
-        "message": "Certificate re-issuance manually triggered",
-        "lastTransitionTime": now,
-    }
-    await cluster.akubectl(
-        "patch",
-        "certificate",
-        TLS_SECRET,
-        f"--namespace={NAMESPACE}",
-        "--subresource=status",
-        "--type=json",
-        f"--patch={json.dumps([{'op': 'add', 'path': '/status/conditions/-', 'value': issuing}])}",
-    )
-
-
 async def reviews(cluster: Cluster) -> float:
     return total(await scrape(cluster, "berth-webhook"), "berth_webhook_requests_total")
 
@@ -169,7 +147,11 @@ async def test_a_renewal_is_served_while_pods_are_admitted(
 
         streaming = asyncio.create_task(stream())
         await cluster.await_(lambda: len(created) >= 3, what="the stream to start")
-        await renew(cluster)
+        await asyncio.to_thread(
+            cluster.local.renew_certificate,
+            TLS_SECRET,
+            "Certificate re-issuance manually triggered",
+        )
 
         def renewed(component: str) -> Callable[[], Awaitable[x509.Certificate | None]]:
             async def check() -> x509.Certificate | None:
