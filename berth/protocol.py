@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -191,6 +192,15 @@ def placeholder_namespace(reservation: Object) -> str:
     return "default"
 
 
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def is_object_name(value: str) -> bool:
+    """Whether `value` can name a pod, a ReplicaSet or a namespace as the API allows them
+    (at most a DNS subdomain): one URL path segment, safe to put in a request's path."""
+    return _OBJECT_NAME.fullmatch(value) is not None
+
+
 def is_replicaset(reference: Mapping[str, Any]) -> bool:
     """Whether an owner reference names an apps/v1 ReplicaSet."""
     return reference.get("apiVersion") == "apps/v1" and reference.get("kind") == "ReplicaSet"
@@ -251,13 +261,14 @@ def _same_controller(wanted: Object, controller: Object) -> bool:
 def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None) -> bool:
     """Whether `pod` may use `reservation`.
 
-    Its controller must be one of the Reservation's controller owners, or its top-level
-    workload (`workload_uid`, e.g. the Deployment above a new ReplicaSet) must be the one
-    the Reservation was made for. Object and label-selector owners match as in the API.
+    It must be in the namespace where the Reservation's replacement is made
+    (`placeholder_namespace`, as `may_claim` requires). Its controller must be one of the
+    Reservation's controller owners, or its top-level workload (`workload_uid`, e.g. the
+    Deployment above a new ReplicaSet) must be the one the Reservation was made for.
+    Object and label-selector owners match as in the API.
     """
     namespace = pod.get("metadata", {}).get("namespace")
-    expected_namespace = template_namespace(reservation)
-    if expected_namespace and namespace != expected_namespace:
+    if namespace != placeholder_namespace(reservation):
         return False
     controller = controller_of(pod)
     reserved_workload = annotations_of(reservation).get(keys.WORKLOAD)
@@ -267,12 +278,7 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
         wanted = owner.get("controller")
         if wanted and controller and _same_controller(wanted, controller):
             return True
-        obj = owner.get("object")
-        if (
-            obj
-            and obj.get("name") == pod.get("metadata", {}).get("name")
-            and obj.get("namespace", namespace) == namespace
-        ):
+        if _same_object(owner.get("object"), pod):
             return True
         selector = owner.get("labelSelector")
         # An empty selector would match every pod: an owner must name its pods.
@@ -283,6 +289,20 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
         ):
             return True
     return False
+
+
+def _same_object(wanted: Any, pod: Object) -> bool:
+    """Whether an object owner names `pod`: by its name (a pod being created under a
+    generated name has none yet, and matches no object owner), in its namespace, and by
+    its UID when the owner gives one (a pod being created has none yet)."""
+    metadata = pod.get("metadata") or {}
+    return (
+        isinstance(wanted, Mapping)
+        and bool(metadata.get("name"))
+        and wanted.get("name") == metadata.get("name")
+        and wanted.get("namespace", metadata.get("namespace")) == metadata.get("namespace")
+        and wanted.get("uid") in (None, "", metadata.get("uid"))
+    )
 
 
 def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None) -> str:

@@ -44,11 +44,9 @@ from berth.protocol import (
     fingerprint,
     is_consumable,
     is_replicaset,
-    matches_owner,
     node_of,
-    owner_uids,
     phase,
-    template_namespace,
+    placeholder_namespace,
     top_level_workload,
 )
 from berth.server import (
@@ -70,7 +68,9 @@ from webhook.decide import (
     bind_patch,
     creator_of,
     decide,
+    opening,
     pod_of,
+    worth_a_fresh_look,
 )
 from webhook.intercept import Interception, Interceptor
 from webhook.owners import Owners
@@ -165,16 +165,14 @@ class Webhook:
         reservations = self.live(pod["metadata"].get("namespace") or "")
         # Confirming the pod's controller costs a GET (or two): only worth it while some
         # Reservation of its namespace can be claimed at all, which is rare.
-        in_flight = any(is_consumable(r) or _opening(r) for r in reservations.values())
+        in_flight = any(is_consumable(r) or opening(r) for r in reservations.values())
         # A pod its controller did not create is refused without asking anything.
         looked_up = in_flight and created_by_controller(controller_of(pod), creator_of(request))
         workload_uid = await self.workload_uid(pod) if looked_up else None
         decision = decide(request, reservations=reservations, workload_uid=workload_uid)
-        if isinstance(decision, Skip) and workload_uid is not None:
-            # The controller opens a Reservation just before evicting; the replacement
-            # may come before this cache has seen that. Ask the API server for the ones
-            # about to open that this pod would match.
-            opened = await self.refresh_opening(pod, reservations, workload_uid=workload_uid)
+        stale = worth_a_fresh_look(decision, pod, reservations, looked_up, workload_uid)
+        if stale:
+            opened = await self.refresh(stale)
             if opened:
                 decision = decide(
                     request, reservations={**reservations, **opened}, workload_uid=workload_uid
@@ -200,25 +198,13 @@ class Webhook:
 
     def live(self, namespace: str) -> dict[str, Object]:
         """The Reservations by name that a pod of `namespace` could take, in this cache:
-        those not yet ended, for that namespace (or for whichever namespace their owners
-        name). Terminal ones, and those of other namespaces, are never read per review."""
-        return {
-            r["metadata"]["name"]: r
-            for value in (namespace, ANY_NAMESPACE)
-            for r in self.reservations.by_index(LIVE, value)
-        }
+        those not yet ended whose replacement is made there. Terminal ones, and those of
+        other namespaces, are never read per review."""
+        return {r["metadata"]["name"]: r for r in self.reservations.by_index(LIVE, namespace)}
 
-    async def refresh_opening(
-        self, pod: Object, reservations: Mapping[str, Object], *, workload_uid: str | None
-    ) -> dict[str, Object]:
-        """Fresh copies of the matching Reservations that this cache shows as not yet
-        open, keeping those the API server says are open now. Read all at once: the
-        review's deadline covers them together."""
-        names = [
-            name
-            for name, cached in reservations.items()
-            if _opening(cached) and matches_owner(cached, pod, workload_uid=workload_uid)
-        ]
+    async def refresh(self, names: list[str]) -> dict[str, Object]:
+        """Fresh copies of the Reservations `names`, keeping those the API server says are
+        open now. Read all at once: the review's deadline covers them together."""
         found = await asyncio.gather(
             *(self.kube.get(RESERVATIONS, name) for name in names), return_exceptions=True
         )
@@ -362,26 +348,13 @@ class Webhook:
 
 LIVE = "live-namespace"
 """The Reservations index of those not ended, by the namespace of the pods they are for."""
-ANY_NAMESPACE = ""
-"""The index value of a Reservation whose template names no namespace (its owners do)."""
 
 
 def live_namespace(reservation: Object) -> list[str]:
-    """The `LIVE` index: a Pending or Available Reservation's template namespace."""
+    """The `LIVE` index: where a Pending or Available Reservation's replacement is made."""
     if phase(reservation) not in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE):
         return []
-    return [template_namespace(reservation) or ANY_NAMESPACE]
-
-
-def _opening(reservation: Object) -> bool:
-    """Live and untouched, but not (yet, in this cache) open to a replacement: this cache
-    may lag behind the Reservation becoming Available and being opened."""
-    return (
-        phase(reservation) in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
-        and not is_consumable(reservation)
-        and claim_of(reservation) is None
-        and not owner_uids(reservation)
-    )
+    return [placeholder_namespace(reservation)]
 
 
 def describe(pod: Object) -> str:

@@ -117,6 +117,40 @@ def decide(
     return Claim(tuple(candidates))
 
 
+def worth_a_fresh_look(
+    decision: Decision,
+    pod: Object,
+    reservations: Mapping[str, Object],
+    looked_up: bool,
+    workload_uid: str | None,
+) -> list[str]:
+    """The Reservations to read again from the API server for a pod skipped on this
+    cache: the controller opens a Reservation just before evicting, and the replacement
+    may come before this cache has seen that. Those this cache shows about to open that
+    the pod would match, for a pod its controller created (`looked_up`: a ReplicaSet's pod
+    by its workload, a StatefulSet's or Job's by its controller, `workload_uid` None)."""
+    if not isinstance(decision, Skip) or not looked_up:
+        return []
+    if workload_uid is None and is_replicaset(controller_of(pod) or {}):
+        return []  # its controller not confirmed: it takes no Reservation (`decide`)
+    return [
+        name
+        for name, cached in reservations.items()
+        if opening(cached) and matches_owner(cached, pod, workload_uid=workload_uid)
+    ]
+
+
+def opening(reservation: Object) -> bool:
+    """Live and untouched, but not (yet, in this cache) open to a replacement: this cache
+    may lag behind the Reservation becoming Available and being opened."""
+    return (
+        phase(reservation) in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
+        and not is_consumable(reservation)
+        and claim_of(reservation) is None
+        and not owner_uids(reservation)
+    )
+
+
 def _why_not_a_replacement(pod: Object) -> str | None:
     """Why `pod` can never take a Reservation (None: it may)."""
     bound = annotations_of(pod).get(keys.RESERVATION_ALLOCATED)
@@ -161,6 +195,8 @@ def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) ->
     try:
         allocated = orjson.loads(annotations_of(pod).get(keys.RESERVATION_ALLOCATED) or "")
         name, uid = allocated["name"], allocated["uid"]
+        if not (isinstance(name, str) and isinstance(uid, str)):
+            raise TypeError("name and uid must be strings")
     except (orjson.JSONDecodeError, TypeError, KeyError):
         return Skip(
             f"carries claim {fingerprint(token)} without a readable {keys.RESERVATION_ALLOCATED}"

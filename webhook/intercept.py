@@ -24,6 +24,7 @@ from berth import metrics
 from berth.kube.client import NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
+from berth.server import body
 from berth.settings import MigrationControllerArgs
 from webhook import evictions, review
 from webhook.evictions import Answer, Deny, Eviction, Gone, Pass
@@ -72,7 +73,7 @@ class Interceptor:
 
     async def review(self, request: web.Request, *, labelled: bool) -> web.Response:
         try:
-            eviction = review.parse_eviction(await request.read())
+            eviction = review.parse_eviction(await body(request))
         except review.MalformedReview as error:
             log.warning("refused an eviction review: %s", error)
             _count("malformed", "")

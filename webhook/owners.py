@@ -22,17 +22,12 @@ Deployment orphaning or adopting it), and for seconds at most.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from berth.kube.client import REPLICASETS, Kube, KubeError
-from berth.protocol import Object, is_replicaset
-
-_SEGMENT = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-"""A name or namespace as the API allows them (DNS subdomain): one URL path segment."""
-
+from berth.protocol import Object, is_object_name, is_replicaset
 
 REMEMBER = 10.0
 """Seconds a ReplicaSet found stays confirmed without asking again."""
@@ -59,8 +54,8 @@ class Owners:
         if not (
             is_replicaset(reference)
             and isinstance(name, str)
-            and _SEGMENT.fullmatch(name)
-            and _SEGMENT.fullmatch(namespace)
+            and is_object_name(name)
+            and is_object_name(namespace)
         ):
             return None  # nothing the API server could hold; never put it in a URL
         key = (namespace, name, str(reference.get("uid")))

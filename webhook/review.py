@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from berth.protocol import is_object_name
 from webhook.decide import Patch
 from webhook.evictions import Eviction
 
@@ -198,6 +199,9 @@ def parse_eviction(body: bytes) -> Eviction:
         raise MalformedReview(f"the request cannot be read: {_first(error)}") from None
     if read.subResource != "eviction":
         raise MalformedReview(f"the request is about pods/{read.subResource}, not pods/eviction")
+    for field, value in (("name", read.name), ("namespace", read.namespace)):
+        if not is_object_name(value):
+            raise MalformedReview(f"the request's {field} {value[:64]!r} is not an object's name")
     options = read.object.deleteOptions
     return Eviction(
         uid=request["uid"],

@@ -8,15 +8,25 @@ import gzip
 import zlib
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
+from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
+from kubernetes_asyncio import client
 
+from berth.kube.client import Kube
 from berth.ledger import Ledger
 from berth.server import MAX_BODY
+from berth.settings import MigrationControllerArgs
+from devtools.processes import free_port
 from extender.app import make_app
 from extender.decide import Placement
 from tests.fuzz.harness import Client, Crashes, crash_log, running
+from tests.unit.webhook_cases import REVIEW
+from webhook.app import EVICTION_PATH, Webhook
+from webhook.app import make_app as webhook_app
+from webhook.intercept import CONTROLLER_USER, Interception, Interceptor
 
 
 @pytest.fixture(scope="module")
@@ -83,4 +93,59 @@ def test_a_compressed_body_is_read(server: tuple[Client, Crashes]) -> None:
         assert answer is not None, encoding
         assert answer.status == 200, encoding
         assert answer.body == b'[{"Host":"node-0","Score":10}]'
+    assert crashes.take() == []
+
+
+EVICTION = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "u1",
+        "name": "web-1",
+        "namespace": "ns",
+        "subResource": "eviction",
+        "operation": "CREATE",
+        "userInfo": {"username": CONTROLLER_USER},
+        "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-1"}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Crashes]]:
+    async def make(stack: AsyncExitStack) -> web.Application:
+        configuration = client.Configuration()
+        configuration.host = f"http://127.0.0.1:{free_port()}"  # closed: every call fails
+        kube = Kube(client.ApiClient(configuration))
+        stack.push_async_callback(kube.close)
+        interception = Interception(MigrationControllerArgs())
+        interceptor = Interceptor(kube, interception=interception, reservations={}, deadline=2)
+        return webhook_app(Webhook(kube), interceptor)
+
+    with crash_log() as crashes, running(make, tmp_path_factory.mktemp("tls")) as http:
+        yield http, crashes
+
+
+@pytest.mark.parametrize(
+    ("path", "review"),
+    [
+        pytest.param("/mutate-pod", REVIEW, id="a pod's review"),
+        pytest.param(EVICTION_PATH, EVICTION, id="an eviction's review"),
+    ],
+)
+def test_a_compressed_review_is_read(
+    webhook: tuple[Client, Crashes], path: str, review: dict[str, Any]
+) -> None:
+    http, crashes = webhook
+    body = orjson.dumps(review)
+    for encoding, compressed in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        answer = http.post(
+            path, compressed, {"Content-Type": "application/json", "Content-Encoding": encoding}
+        )
+        assert answer is not None, encoding
+        assert answer.status == 200, (encoding, answer.body)
+        assert orjson.loads(answer.body)["response"] == {
+            "uid": review["request"]["uid"],
+            "allowed": True,
+        }
     assert crashes.take() == []

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from berth.api import API_VERSION, keys
-from berth.protocol import controller_of, is_replicaset, top_level_workload
+from berth.protocol import controller_of, is_replicaset, matches_owner, top_level_workload
 from tests.unit.webhook_cases import (
     DEPLOYMENT_UID,
+    NAMESPACE,
     REPLICASET_UID,
     REVIEW,
     TOKEN,
@@ -22,7 +23,7 @@ from tests.unit.webhook_cases import (
     reservation,
     set_in,
 )
-from webhook.decide import Claim, Reassert, Skip, decide
+from webhook.decide import Claim, Reassert, Skip, decide, pod_of, worth_a_fresh_look
 
 
 def closed(name: str) -> dict[str, Any]:
@@ -237,6 +238,27 @@ def closed(name: str) -> dict[str, Any]:
             f"without a readable {keys.RESERVATION_ALLOCATED}",
             id="claim without reservation-allocated",
         ),
+        *(
+            pytest.param(
+                [
+                    set_in(
+                        "object.metadata.annotations",
+                        {keys.CLAIM: TOKEN, keys.RESERVATION_ALLOCATED: allocated},
+                    )
+                ],
+                [reservation("r1", claim=TOKEN)],
+                REPLICASET_UID,
+                f"without a readable {keys.RESERVATION_ALLOCATED}",
+                id=f"claim with reservation-allocated {allocated}",
+            )
+            for allocated in (
+                '{"name": {}, "uid": "u"}',
+                '{"name": ["r1"], "uid": "u"}',
+                '{"name": "r1", "uid": 7}',
+                '["r1"]',
+                "null",
+            )
+        ),
     ],
 )
 def test_decide(
@@ -436,3 +458,124 @@ def test_only_the_controllers_own_pods_take_a_reservation(
     else:
         assert isinstance(decision, Claim)
         assert [r["metadata"]["name"] for r in decision.candidates] == expected
+
+
+# ----- owners of a Reservation made by hand --------------------------------------------------
+
+
+def by_hand(owner: dict[str, Any], *, namespace: str | None) -> dict[str, Any]:
+    """A Reservation an admin made for a job's reservationRef: its template may name no
+    namespace, its owners any of the three kinds."""
+    found = reservation("by-hand")
+    found["spec"]["owners"] = [owner]
+    found["spec"]["template"]["metadata"] = {"namespace": namespace} if namespace else {}
+    return found
+
+
+LABELLED = {"labelSelector": {"matchLabels": {"app": "web"}}}
+
+
+@pytest.mark.parametrize(
+    ("owner", "namespace", "changes", "expected"),
+    [
+        pytest.param(LABELLED, NAMESPACE, [], True, id="selector, in the template's namespace"),
+        pytest.param(
+            LABELLED,
+            None,
+            [set_in("namespace", "default"), set_in("object.metadata.namespace", "default")],
+            True,
+            id="selector, no template namespace: a pod of default",
+        ),
+        pytest.param(
+            LABELLED,
+            None,
+            [],
+            False,
+            id="selector, no template namespace: a pod of another namespace",
+        ),
+        pytest.param(
+            {"object": {"namespace": NAMESPACE, "uid": "uid-of-another-pod"}},
+            NAMESPACE,
+            [],
+            False,
+            id="an object owner with no name, a pod with a generated name",
+        ),
+        pytest.param(
+            {"object": {"namespace": NAMESPACE, "name": "web-0"}},
+            NAMESPACE,
+            [set_in("object.metadata.name", "web-0")],
+            True,
+            id="an object owner naming the pod",
+        ),
+        pytest.param(
+            {"object": {"namespace": NAMESPACE, "name": "web-0", "uid": "uid-old-web-0"}},
+            NAMESPACE,
+            [set_in("object.metadata.name", "web-0")],
+            False,
+            id="an object owner naming the pod and a UID (a pod created has none yet)",
+        ),
+    ],
+)
+def test_owners_of_a_reservation_made_by_hand(
+    owner: dict[str, Any], namespace: str | None, changes: list[Change], expected: bool
+) -> None:
+    """The webhook claims a Reservation only for a pod the controller will record as its
+    owner: in the Reservation's placeholder namespace (the template's, else its owners',
+    else default), as `may_claim` requires; an object owner names a pod by its name."""
+    req = request(set_in("object.metadata.labels", {"app": "web"}), *changes)
+    found = by_hand(owner, namespace=namespace)
+    assert matches_owner(found, pod_of(req), workload_uid=None) is expected
+    decision = decide(req, reservations=by_name(found), workload_uid=DEPLOYMENT_UID)
+    assert isinstance(decision, Claim) is expected
+
+
+# ----- a fresh look at Reservations about to open ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "owners", "workload_uid", "looked_up", "expected"),
+    [
+        pytest.param([], None, DEPLOYMENT_UID, True, ["r1"], id="a ReplicaSet's pod"),
+        pytest.param([], None, None, True, [], id="a ReplicaSet's pod not confirmed"),
+        pytest.param(
+            [
+                owned_by(STATEFULSET),
+                created_by("system:serviceaccount:kube-system:statefulset-controller"),
+            ],
+            [{"controller": dict(STATEFULSET)}],
+            None,
+            True,
+            ["r1"],
+            id="a StatefulSet's pod",
+        ),
+        pytest.param([], None, DEPLOYMENT_UID, False, [], id="no Reservation in flight"),
+        pytest.param(
+            [owned_by(STATEFULSET)],
+            None,
+            None,
+            True,
+            [],
+            id="another workload's Reservation",
+        ),
+    ],
+)
+def test_reservations_about_to_open_are_read_again(
+    changes: list[Change],
+    owners: list[dict[str, Any]] | None,
+    workload_uid: str | None,
+    looked_up: bool,
+    expected: list[str],
+) -> None:
+    """A replacement may come before this webhook's cache has seen its Reservation opened:
+    the matching ones the cache shows about to open are read again, for a StatefulSet's
+    or Job's pod as for a ReplicaSet's."""
+    about_to_open = reservation("r1", consumable=False, workload=DEPLOYMENT_UID)
+    if owners is not None:
+        about_to_open["spec"]["owners"] = owners
+    req = request(*changes)
+    reservations = by_name(about_to_open)
+    decision = decide(req, reservations=reservations, workload_uid=workload_uid)
+    assert isinstance(decision, Skip)
+    assert worth_a_fresh_look(decision, pod_of(req), reservations, looked_up, workload_uid) == (
+        expected
+    )

@@ -328,6 +328,9 @@ def test_a_dry_run_asked_in_the_evictions_delete_options_is_a_dry_run() -> None:
         ({"name": 3}, "name: Input should be a valid string"),
         ({"uid": ""}, "the request has no uid"),
         ({"object": {"deleteOptions": {"dryRun": "All"}}}, "deleteOptions.dryRun: Input should be"),
+        ({"name": ""}, "the request's name '' is not an object's name"),
+        ({"name": "../../nodes/n1"}, "name '../../nodes/n1' is not an object's name"),
+        ({"namespace": "Payments"}, "namespace 'Payments' is not an object's name"),
     ],
 )
 def test_a_malformed_eviction_review_is_refused_naming_the_problem(
