@@ -39,9 +39,12 @@ _SUFFIXES: dict[str, Decimal] = {
     "Ei": Decimal(2**60),
 }
 _QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))"  # the number
-    r"(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"  # an exponent or a suffix
+    # The number, each digit matched one way only (linear time), ASCII digits only.
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"  # an exponent or a suffix
 )
+MAX_QUANTITY_LENGTH = 128
+"""The longest quantity read: a number within `MAX_EXPONENT` needs far fewer characters."""
 
 
 MAX_EXPONENT = 30
@@ -55,6 +58,10 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"invalid quantity {value!r}: not a string or a number")
     text = str(value) if isinstance(value, int | float) else value.strip()
+    if len(text) > MAX_QUANTITY_LENGTH:
+        raise ValueError(
+            f"invalid quantity {text[:32]!r}…: longer than {MAX_QUANTITY_LENGTH} characters"
+        )
     match = _QUANTITY.match(text)
     if match is None:
         raise ValueError(f"invalid quantity {str(value)[:100]!r}")

@@ -45,6 +45,22 @@ def test_parse_quantity_rejects_garbage(text: str) -> None:
         parse_quantity(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param("1" * 100_000 + "x", "longer than 128 characters", id="a long run of digits"),
+        pytest.param("0." + "1" * 126 + "x", "invalid quantity", id="long, not a quantity"),
+        pytest.param("\u0661\u0662", "invalid quantity", id="digits of another script"),
+    ],
+)
+def test_a_quantity_is_read_in_one_pass_or_refused(text: str, problem: str) -> None:
+    """Each character of a quantity is matched one way only, so that no string a pod or an
+    extender request carries costs more than its length to refuse."""
+    with pytest.raises(ValueError, match=problem):
+        parse_quantity(text)
+    assert parse_quantity("1" * 20 + ".5") == Decimal("11111111111111111111.5")
+
+
 @given(st.integers(min_value=0, max_value=10**6))
 def test_millicores_round_trip(millis: int) -> None:
     value = parse_quantity(f"{millis}m")
