@@ -160,13 +160,19 @@ class Ledger:
         """The node's allocatable resources; None for a node the ledger has not seen."""
         return self._allocatable.get(node)
 
-    def free(self, node: str) -> Resources | None:
-        """Allocatable minus the pods bound there and the Reservations in handover there."""
+    def free(self, node: str, *, for_reservation: str | None = None) -> Resources | None:
+        """Allocatable minus the pods bound there and the Reservations in handover there.
+        For the owner of `for_reservation`, what that Reservation holds is free: neither
+        it nor its placeholders, while this cache still sees them, are taken away."""
         allocatable = self._allocatable.get(node)
         if allocatable is None:
             return None
         free = subtract(allocatable, self._bound.get(node, {}))
+        if for_reservation is not None:
+            free = add(free, self._placeholder_charge(for_reservation, node))
         for name, held in self._handover.get(node, {}).items():
+            if name == for_reservation:
+                continue
             # Its placeholder, while this cache still sees it, is the same capacity: once.
             free = add(subtract(free, held), self._placeholder_charge(name, node))
         return free

@@ -311,19 +311,21 @@ class Refusal(NamedTuple):
 def refusal(
     ledger: Ledger, pod: Pending, node: str, *, released: Resources | None = None
 ) -> Refusal | None:
-    """Why `pod` may not go to `node` (None: it may), with `released` freed by preemption."""
+    """Why `pod` may not go to `node` (None: it may), with `released` freed by preemption.
+    An owner goes only to its Reservation's node, and takes there what its Reservation
+    holds and what is free, not what another Reservation in handover there holds."""
+    own = None
     if pod.reserved is not None:
-        reservation, reserved_node = pod.reserved
-        if node == reserved_node:
-            return None
-        return Refusal(
-            f"reserved for this pod on {reserved_node} by Reservation {reservation}",
-            unresolvable=True,
-        )
-    held = ledger.handover(node)
+        own, reserved_node = pod.reserved
+        if node != reserved_node:
+            return Refusal(
+                f"reserved for this pod on {reserved_node} by Reservation {own}",
+                unresolvable=True,
+            )
+    held = [name for name in ledger.handover(node) if name != own]
     if not held:
         return None
-    free = ledger.free(node)
+    free = ledger.free(node, for_reservation=own)
     if free is None:
         return None
     missing = fits(pod.requests, add(free, released or {}))

@@ -32,6 +32,7 @@ PRIORITIZE_ARGS = json.loads((DATA / "extender_prioritize_args.json").read_text(
 NODES = ["node-0", "node-1", "node-2"]
 R_OWNER = "r-owner-uid"
 Q_OWNER = "q-owner-uid"
+S_OWNER = "s-owner-uid"
 
 
 @pytest.fixture
@@ -163,6 +164,34 @@ def test_filter(
         "FailedAndUnresolvableNodes": unresolvable,
         "Error": "",
     }
+
+
+@pytest.mark.parametrize(
+    ("owner", "cpu", "refused"),
+    [
+        pytest.param(R_OWNER, "4", None, id="its own hold"),
+        pytest.param(
+            R_OWNER,
+            "6",
+            "Insufficient cpu: held for Reservation s in handover",
+            id="more than its hold and the free capacity: not another's hold",
+        ),
+        pytest.param(S_OWNER, "2", None, id="the other owner, its own hold"),
+        pytest.param(Q_OWNER, "8", None, id="its hold, its placeholder still seen: once"),
+    ],
+)
+def test_an_owner_takes_its_own_hold_not_anothers(
+    ledger: Ledger, owner: str, cpu: str, refused: str | None
+) -> None:
+    """node-1 (8 CPU) runs 2 CPU and holds r (4 CPU) and s (2 CPU) in handover: r's owner
+    may take r's 4, not s's 2; q's owner on node-2 takes q's 3 and the 5 free there, its
+    placeholder (which this cache still sees) counted once."""
+    ledger.on_reservation("ADDED", reservation("s", node="node-1", cpu="2", owners=(S_OWNER,)))
+    judged = pending(ledger, scheduled(FILTER_ARGS, cpu=cpu, uid=owner)["Pod"])
+    assert judged.reserved is not None
+    found = refusal(ledger, judged, judged.reserved[1])
+    assert (found.reason if found else None) == refused
+    assert found is None or not found.unresolvable  # preemption may make room
 
 
 def test_filter_over_http_bytes(ledger: Ledger) -> None:
