@@ -53,9 +53,19 @@ def start_eviction(view: JobView, status: Object) -> tuple[Object, tuple[Action,
 
 
 def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
-    """The pod is still there: wait for its termination, or evict again."""
+    """The pod is still there: wait for its termination, or evict again; until the TTL."""
     assert view.pod is not None
-    if view.pod["metadata"].get("deletionTimestamp"):
+    deleted = view.pod["metadata"].get("deletionTimestamp")
+    if deleted and expired:
+        return fail(
+            view,
+            status,
+            reason=Reason.TIMEOUT,
+            message=f"TTL expired while pod {pod_key(view)} was still terminating (deleted "
+            f"at {deleted}: a finalizer or an unreachable node keeps it); the reservation "
+            "is released",
+        )
+    if deleted:
         return Plan().again_in(WAIT_POLL)
     if expired:
         return fail(

@@ -376,6 +376,28 @@ def test_ttl_before_eviction_fails_without_evicting(rsv: dict[str, Any] | None) 
     assert not any(isinstance(a, Evict) for a in plan.actions)
 
 
+@pytest.mark.parametrize("mode", ["EvictDirectly", "ReservationFirst"])
+def test_a_pod_that_stays_terminating_ends_its_job_at_the_ttl(mode: str) -> None:
+    """A finalizer or an unreachable node may keep an evicted pod terminating for good:
+    the job waits for it until its TTL, then fails (Timeout) saying so, and its place is
+    released; it never counts as running for ever."""
+    stuck = pod()
+    stuck["metadata"].update(deletionTimestamp=ts(later(10)), finalizers=["example.com/keep"])
+    evicting = [{"type": "Eviction", "status": "False", "reason": "Evicting", "message": "m"}]
+    opened = reservation(
+        phase="Available",
+        node="node-1",
+        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: ts(T0)},
+    )
+    rsv = opened if mode == "ReservationFirst" else None
+    running = job(mode=mode, conditions=evicting)
+    waiting = view_plan(job_obj=running, pod_obj=stuck, rsv=rsv, now=later(299))
+    assert waiting.actions == [] and waiting.requeue_after is not None
+    status = status_of(view_plan(job_obj=running, pod_obj=stuck, rsv=rsv, now=later(301)))
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert "web-1 was still terminating" in status["message"]
+
+
 def test_missing_pod_before_eviction_fails_the_job() -> None:
     plan = view_plan(pod_obj=None, rsv=reservation())
     assert (status_of(plan)["phase"], status_of(plan)["reason"]) == ("Failed", "MissingPod")
