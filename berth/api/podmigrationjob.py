@@ -125,6 +125,9 @@ class PodMigrationJobReason(StrEnum):
     FORBIDDEN_TEMPLATE = "ForbiddenTemplate"
     """reservationOptions.template asks for more than the pod has; the message names the
     field."""
+    INVALID_SPEC = "InvalidSpec"
+    """A field the schema lets in cannot be carried out as written (a ttl beyond a Go
+    duration, deleteOptions of the wrong type); the message names the field."""
     FORBIDDEN_PREEMPTION = "ForbiddenPreemption"
     """reservationOptions.preemptionOptions is set with a reservationRef: only the
     placeholder of a Reservation the job creates may preempt."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from berth.api import (
     TERMINAL_PHASES,
@@ -12,6 +14,7 @@ from berth.api import (
     PodMigrationJobReason,
     go_form,
     keys,
+    parse_duration,
 )
 from berth.kube.client import PODMIGRATIONJOBS
 from controller.actions import Event, Patch, Plan
@@ -37,9 +40,9 @@ def decide(view: JobView) -> Plan:
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
         return _forget_admission(view).then(*release(view, status).actions)
-    recorded = _spec_to_record(view)
-    if recorded:
-        return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), {"spec": recorded}))
+    spec_step = _spec_step(view, status)
+    if spec_step is not None:
+        return spec_step
     due = deadline(view.job, view.job["spec"].get("ttl"), view.args.default_job_ttl)
     if phase != Phase.RUNNING:
         return _pending(view, status, due=due)
@@ -60,6 +63,51 @@ def decide(view: JobView) -> Plan:
     if not evicting:
         return before_eviction(view, status, expired=expired)
     return after_eviction(view, status, expired=expired)
+
+
+def _spec_step(view: JobView, status: Object) -> Plan | None:
+    """The job's end when its spec cannot be carried out (`spec_problem`), or what the
+    controller records in it first (`_spec_to_record`); None when neither."""
+    invalid = spec_problem(view.job["spec"])
+    if invalid is not None:
+        return fail(view, status, reason=PodMigrationJobReason.INVALID_SPEC, message=invalid)
+    recorded = _spec_to_record(view)
+    if recorded:
+        return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), {"spec": recorded}))
+    return None
+
+
+PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
+
+
+def spec_problem(spec: Mapping[str, Any]) -> str | None:
+    """What in a job's spec, which its schema lets in, cannot be carried out (None:
+    nothing): a ttl that is no Go duration, deleteOptions (free-form in the schema, as
+    the seeds' metav1.DeleteOptions) whose fields Berth passes on are of the wrong type.
+    Said at once, before anything is created or evicted."""
+    ttl = spec.get("ttl")
+    if ttl:
+        try:
+            parse_duration(ttl)
+        except ValueError as error:
+            return f"spec.ttl: {error}"
+    options = spec.get("deleteOptions")
+    if options is None:
+        return None
+    if not isinstance(options, Mapping):
+        return "spec.deleteOptions is not an object"
+    grace = options.get("gracePeriodSeconds")
+    if grace is not None and (
+        isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace < 2**63
+    ):
+        return f"spec.deleteOptions.gracePeriodSeconds {grace!r} is not a number of seconds"
+    policy = options.get("propagationPolicy")
+    if policy is not None and policy not in PROPAGATION_POLICIES:
+        return (
+            f"spec.deleteOptions.propagationPolicy {policy!r} is not one of "
+            f"{', '.join(PROPAGATION_POLICIES)}"
+        )
+    return None
 
 
 def _pending(view: JobView, status: Object, *, due: datetime) -> Plan:

@@ -306,7 +306,7 @@ def _parse_error(text: str) -> str | None:
              "EvictComplete", "WaitForPodBindReservation", "WaitForBoundPodReady",
              "ReservationExpired", "ReservationNotUsed", "ReservationLost",
              "ReservationOwnerGone", "WorkloadScaledDown", "ForbiddenMigratePod", "NotAdmitted",
-             "ForbiddenTemplate", "ForbiddenPreemption", "Complete",
+             "ForbiddenTemplate", "InvalidSpec", "ForbiddenPreemption", "Complete",
              "Created", "Scheduled", "Bound", "Ready", "BlockedByPDB", "DryRun", "NodeFit",
              "RolloutInProgress", "ExpectedReplicas", "MaxMigratingPerWorkload",
              "MaxUnavailablePerWorkload", "MaxMigratingPerNode", "MaxMigratingPerNamespace",

@@ -392,10 +392,57 @@ def test_a_pod_that_stays_terminating_ends_its_job_at_the_ttl(mode: str) -> None
     rsv = opened if mode == "ReservationFirst" else None
     running = job(mode=mode, conditions=evicting)
     waiting = view_plan(job_obj=running, pod_obj=stuck, rsv=rsv, now=later(299))
-    assert waiting.actions == [] and waiting.requeue_after is not None
+    assert waiting.actions == []
+    assert waiting.requeue_after is not None
     status = status_of(view_plan(job_obj=running, pod_obj=stuck, rsv=rsv, now=later(301)))
     assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
     assert "web-1 was still terminating" in status["message"]
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Running"])
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        pytest.param(
+            {"ttl": "3000000h"},
+            "spec.ttl: '3000000h' is longer than a Go duration can be",
+            id="a ttl beyond a Go duration",
+        ),
+        pytest.param(
+            {"deleteOptions": {"gracePeriodSeconds": "60"}},
+            "spec.deleteOptions.gracePeriodSeconds '60' is not a number of seconds",
+            id="a grace period as a string",
+        ),
+        pytest.param(
+            {"deleteOptions": {"gracePeriodSeconds": -1}},
+            "gracePeriodSeconds -1 is not a number of seconds",
+            id="a negative grace period",
+        ),
+        pytest.param(
+            {"deleteOptions": {"propagationPolicy": "Sometimes"}},
+            "propagationPolicy 'Sometimes' is not one of Orphan, Background, Foreground",
+            id="an unknown propagation policy",
+        ),
+        pytest.param(
+            {"deleteOptions": ["gracePeriodSeconds"]},
+            "spec.deleteOptions is not an object",
+            id="deleteOptions a list",
+        ),
+    ],
+)
+def test_a_spec_that_cannot_be_carried_out_ends_the_job_at_once(
+    phase: str, spec: dict[str, Any], problem: str
+) -> None:
+    """The schema lets these in (ttl by its pattern; deleteOptions free-form, as the
+    seeds' metav1.DeleteOptions): the job fails at once naming the field, before anything
+    is created or evicted, and never raises on every pass."""
+    written = job(phase=phase)
+    written["spec"].update(spec)
+    plan = view_plan(job_obj=written, pod_obj=pod(), now=later(1))
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+    assert problem in status["message"]
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:InvalidSpec"]
 
 
 def test_missing_pod_before_eviction_fails_the_job() -> None:
