@@ -11,7 +11,7 @@ Pure: the objects are the API server's dicts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from berth.resources import pod_requests
@@ -34,23 +34,63 @@ ALLOWED_FIELDS = frozenset(
 BERTH_PREFIX = "berth.sh/"
 
 
+PREFIX = "reservationOptions.template"
+
+Check = Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
+
+
 def refused(template: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> str | None:
-    """Why the template asks for more than the pod has (naming the field), or None."""
-    spec = (template or {}).get("spec") or {}
-    user: Mapping[str, Any] = (spec.get("template") or {}).get("spec") or {}
+    """Why the template asks for more than the pod has, or cannot be read (naming the
+    field), or None. The template is free-form in the schema: a field of the wrong type is
+    refused, never an exception on every pass."""
+    outer = _mapping(template)
+    spec = _mapping(outer.get("spec")) if outer is not None else None
+    if spec is None:
+        return f"{PREFIX}: spec is not a ReservationSpec"
+    pod_template = _mapping(spec.get("template"))
+    user = _mapping(pod_template.get("spec")) if pod_template is not None else None
+    if user is None:
+        return f"{PREFIX}: spec.template.spec is not a pod spec"
     own: Mapping[str, Any] = pod.get("spec") or {}
-    namespace = pod["metadata"]["namespace"]
-    for check in (_fields, _priority, _tolerations, _node_selector, _affinity, _requests):
-        reason = check(user, own)
+    checks: tuple[tuple[str, Check], ...] = (
+        ("", _fields),
+        ("priority", _priority),
+        ("tolerations", _tolerations),
+        ("nodeSelector", _node_selector),
+        ("affinity", _affinity),
+        ("resources", _requests),
+        ("containers", _host_ports),
+    )
+    for field, check in checks:
+        try:
+            reason = check(user, own)
+        except (TypeError, AttributeError, ValueError, KeyError) as error:
+            reason = f"{field}: cannot be read ({type(error).__name__}: {str(error)[:100]})"
         if reason:
-            return f"reservationOptions.template.spec.template.spec.{reason}"
-    for owner in spec.get("owners") or []:
+            return f"{PREFIX}.spec.template.spec.{reason}"
+    return _owners(spec, pod["metadata"]["namespace"])
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    if value is None:
+        return {}
+    return value if isinstance(value, Mapping) else None
+
+
+def _owners(spec: Mapping[str, Any], namespace: str) -> str | None:
+    owners = spec.get("owners") or []
+    wrong = (
+        f"{PREFIX}.spec.owners: an owner must be an object or controller in the pod's "
+        f"namespace {namespace}"
+    )
+    if not isinstance(owners, list):
+        return wrong
+    for owner in owners:
+        if not isinstance(owner, Mapping) or "labelSelector" in owner:
+            return wrong
         ref = owner.get("object") or owner.get("controller") or {}
-        if ref.get("namespace", namespace) != namespace or "labelSelector" in owner:
-            return (
-                "reservationOptions.template.spec.owners: an owner must be an object or "
-                f"controller in the pod's namespace {namespace}"
-            )
+        if not isinstance(ref, Mapping) or ref.get("namespace", namespace) != namespace:
+            return wrong
     return None
 
 
@@ -102,6 +142,27 @@ def _affinity(user: Mapping[str, Any], _own: Mapping[str, Any]) -> str | None:
     }:
         return "affinity: only nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     return None
+
+
+def _host_ports(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
+    """No host port the pod does not use: the placeholder takes its containers' host
+    ports on its node, which would let a job's creator hold any port there."""
+    mine = _host_ports_of(own)
+    extra = sorted(_host_ports_of(user) - mine)
+    return (
+        f"containers: hostPort {extra[0][0]}/{extra[0][1]} is not one of the pod's"
+        if extra
+        else None
+    )
+
+
+def _host_ports_of(spec: Mapping[str, Any]) -> set[tuple[int, str, str]]:
+    return {
+        (port["hostPort"], port.get("protocol") or "TCP", port.get("hostIP") or "")
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        for port in container.get("ports") or []
+        if port.get("hostPort")
+    }
 
 
 def _requests(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:

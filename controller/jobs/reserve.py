@@ -135,13 +135,24 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             message=f"{why}; a template may only narrow what the pod has, nothing was created",
         )
     ttl = view.job["spec"].get("ttl") or f"{int(view.args.default_job_ttl.total_seconds())}s"
-    body = reservation_for(
-        job=view.job,
-        pod=view.pod,
-        workload_uid=view.workload_uid,
-        ttl=ttl,
-        template=options.get("template"),
-    )
+    try:
+        body = reservation_for(
+            job=view.job,
+            pod=view.pod,
+            workload_uid=view.workload_uid,
+            ttl=ttl,
+            template=options.get("template"),
+        )
+    except (TypeError, AttributeError, ValueError, KeyError) as error:
+        # Free-form in the schema: a shape `template.refused` does not read (a label map
+        # that is a list, a node selector term that is a string) ends the job, once.
+        return fail(
+            view,
+            status,
+            reason=Reason.FORBIDDEN_TEMPLATE,
+            message=f"reservationOptions.template cannot be read ({type(error).__name__}: "
+            f"{str(error)[:100]}); nothing was created",
+        )
     name = body["metadata"]["name"]
     status = with_condition(
         status,

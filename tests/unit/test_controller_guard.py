@@ -47,6 +47,52 @@ def test_a_template_that_asks_for_more_than_the_pod_is_refused(
     assert field in why
 
 
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"nodeSelector": ["zone"]}, "nodeSelector: cannot be read"),
+        ({"priority": "9"}, "priority: cannot be read"),
+        ({"affinity": "x"}, "affinity: cannot be read"),
+        ({"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}, "resources"),
+        (
+            {"containers": [{"name": "c", "ports": [{"containerPort": 22, "hostPort": 22}]}]},
+            "containers: hostPort 22/TCP is not one of the pod's",
+        ),
+    ],
+)
+def test_a_template_berth_cannot_read_or_that_takes_a_host_port_is_refused(
+    spec: dict[str, Any], problem: str
+) -> None:
+    """The template is free-form in the schema: a field of the wrong type is refused,
+    naming it, rather than raising on every pass; a host port the pod does not use would
+    be held by the placeholder on its node for the job's creator."""
+    why = refused(template(**spec), pod())
+    assert why is not None
+    assert problem in why
+
+
+@pytest.mark.parametrize(
+    "outer",
+    [
+        "a template",
+        {"spec": "a spec"},
+        {"spec": {"template": {"spec": ["containers"]}}},
+        {"spec": {"owners": "web"}},
+    ],
+)
+def test_a_template_of_the_wrong_shape_is_refused(outer: Any) -> None:
+    why = refused(outer, pod())
+    assert why is not None
+    assert why.startswith("reservationOptions.template")
+
+
+def test_the_pods_own_host_ports_are_kept() -> None:
+    own = pod()
+    own["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    spec = {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}
+    assert refused(template(**spec), own) is None
+
+
 @pytest.mark.parametrize("spec", [{}, {"affinity": PIN}, {"priorityClassName": ""}])
 def test_a_template_that_only_narrows_is_accepted(spec: dict[str, Any]) -> None:
     assert refused(template(**spec), pod()) is None

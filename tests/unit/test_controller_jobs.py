@@ -130,6 +130,33 @@ def test_running_job_creates_its_reservation_and_records_it() -> None:
     assert cond(status_of(plan), "ReservationCreated")["status"] == "True"
 
 
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        pytest.param(
+            {"metadata": {"labels": ["team-a"]}},
+            "reservationOptions.template cannot be read (AttributeError",
+            id="labels a list",
+        ),
+        pytest.param(
+            {"spec": {"template": {"spec": {"nodeSelector": {"zone": "a"}, "priority": "9"}}}},
+            "reservationOptions.template.spec.template.spec.priority: cannot be read",
+            id="priority a string",
+        ),
+    ],
+)
+def test_a_template_berth_cannot_read_ends_the_job_once(
+    template: dict[str, Any], problem: str
+) -> None:
+    written = job()
+    written["spec"]["reservationOptions"] = {"template": template}
+    plan = view_plan(job_obj=written, pod_obj=pod())
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "ForbiddenTemplate")
+    assert problem in status["message"]
+    assert "Create:reservations" not in kinds(plan)
+
+
 def test_unscheduled_reservation_reports_the_schedulers_message() -> None:
     rsv = reservation()
     rsv["status"]["conditions"] = [
