@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from berth.api import keys
+from berth.protocol import controlled_key
 from berth.resources import Resources, parse_quantity, pod_requests
 from berth.settings import MigrationControllerArgs
 from controller.arbitration import Snapshot, arbitrate
@@ -248,7 +249,10 @@ def build(*, jobs: int, nodes: int, pods: int, seed: int = 1) -> Snapshot:
         pods={f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in all_pods},
         workload_of=above,
         workloads=workloads,
-        pods_of_workload=pods_of,
+        pods_of_workload={
+            controlled_key(workloads[uid]["metadata"]["namespace"], uid): members
+            for uid, members in pods_of.items()
+        },
         pdbs=pdbs,
         nodes=node_objects,
         free=free,

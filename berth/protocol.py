@@ -250,7 +250,7 @@ def created_by_controller(controller: Mapping[str, Any] | None, username: str | 
     return identity is not None and username in (identity, CONTROLLER_MANAGER)
 
 
-def _same_controller(wanted: Object, controller: Object) -> bool:
+def same_controller(wanted: Object, controller: Object) -> bool:
     """The same UID, and the same kind and name where the owner records them: a pod
     that names another workload's UID under its own kind or name is not that workload."""
     return wanted.get("uid") == controller.get("uid") and all(
@@ -276,7 +276,7 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
         return True
     for owner in reservation.get("spec", {}).get("owners") or []:
         wanted = owner.get("controller")
-        if wanted and controller and _same_controller(wanted, controller):
+        if wanted and controller and same_controller(wanted, controller):
             return True
         if _same_object(owner.get("object"), pod):
             return True
@@ -303,6 +303,14 @@ def _same_object(wanted: Any, pod: Object) -> bool:
         and wanted.get("namespace", metadata.get("namespace")) == metadata.get("namespace")
         and wanted.get("uid") in (None, "", metadata.get("uid"))
     )
+
+
+def controlled_key(namespace: str, uid: str) -> str:
+    """How the pods a controller controls are found: by its UID within the namespace
+    they share with it. A pod elsewhere may name any UID in its ownerReferences (the
+    garbage collector removes it only once it resolves the owner's kind), and is none of
+    that controller's pods."""
+    return f"{namespace}/{uid}"
 
 
 def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None) -> str:

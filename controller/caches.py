@@ -233,7 +233,7 @@ class Caches:
                 "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
                 # Unbound pods with a claim, by the one node their affinity allows.
                 "tied": lambda p: _single(protocol.tied_node(p)) if protocol.pod_claim(p) else [],
-                "controller": lambda p: _single((protocol.controller_of(p) or {}).get("uid")),
+                "controller": _controlled_by,
             },
             handler=self._on_pod,
             keep=lean_pod,
@@ -530,9 +530,16 @@ class Caches:
         )
         siblings: list[Object] = []
         for owner in (reservation or {}).get("spec", {}).get("owners") or []:
-            uid = (owner.get("controller") or {}).get("uid")
-            if uid:
-                siblings += self.pods.by_index("controller", uid)
+            wanted = owner.get("controller") or {}
+            if reservation is not None and wanted.get("uid"):
+                key = protocol.controlled_key(
+                    protocol.placeholder_namespace(reservation), wanted["uid"]
+                )
+                siblings += [
+                    pod
+                    for pod in self.pods.by_index("controller", key)
+                    if protocol.same_controller(wanted, protocol.controller_of(pod) or {})
+                ]
         return jobs.JobView(
             job=job,
             pod=pod,
@@ -730,8 +737,14 @@ class _Workloads(Mapping[str, Object]):
         return sum(len(s.store) for s in self.stores)
 
 
+def _controlled_by(pod: Object) -> list[str]:
+    """The `controller` index: `protocol.controlled_key` of the pod's controller."""
+    uid = (protocol.controller_of(pod) or {}).get("uid")
+    return [protocol.controlled_key(pod["metadata"].get("namespace") or "", uid)] if uid else []
+
+
 class _PodsOfWorkload(Mapping[str, list[Object]]):
-    """Workload UID → the pods it directly controls."""
+    """`protocol.controlled_key` of a workload → the pods it directly controls."""
 
     def __init__(self, pods: Store) -> None:
         self.pods = pods

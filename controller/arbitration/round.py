@@ -236,7 +236,7 @@ class Round:
                 failed.append(c.failure)
                 continue
             c.workload_uid = uid = workload_uid(c.controller)
-            c.workload = workload(uid) if uid else None
+            c.workload = workload(uid, c.namespace) if uid else None
             c.order = sort_key(c, history, per_workload)
             candidates.append(c)
         return candidates

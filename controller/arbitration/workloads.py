@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from berth.eviction import is_healthy
+from berth.protocol import controlled_key
 from berth.settings import MigrationControllerArgs
 from controller.arbitration.objects import Object, object_key
 
@@ -61,18 +62,20 @@ class Workloads:
         round's memo; only kinds whose status reports availability."""
         self.built: dict[str, Workload] = {}
 
-    def get(self, uid: str) -> Workload:
-        """The workload's limits and availability in this round."""
-        found = self.built.get(uid)
+    def get(self, uid: str, namespace: str) -> Workload:
+        """The limits and availability in this round of the workload `uid` of a pod in
+        `namespace` (its pods are found there only: `protocol.controlled_key`)."""
+        key = controlled_key(namespace, uid)
+        found = self.built.get(key)
         if found is None:
-            found = self.built[uid] = self._build(uid)
+            found = self.built[key] = self._build(uid, key)
         return found
 
-    def _build(self, uid: str) -> Workload:
+    def _build(self, uid: str, key: str) -> Workload:
         snapshot, args = self.snapshot, self.snapshot.args
         obj = snapshot.workloads.get(uid)
         if obj is None or obj.get("kind") not in REPORTS_AVAILABLE:
-            pods = snapshot.pods_of_workload.get(uid, ())
+            pods = snapshot.pods_of_workload.get(key, ())
             available = sum(
                 1 for pod in pods if is_healthy(pod) and object_key(pod) not in self.migrating
             )
@@ -81,7 +84,7 @@ class Workloads:
         if known is None or known[0] is not obj:
             available = (obj.get("status") or {}).get("availableReplicas") or 0
             replicas = (obj.get("spec") or {}).get("replicas")
-            pods = () if isinstance(replicas, int) else snapshot.pods_of_workload.get(uid, ())
+            pods = () if isinstance(replicas, int) else snapshot.pods_of_workload.get(key, ())
             known = (obj, workload_limits(uid, obj, pods, available=available, args=args))
         self.read[uid] = known
         w = known[1]

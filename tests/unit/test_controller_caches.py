@@ -334,3 +334,26 @@ async def test_a_node_not_seen_yet_counts_as_gone_only_after_the_grace() -> None
     await watch(cache.nodes, "DELETED", node("node-7"))
     assert cache.reservation_view(rsv).node_gone is True
     assert cache.job_view(job()).reserved_node_gone is True
+
+
+async def test_a_job_views_siblings_are_its_workloads_pods_in_its_namespace() -> None:
+    """A pod anywhere may name the ReplicaSet's UID as its controller (a UID is readable
+    in the Reservation's owners): only the pods of the Reservation's namespace naming the
+    same kind and name count as the workload's, so a decoy elsewhere cannot end the job
+    as a bypass or a scale-down, nor count in arbitration's view of the workload."""
+    cache, _ = caches()
+    await watch(cache.reservations, "ADDED", reservation(phase="Available", node="node-1"))
+    kept = pod("web-2")
+    elsewhere = pod("decoy", namespace="attacker")
+    other_kind = pod("other-kind")
+    other_kind["metadata"]["ownerReferences"][0]["kind"] = "ReplicaSetX"
+    for member in (kept, elsewhere, other_kind):
+        await watch(cache.pods, "ADDED", member)
+    names = [p["metadata"]["name"] for p in cache.job_view(job()).siblings]
+    assert names == ["web-2"]
+    workload = cache.frozen().pods_of_workload()
+    assert [p["metadata"]["name"] for p in workload["default/uid-web-rs"]] == [
+        "web-2",
+        "other-kind",
+    ]
+    assert [p["metadata"]["name"] for p in workload["attacker/uid-web-rs"]] == ["decoy"]

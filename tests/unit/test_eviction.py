@@ -11,6 +11,7 @@ import pytest
 
 from berth.api import keys
 from berth.eviction import eviction_cost, forbidden, is_healthy
+from berth.protocol import controlled_key
 from berth.settings import MigrationControllerArgs
 from cli.migrate import why_not_migratable
 from controller.arbitration import Snapshot, arbitrate
@@ -138,7 +139,9 @@ def arbitration_refuses(target: Object) -> str | None:
         in_flight=[],
         pods={f"{metadata['namespace']}/{metadata['name']}": target},
         workload_of={},
-        pods_of_workload={controller: [target]} if controller else {},
+        pods_of_workload=(
+            {controlled_key(metadata["namespace"], controller): [target]} if controller else {}
+        ),
         args=MigrationControllerArgs(),
         now=T0,
     )

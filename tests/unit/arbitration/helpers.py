@@ -10,6 +10,7 @@ from typing import Any
 
 from berth import protocol
 from berth.api import keys
+from berth.protocol import controlled_key
 from berth.settings import MigrationControllerArgs
 from controller.arbitration import (
     Arbitration,
@@ -123,7 +124,8 @@ def decide(
     for member in pods:
         uid = workload_uid(member)
         if uid:
-            pods_by_workload.setdefault(uid, []).append(member)
+            key = controlled_key(member["metadata"]["namespace"], uid)
+            pods_by_workload.setdefault(key, []).append(member)
     snapshot = Snapshot(
         **{"in_flight": (), "now": T0, **taken},
         pending=jobs,
