@@ -21,7 +21,7 @@ from berth.api import (
 )
 from controller.actions import Event, Plan
 from controller.arbitration.workloads import rollout_of
-from controller.jobs.consumable import opening, settling
+from controller.jobs.consumable import ended_before_eviction, opening, settling, taken
 from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
@@ -66,7 +66,8 @@ def _not_open_elsewhere(view: JobView) -> tuple[Reason, str] | None:
         ReservationPhase.FAILED,
     ):
         return Reason.RESERVATION_EXPIRED, (
-            "the Reservation ended while the pod was still to be evicted; nothing more is evicted"
+            f"{ended_before_eviction(reservation)}: the Reservation ended while the pod was "
+            "still to be evicted; nothing more is evicted"
         )
     return Reason.NOT_ADMITTED, (
         "the job records an eviction, but its Reservation is not open on another node: "
@@ -119,12 +120,26 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
         unopened = _not_open_elsewhere(view)
         if unopened is not None:
             return fail(view, status, reason=unopened[0], message=unopened[1])
+        if _held_back(view):
+            return Plan().again_in(WAIT_POLL)
         if closed:
             return _reopen_when_due(view, status)
+        if taken(view.reservation):
+            return Plan().again_in(WAIT_POLL)
         left = settling(view)
         if left is not None:
             return Plan().again_in(left)
     return still_evicting(view, status, expired=expired)
+
+
+def _held_back(view: JobView) -> bool:
+    """Whether the eviction is not to be tried again now, as it would not be tried the
+    first time: the job is paused, or the Reservation's node is gone or not seen yet (the
+    Reservation goes back to Pending, or the node comes into the cache, within moments).
+    Nothing is reopened meanwhile."""
+    return bool(
+        view.job["spec"].get("paused") or view.reserved_node_gone or view.reserved_node_unseen
+    )
 
 
 def _reopen_when_due(view: JobView, status: Object) -> Plan:

@@ -9,10 +9,10 @@ opens it again before the next attempt.
 from __future__ import annotations
 
 from berth import protocol
-from berth.api import keys
+from berth.api import ReservationPhase, keys
 from berth.kube.client import RESERVATIONS
 from controller.actions import Patch
-from controller.jobs.view import CONSUMABLE_SETTLE, JobView
+from controller.jobs.view import CONSUMABLE_SETTLE, JobView, Object
 from controller.status import micro_timestamp
 
 
@@ -31,6 +31,29 @@ def opening(view: JobView) -> Patch:
         view.reservation["metadata"]["name"],
         {"metadata": {"annotations": annotations}},
     )
+
+
+def taken(reservation: Object | None) -> bool:
+    """Claimed by a pod, or held for one, already. Before its pod's eviction that pod is
+    one the workload made meanwhile (a scale-up), or the replacement of a pod someone else
+    deleted that this cache still shows: either way nothing is evicted into a place that
+    may no longer be there."""
+    return reservation is not None and (
+        protocol.claim_of(reservation) is not None or bool(protocol.owner_uids(reservation))
+    )
+
+
+def ended_before_eviction(reservation: Object) -> str:
+    """Why a Reservation that ended before its pod's eviction holds no place for it."""
+    name, phase = reservation["metadata"]["name"], protocol.phase(reservation)
+    owners = (reservation.get("status") or {}).get("currentOwners") or []
+    named = [str(owner.get("name")) for owner in owners if owner.get("name")]
+    if phase == ReservationPhase.SUCCEEDED and named:
+        return (
+            f"Reservation {name!r} was taken by pod {named[0]}, which the workload made "
+            "before the pod was evicted"
+        )
+    return f"Reservation {name!r} is {phase} before it was used"
 
 
 def settling(view: JobView) -> float | None:

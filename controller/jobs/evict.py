@@ -65,7 +65,7 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
             f"at {deleted}: a finalizer or an unreachable node keeps it); the reservation "
             "is released",
         )
-    if deleted:
+    if deleted or (view.job["spec"].get("paused") and not expired):
         return Plan().again_in(WAIT_POLL)
     if expired:
         return fail(
@@ -116,6 +116,8 @@ def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bo
                 reason=Reason.TIMEOUT,
                 message="TTL expired before the pod was evicted",
             )
+        if view.job["spec"].get("paused"):
+            return Plan().again_in(WAIT_POLL)
         status, effects = start_eviction(view, status)
         return step(view, status, *effects).again_in(WAIT_POLL)
     if not pod_gone(view):

@@ -29,6 +29,7 @@ from controller.jobs.view import JobView, Object, fail, job_name, pod_gone, writ
 from controller.status import condition, deadline
 
 Phase = PodMigrationJobPhase
+Reason = PodMigrationJobReason
 
 
 def decide(view: JobView) -> Plan:
@@ -49,15 +50,18 @@ def decide(view: JobView) -> Plan:
     if not admitted(view.admission_key, view.job):
         return _not_admitted(view)
     expired = view.now >= due
-    evicting = condition(status, PodMigrationJobConditionType.EVICTION) is not None
-    if not evicting and view.pod is not None and not pod_gone(view):
-        # Arbitration's rules, run again on the pod as it is now, before any eviction.
+    eviction = condition(status, PodMigrationJobConditionType.EVICTION)
+    evicting = eviction is not None
+    retried = (eviction or {}).get("reason") in (Reason.BLOCKED_BY_PDB, Reason.FAILED_EVICT) and (
+        not (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
+    )
+    if view.pod is not None and not pod_gone(view) and (not evicting or retried):
+        # Arbitration's rules, run again on the pod as it is now, before any eviction
+        # and before each retry of a refused one.
         rules = Rules.of(view.args, view.priority_classes)
         why = forbidden_to_migrate(Candidate(view.job, pod=view.pod), rules)
         if why is not None:
-            return fail(
-                view, status, reason=PodMigrationJobReason.FORBIDDEN_MIGRATE_POD, message=why
-            )
+            return fail(view, status, reason=Reason.FORBIDDEN_MIGRATE_POD, message=why)
     if view.job["spec"].get("mode") == PodMigrationJobMode.EVICT_DIRECTLY:
         return evict_directly(view, status, expired=expired, evicting=evicting)
     if not evicting:

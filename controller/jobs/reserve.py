@@ -19,7 +19,7 @@ from controller import template
 from controller.actions import Create, Event, Patch, Plan
 from controller.build import asks_for_preemption, reservation_for
 from controller.jobs import preempt
-from controller.jobs.consumable import opening, settling
+from controller.jobs.consumable import ended_before_eviction, opening, settling, taken
 from controller.jobs.evict import start_eviction
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
@@ -65,7 +65,7 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
             view,
             status,
             reason=Reason.RESERVATION_EXPIRED,
-            message=f"Reservation {name!r} is {phase} before it was used",
+            message=f"{ended_before_eviction(reservation)}; nothing was evicted",
         )
     node = protocol.node_of(reservation)
     if phase != ReservationPhase.AVAILABLE or node is None or view.reserved_node_gone:
@@ -238,5 +238,7 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
     left = settling(view)
     if left is not None:
         return step(view, status, *news).again_in(left)
+    if taken(view.reservation):
+        return step(view, status, *news).again_in(WAIT_POLL)
     status, eviction = start_eviction(view, status)
     return step(view, status, *news, *eviction).again_in(WAIT_POLL)

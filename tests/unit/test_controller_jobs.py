@@ -1235,3 +1235,73 @@ def test_a_finished_job_without_a_mode_is_only_cleaned_up() -> None:
     del modeless["spec"]["mode"]
     plan = view_plan(job_obj=modeless, rsv=reservation(phase="Available", node="node-1"))
     assert kinds(plan) == ["Delete:reservations"]
+
+
+# ----- what holds an eviction back, the first time and each time again ----------------------
+
+BLOCKED = [{**EVICTING[0], "reason": "BlockedByPDB"}]
+
+
+def taken_reservation() -> dict[str, Any]:
+    """Open, and claimed by a pod the workload made meanwhile (a scale-up)."""
+    rsv = open_reservation(**{keys.CLAIM: "a-token"})
+    rsv["status"]["currentOwners"] = [{"namespace": "default", "name": "web-9", "uid": "u9"}]
+    return rsv
+
+
+@pytest.mark.parametrize(
+    ("changes", "rsv", "view_kwargs"),
+    [
+        pytest.param({"paused": True}, open_reservation(), {}, id="paused"),
+        pytest.param({"paused": True}, closed_reservation(), {}, id="paused, closed: not reopened"),
+        pytest.param({}, open_reservation(), {"node_gone": True}, id="its node gone"),
+        pytest.param({}, open_reservation(), {"node_unseen": True}, id="its node not seen yet"),
+        pytest.param({}, taken_reservation(), {}, id="taken by another pod of the workload"),
+    ],
+)
+def test_a_refused_eviction_is_tried_again_only_as_the_first_would_be(
+    changes: dict[str, Any], rsv: dict[str, Any], view_kwargs: dict[str, Any]
+) -> None:
+    """After a refusal, the next attempt waits for what would have held the first one
+    back: nothing is evicted, nothing reopened, and the job goes on."""
+    blocked = job(conditions=BLOCKED)
+    blocked["spec"].update(changes)
+    plan = view_plan(job_obj=blocked, pod_obj=pod(), rsv=rsv, now=later(10), **view_kwargs)
+    assert plan.actions == []
+    assert plan.requeue_after is not None
+
+
+def test_a_pod_forbidden_since_its_admission_is_not_evicted_again() -> None:
+    never = pod(annotations={keys.EVICTION_COST: str(2**31 - 1)})
+    blocked = job(conditions=BLOCKED)
+    plan = view_plan(job_obj=blocked, pod_obj=never, rsv=open_reservation(), now=later(10))
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    assert (status_of(plan)["phase"], status_of(plan)["reason"]) == (
+        "Failed",
+        "ForbiddenMigratePod",
+    )
+
+
+def test_a_place_taken_while_it_settled_is_not_evicted_into() -> None:
+    """Claimed between its opening and the eviction (by a pod the workload made, or the
+    replacement of a pod deleted by someone else, which this cache still shows): the
+    pod is not evicted; once the Reservation is used by that pod the job ends saying so."""
+    scheduled = job(conditions=[SCHEDULED])
+    plan = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=taken_reservation(), now=later(2))
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    used = taken_reservation()
+    used["status"]["phase"] = "Succeeded"
+    ended = status_of(view_plan(job_obj=scheduled, pod_obj=pod(), rsv=used, now=later(3)))
+    assert (ended["phase"], ended["reason"]) == ("Failed", "ReservationExpired")
+    assert (
+        "was taken by pod web-9, which the workload made before the pod was evicted"
+        in (ended["message"])
+    )
+
+
+def test_a_paused_evict_directly_job_evicts_nothing() -> None:
+    paused = job(mode="EvictDirectly", paused=True)
+    plan = view_plan(job_obj=paused, pod_obj=pod(), now=later(1))
+    assert plan.actions == []
+    refused = job(mode="EvictDirectly", paused=True, conditions=BLOCKED)
+    assert view_plan(job_obj=refused, pod_obj=pod(), now=later(10)).actions == []
