@@ -175,14 +175,32 @@ def _required(reference: str, field: str) -> Rule:
     )
 
 
+REF_FIXED = "reservationOptions.reservationRef cannot be changed or removed once set"
+"""The job's Reservation, once named, stays its own: released when the job ends, never
+left holding capacity for a name that no longer points at it."""
+
+
 class PodMigrateReservationOptions(ApiModel):
     """How the capacity for the migrated pod is reserved."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            Rule(
+                "!has(oldSelf.reservationRef) || has(self.reservationRef)",
+                REF_FIXED,
+                field_path=".reservationRef",
+            )
+        )
+    )
+
     reservation_ref: ObjectReference | None = Field(
-        default=None, json_schema_extra=cel(_required("reservationRef", "name"))
+        default=None,
+        json_schema_extra=cel(
+            _required("reservationRef", "name"), Rule("self == oldSelf", REF_FIXED)
+        ),
     )
     """An existing Reservation to use; when unset, the controller creates one and records
-    it here."""
+    it here. Once set, it never changes."""
     template: ReservationTemplateSpec | None = None
     """Additions to the Reservation the controller creates from the pod."""
     preemption_options: PodMigrationJobPreemptionOptions | None = None
@@ -199,7 +217,13 @@ class PodMigrationJobSpec(ApiModel):
                 "!has(oldSelf.mode) || has(self.mode)",
                 "mode cannot be removed once set",
                 field_path=".mode",
-            )
+            ),
+            Rule(
+                "!has(oldSelf.reservationOptions) || "
+                "!has(oldSelf.reservationOptions.reservationRef) || has(self.reservationOptions)",
+                REF_FIXED,
+                field_path=".reservationOptions",
+            ),
         )
     )
 

@@ -58,15 +58,10 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     reservation = view.reservation
     if reservation is None:
         return _create_reservation(view, status)
-    name = reservation["metadata"]["name"]
-    phase = protocol.phase(reservation)
-    if phase in (ReservationPhase.FAILED, ReservationPhase.SUCCEEDED):
-        return fail(
-            view,
-            status,
-            reason=Reason.RESERVATION_EXPIRED,
-            message=f"{ended_before_eviction(reservation)}; nothing was evicted",
-        )
+    unusable = _unusable(view, status, reservation)
+    if unusable is not None:
+        return unusable
+    name, phase = reservation["metadata"]["name"], protocol.phase(reservation)
     node = protocol.node_of(reservation)
     if phase != ReservationPhase.AVAILABLE or node is None or view.reserved_node_gone:
         return _wait_for_place(view, status, reservation)
@@ -87,6 +82,43 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     if view.job["spec"].get("paused"):
         return step(view, status, *news).again_in(WAIT_POLL)
     return _open_then_evict(view, status, news)
+
+
+def _unusable(view: JobView, status: Object, reservation: Object) -> Plan | None:
+    """The job's end when its Reservation holds no place for this pod's replacement:
+    another's (`_not_for_this_pod`), or ended before the eviction; None if it may."""
+    elsewhere = _not_for_this_pod(view, reservation)
+    if elsewhere is not None:
+        return fail(view, status, reason=Reason.INVALID_SPEC, message=elsewhere)
+    if protocol.phase(reservation) in (ReservationPhase.FAILED, ReservationPhase.SUCCEEDED):
+        return fail(
+            view,
+            status,
+            reason=Reason.RESERVATION_EXPIRED,
+            message=f"{ended_before_eviction(reservation)}; nothing was evicted",
+        )
+    return None
+
+
+def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
+    """Why a Reservation the job names (made by hand, not by this job) holds no place
+    for this pod's replacement, if so: it was made for another job, or its owners would
+    never let the replacement take it (so the pod's eviction would leave its replacement
+    without a place). None for the job's own Reservation."""
+    name = reservation["metadata"]["name"]
+    if name == view.job["metadata"]["uid"]:
+        return None
+    assert view.pod is not None
+    made_for = protocol.annotations_of(reservation).get(keys.JOB)
+    prefix = f"spec.reservationOptions.reservationRef: Reservation {name!r}"
+    if made_for is not None and made_for != view.job["metadata"]["name"]:
+        return f"{prefix} was made for PodMigrationJob {made_for!r}; nothing was evicted"
+    if not protocol.matches_owner(reservation, view.pod, workload_uid=view.workload_uid):
+        return (
+            f"{prefix} holds no place pod {pod_key(view)}'s replacement may take (its owners "
+            "name another workload, or another namespace); nothing was evicted"
+        )
+    return None
 
 
 def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | None:

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from berth.api import API_VERSION, PodMigrationJob, Reservation
+from berth.api.podmigrationjob import REF_FIXED
 from tests.e2e.kube import Cluster
 
 pytestmark = pytest.mark.e2e
@@ -325,6 +326,34 @@ def test_job_target_cannot_change(
     assert result.returncode != 0, f"accepted {spec}"
     for text in expected:
         assert text in result.stderr
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"reservationRef": {"name": "another"}}, id="another Reservation"),
+        pytest.param({"reservationRef": None}, id="the ref removed"),
+        pytest.param(None, id="reservationOptions removed"),
+    ],
+)
+def test_a_reservation_ref_cannot_change_once_set(
+    cluster: Cluster, created: Created, options: Object | None
+) -> None:
+    """Changed in flight, the job would lose sight of its own Reservation, which would hold
+    its capacity until its own TTL; set where none was, it is how the controller records
+    the Reservation it made."""
+    document = job(unique("ref"))
+    document["spec"]["reservationOptions"] = {"reservationRef": {"name": "mine"}}
+    assert create(cluster, created, document).returncode == 0
+    name = document["metadata"]["name"]
+    result = patch(cluster, "pmj", name, {"spec": {"reservationOptions": options}}, status=False)
+    assert result.returncode != 0, f"accepted {options}"
+    assert REF_FIXED in result.stderr
+    unset = job(unique("unset"))
+    assert create(cluster, created, unset).returncode == 0
+    recorded = {"spec": {"reservationOptions": {"reservationRef": {"name": "made"}}}}
+    result = patch(cluster, "pmj", unset["metadata"]["name"], recorded, status=False)
+    assert result.returncode == 0, result.stderr
 
 
 def test_ttl_and_paused_can_change(cluster: Cluster, created: Created) -> None:

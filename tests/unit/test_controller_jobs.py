@@ -482,6 +482,51 @@ def test_missing_referenced_reservation_fails() -> None:
     assert status_of(plan)["reason"] == "MissingReservation"
 
 
+def by_hand(**changes: Any) -> dict[str, Any]:
+    """A Reservation made by hand for the pod's ReplicaSet, Available on node-1."""
+    found = reservation("by-hand", phase="Available", node="node-1")
+    del found["metadata"]["annotations"][keys.JOB]
+    for path, value in changes.items():
+        if path == "owner_uid":
+            found["spec"]["owners"][0]["controller"]["uid"] = value
+        else:
+            found["metadata"]["annotations"][path] = value
+    return found
+
+
+@pytest.mark.parametrize(
+    ("rsv", "problem"),
+    [
+        pytest.param(
+            by_hand(**{keys.JOB: "job-2"}),
+            "was made for PodMigrationJob 'job-2'",
+            id="another job's",
+        ),
+        pytest.param(
+            by_hand(owner_uid="uid-other-rs"),
+            "holds no place pod default/web-1's replacement may take",
+            id="another workload's",
+        ),
+    ],
+)
+def test_a_reservation_named_that_holds_no_place_for_this_pod_evicts_nothing(
+    rsv: dict[str, Any], problem: str
+) -> None:
+    """Evicting the pod into another job's Reservation would corrupt that job; into one
+    its replacement may never take, leave the replacement without a place."""
+    plan = view_plan(job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=rsv)
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+    assert problem in status["message"]
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:InvalidSpec"]
+
+
+def test_a_reservation_made_by_hand_for_the_pods_workload_is_used() -> None:
+    plan = view_plan(job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=by_hand())
+    assert "Failed" not in str(status_of(plan).get("phase"))
+    assert kinds(plan)[-1] == "Patch:reservations"  # opened
+
+
 def test_reservation_on_the_pods_own_node_is_never_a_reason_to_evict() -> None:
     plan = view_plan(
         job_obj=job(reservation_ref="mine"),

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from berth.api.duration import DURATION_PATTERN
+from berth.api.podmigrationjob import REF_FIXED
 from berth.crds import render_crds, write_crds
 
 CRDS = Path(__file__).resolve().parents[2] / "manifests" / "crds"
@@ -229,11 +230,16 @@ def test_every_rule_message_names_its_field(file: str) -> None:
     [
         (PMJ_FILE, ".spec.ttl",
          ["ttl must be a Go duration such as 90s, 5m or 1h30m", "ttl must not be negative"]),
-        (PMJ_FILE, ".spec", ["mode cannot be removed once set"]),
+        (PMJ_FILE, ".spec", ["mode cannot be removed once set", REF_FIXED]),
         (PMJ_FILE, ".spec.mode", ["mode is immutable"]),
         (PMJ_FILE, ".spec.podRef",
          ["podRef.name is required", "podRef.namespace is required", "podRef is immutable"]),
-        (PMJ_FILE, ".spec.reservationOptions.reservationRef", ["reservationRef.name is required"]),
+        (
+            PMJ_FILE,
+            ".spec.reservationOptions.reservationRef",
+            ["reservationRef.name is required", REF_FIXED],
+        ),
+        (PMJ_FILE, ".spec.reservationOptions", [REF_FIXED]),
         (PMJ_FILE, ".spec.reservationOptions.template.spec", ["set ttl or expires, not both"]),
         (PMJ_FILE, ".status.phase",
          ["phase cannot change once it is Succeed, Failed or Aborted"]),
