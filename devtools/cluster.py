@@ -174,11 +174,69 @@ class LocalCluster(Processes):
             tls.issue(
                 ca, common_name="berth", dns_names=("localhost",), ip_addresses=("127.0.0.1",)
             ).write(cert_path=self.pki / "berth.crt", key_path=self.pki / "berth.key")
+        self._write_webhook_client()
         private, public = tls.make_signing_key()
         (self.pki / "sa.key").write_bytes(private)
         (self.pki / "sa.pub").write_bytes(public)
         self._ca = ca
         self._admin = admin
+
+    def _write_webhook_client(self) -> None:
+        """The client certificate the API server presents to admission webhooks, from a
+        CA of its own that signs nothing else (so no user's certificate passes Berth's
+        webhook), and the admission configuration that makes the API server present it
+        to every webhook it calls (kubeconfig user "*"). Berth's webhook requires it."""
+        ca = tls.make_ca("berth-dev-webhook-client-ca")
+        ca.write(cert_path=self.webhook_client_ca, key_path=self.pki / "webhook-client-ca.key")
+        cert, key = self.webhook_client
+        tls.issue(ca, common_name="kube-apiserver-webhook-client", client=True).write(
+            cert_path=cert, key_path=key
+        )
+        kubeconfig = self.pki / "admission-kubeconfig.yaml"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "users": [
+                        {
+                            "name": "*",
+                            "user": {"client-certificate": str(cert), "client-key": str(key)},
+                        }
+                    ],
+                }
+            )
+        )
+        plugins = [
+            {
+                "name": plugin,
+                "configuration": {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "WebhookAdmissionConfiguration",
+                    "kubeConfigFile": str(kubeconfig),
+                },
+            }
+            for plugin in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+        ]
+        (self.pki / "admission.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": plugins,
+                }
+            )
+        )
+
+    @property
+    def webhook_client_ca(self) -> Path:
+        """The CA of the only client certificate Berth's webhook here accepts."""
+        return self.pki / "webhook-client-ca.crt"
+
+    @property
+    def webhook_client(self) -> tuple[Path, Path]:
+        """The certificate and key the API server presents to admission webhooks."""
+        return self.pki / "apiserver-webhook-client.crt", self.pki / "apiserver-webhook-client.key"
 
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
@@ -217,6 +275,7 @@ class LocalCluster(Processes):
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
+                f"--admission-control-config-file={pki / 'admission.yaml'}",
                 "--authorization-mode=Node,RBAC",
                 # OwnerReferencesPermissionEnforcement, as some distributions enable it:
                 # setting blockOwnerDeletion needs the owner's finalizers (see manifests/rbac).
@@ -581,6 +640,9 @@ class LocalCluster(Processes):
         configuration file, when given), and point the API server's webhook
         configurations at it."""
         extra = [f"--config={config}"] if config else []
+        # Only the API server may post reviews: each is taken at its word (its user, the
+        # pod it names), and an eviction review makes Berth create a job.
+        extra.append(f"--client-ca-file={self.webhook_client_ca}")
         webhook = self._berth_component(name, ["webhook", *extra], port=free_port())
         self.register_webhooks()
         return webhook

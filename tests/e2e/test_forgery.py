@@ -447,10 +447,19 @@ class Address:
     url: str
 
 
-def send_to_the_webhook(cluster: Cluster, review: dict[str, Any]) -> list[dict[str, Any]]:
-    """Post `review` straight to the session's webhook: its JSONPatch."""
-    port = next(c.port for c in cluster.local.running() if c.name == "berth-webhook")
+def as_the_api_server(cluster: Cluster) -> ssl.SSLContext:
+    """TLS to the session's webhook with the client certificate the API server presents
+    (its admission configuration): the only one the webhook accepts."""
     tls = ssl.create_default_context(cafile=cluster.local.serving_ca)
+    tls.load_cert_chain(*cluster.local.webhook_client)
+    return tls
+
+
+def send_to_the_webhook(cluster: Cluster, review: dict[str, Any]) -> list[dict[str, Any]]:
+    """Post `review` straight to the session's webhook, as the API server would: its
+    JSONPatch."""
+    port = next(c.port for c in cluster.local.running() if c.name == "berth-webhook")
+    tls = as_the_api_server(cluster)
 
     async def send() -> list[dict[str, Any]]:
         async with aiohttp.ClientSession() as session:
@@ -658,3 +667,62 @@ def test_a_non_preempting_class_made_with_preemption_is_never_used(
     assert job["status"]["phase"] == "Succeed", job["status"]
     remade = cluster.get("priorityclass", berths)
     assert (remade["value"], remade["preemptionPolicy"]) == (value, "Never")
+
+
+def test_only_the_api_server_may_post_reviews_to_the_webhook(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A review names its user and its pod, and the webhook takes it at its word: posted
+    straight to its port, an eviction review for any pod by any user would make Berth
+    create that pod's migration job with its own rights. The webhook requires the client
+    certificate the API server presents to webhooks (its admission configuration, a CA
+    of its own): without one the answer is 401 and nothing is done; a certificate of
+    another CA (the cluster's, which signs users') fails the handshake. The probes stay
+    open; the API server's own reviews are served (every migration in the suite)."""
+    cluster.apply(deployment("target"), namespace)
+    target = cluster.wait(lambda: ready_pods(cluster, namespace, "target", 1), what="the pod")[0]
+    port = next(c.port for c in cluster.local.running() if c.name == "berth-webhook")
+    base = f"https://127.0.0.1:{port}"
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": secrets.token_hex(8),
+            "name": target["metadata"]["name"],
+            "namespace": namespace,
+            "subResource": "eviction",
+            "operation": "CREATE",
+            "userInfo": {"username": "whoever-i-like", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": target["metadata"]["name"]},
+            },
+        },
+    }
+    anonymous = ssl.create_default_context(cafile=cluster.local.serving_ca)
+    a_user = ssl.create_default_context(cafile=cluster.local.serving_ca)
+    a_user.load_cert_chain(cluster.local.pki / "admin.crt", cluster.local.pki / "admin.key")
+
+    async def attempts() -> tuple[list[int], str, int]:
+        async with aiohttp.ClientSession() as session:
+            statuses = []
+            for path in ("/validate-eviction", "/validate-eviction/unlabelled", "/mutate-pod"):
+                async with session.post(f"{base}{path}", json=review, ssl=anonymous) as answer:
+                    statuses.append(answer.status)
+            try:
+                async with session.post(
+                    f"{base}/validate-eviction/unlabelled", json=review, ssl=a_user
+                ) as answer:
+                    refused = f"answered {answer.status}"
+            except aiohttp.ClientError as error:
+                refused = type(error).__name__
+            async with session.get(f"{base}/healthz", ssl=anonymous) as answer:
+                return statuses, refused, answer.status
+
+    statuses, refused, probe = asyncio.run(attempts())
+    assert statuses == [401, 401, 401]
+    assert refused.startswith("Client"), refused  # the TLS handshake failed
+    assert probe == 200
+    jobs = cluster.get("podmigrationjobs")["items"]
+    assert not [j for j in jobs if j["spec"]["podRef"].get("namespace") == namespace]
