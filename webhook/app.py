@@ -438,6 +438,15 @@ async def _serve(
         EVICTION_PATH,
         "required" if tls.client_ca_file else "not required",
     )
+    if tls.client_ca_file is None:
+        log.warning(
+            "no --client-ca-file: whoever reaches port %d can post reviews, naming any user "
+            "and pod; an eviction review makes this webhook create that pod's "
+            "PodMigrationJob where its rights allow. Require the API server's admission "
+            "client certificate (--client-ca-file), or open the port to the API server "
+            "only (README, 'What Berth trusts')",
+            port,
+        )
     try:
         app = make_app(webhook, interceptor)
         await serve(app, host=host, port=port, tls=tls, limits=limits)

@@ -484,6 +484,32 @@ def notes(helm: Path, tmp_path: Path, *values: str) -> str:
     return result.stdout.partition("\nNOTES:\n")[2]
 
 
+def test_the_webhook_serves_only_the_api_servers_client_when_given_its_ca(
+    helm: Path, tmp_path: Path
+) -> None:
+    objects = helm_template(helm, values=["webhook.clientCA.secretName=apiserver-webhook-ca"])
+    pod = one(objects, "Deployment", "berth-webhook")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    flag = container["args"].index("--client-ca-file")
+    assert container["args"][flag + 1] == "/etc/berth/client-ca/ca.crt"
+    assert {"name": "client-ca", "mountPath": "/etc/berth/client-ca", "readOnly": True} in (
+        container["volumeMounts"]
+    )
+    assert {
+        "name": "client-ca",
+        "secret": {
+            "secretName": "apiserver-webhook-ca",
+            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+        },
+    } in pod["volumes"]
+    plain = one(helm_template(helm), "Deployment", "berth-webhook")
+    assert "--client-ca-file" not in plain["spec"]["template"]["spec"]["containers"][0]["args"]
+    warning = "No webhook.clientCA was given"
+    assert warning in notes(helm, tmp_path)
+    assert warning not in notes(helm, tmp_path, "webhook.clientCA.secretName=ca")
+    assert warning not in notes(helm, tmp_path, "webhook.evictionInterception.enabled=false")
+
+
 def test_the_notes_warn_when_the_webhook_has_no_ca(helm: Path, tmp_path: Path) -> None:
     warning = "No tls.caBundle was given"
     assert warning in notes(helm, tmp_path, "certManager.enabled=false")
