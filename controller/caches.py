@@ -444,7 +444,15 @@ class Caches:
             if pod is not placeholder and not pod["metadata"].get("deletionTimestamp")
         )
         claim = protocol.claim_of(reservation)
-        claimers = tuple(self.pods.by_index("claim", claim)) if claim else ()
+        # Only pods where its replacement is made: one elsewhere that copied the token
+        # (readable wherever Reservations are) would otherwise count as a second claimer
+        # and stall the handover.
+        namespace = protocol.placeholder_namespace(reservation)
+        claimers = tuple(
+            pod
+            for pod in (self.pods.by_index("claim", claim) if claim else ())
+            if pod["metadata"].get("namespace") == namespace
+        )
         accepted = []
         for pod in claimers:
             controller_uid, workload_uid = self.resolved_controller(pod)

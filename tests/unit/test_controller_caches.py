@@ -357,3 +357,18 @@ async def test_a_job_views_siblings_are_its_workloads_pods_in_its_namespace() ->
         "web-2",
     ]
     assert [p["metadata"]["name"] for p in workload["attacker/uid-web-rs"]] == ["decoy"]
+
+
+async def test_a_token_copied_to_a_pod_of_another_namespace_is_no_second_claimer() -> None:
+    """Whoever may read Reservations reads their claim token; a pod elsewhere carrying it
+    does not make the claim ambiguous (which would stall the handover): only pods where
+    the replacement is made count."""
+    cache, _ = caches()
+    rsv = reservation(phase="Available", node="node-1", annotations={keys.CLAIM: "tok"})
+    await watch(cache.reservations, "ADDED", rsv)
+    real = pod("web-2", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"})
+    copy = pod("copy", namespace="elsewhere", node=None, annotations={keys.CLAIM: "tok"})
+    for member in (real, copy):
+        await watch(cache.pods, "ADDED", member)
+    view = cache.reservation_view(rsv)
+    assert [p["metadata"]["name"] for p in view.claimers] == ["web-2"]
