@@ -722,7 +722,8 @@ def test_only_the_api_server_may_post_reviews_to_the_webhook(
 
     statuses, refused, probe = asyncio.run(attempts())
     assert statuses == [401, 401, 401]
-    assert refused.startswith("Client"), refused  # the TLS handshake failed
+    # Refused in the TLS handshake (with TLS 1.3 the client sees the connection dropped).
+    assert not refused.startswith("answered"), refused
     assert probe == 200
     jobs = cluster.get("podmigrationjobs")["items"]
     assert not [j for j in jobs if j["spec"]["podRef"].get("namespace") == namespace]
