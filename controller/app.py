@@ -51,6 +51,9 @@ class Controller:
         self.admission = Admission(self.caches, self.executor, args, admitted=self.queue.add)
 
     async def run(self, elector: LeaderElector) -> None:
+        # Each action first asks whether this replica still holds the lease: a loop that
+        # stalled past the renew deadline writes nothing more, even before `lost` is set.
+        self.executor.may_act = elector.still_leading
         informers = self.caches.informers
         tasks = [asyncio.create_task(informer.run()) for informer in informers]
         try:

@@ -52,16 +52,23 @@ class Executor:
         recorder: Recorder,
         *,
         written: Callable[[Resource, Object], None] | None = None,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self.kube = kube
         self.recorder = recorder
         self.written = written
         """Told of every object a write returns (create, patch, status), to keep caches
         current."""
+        self.may_act = may_act
+        """Asked before each action: False once this replica may no longer hold the lease
+        (`LeaderElector.still_leading`), when nothing more is done."""
 
     async def run(self, plan: Plan) -> Outcome:
         versions: Versions = {}
         for action in plan.actions:
+            if not self.may_act():
+                log.warning("not leading any more: %s and what follows not done", _describe(action))
+                return Outcome(done=False)
             try:
                 await self._one(action, versions)
             except KubeError as error:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 
@@ -21,6 +22,10 @@ Object = dict[str, Any]
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+
+WATCH_IDLE = 120.0
+"""Seconds a watch may stay silent: the API server sends a bookmark about once a minute
+(its watch cache's default), so a healthy watch is never silent this long."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,7 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float | None = 30.0,
+        timeout: float | aiohttp.ClientTimeout | None = 30.0,
     ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         response = await self.api.call_api(
@@ -295,6 +300,7 @@ class Kube:
         namespace: str | None = None,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        idle: float = WATCH_IDLE,
     ) -> AsyncIterator[Object]:
         """Watch events from `resource_version`, bookmarks included, until the server ends."""
         query = {
@@ -304,8 +310,12 @@ class Kube:
             "timeoutSeconds": timeout_seconds,
             "labelSelector": label_selector,
         }
+        # A connection that goes silent (half-open: a node of the API server lost, a
+        # load balancer's idle drop) ends once nothing came for WATCH_IDLE, bookmarks
+        # included, rather than at the request's end: the watch starts again from there.
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_connect=30, sock_read=idle)
         response = await self._call(
-            "GET", resource.path(namespace=namespace), query=query, timeout=timeout_seconds + 30
+            "GET", resource.path(namespace=namespace), query=query, timeout=timeout
         )
         async with response:
             async for line in response.content:

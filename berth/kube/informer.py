@@ -204,12 +204,21 @@ class Informer(Store):
             kind, obj = event.get("type"), event.get("object", {})
             if kind == "ERROR":
                 raise KubeError(int(obj.get("code", 500)), obj)
+            version = (obj.get("metadata") or {}).get("resourceVersion") if obj else None
             if kind == "BOOKMARK":
-                self.resource_version = obj["metadata"]["resourceVersion"]
+                self.resource_version = version or self.resource_version
                 continue
             if kind in ("ADDED", "MODIFIED", "DELETED"):
+                if not isinstance(version, str) or not version:
+                    # The API server always sets it: an event without one is skipped,
+                    # not met again on every watch from the same place.
+                    log.warning(
+                        "watch of %s: an event without resourceVersion, skipped",
+                        self.resource.plural,
+                    )
+                    continue
                 await self._apply(kind, obj)
-                self.resource_version = obj["metadata"]["resourceVersion"]
+                self.resource_version = version
             # The events of a burst arrive in one read, and the loop would handle them
             # all before anything else: requests, probes and lease renewals would wait
             # behind the burst. One event, then whatever else is ready.

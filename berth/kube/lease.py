@@ -120,6 +120,17 @@ class LeaderElector:
         self.lost = asyncio.Event()
         self.holder: str | None = None
         self.observation: Observation | None = None
+        self.renewed: float | None = None
+        """Loop time at the start of the last attempt that renewed the lease: the others
+        count its duration from no earlier than that."""
+
+    def still_leading(self) -> bool:
+        """Whether this replica may act now: it holds the lease and renewed it less than
+        `renew_deadline` ago (others may take it `duration` after its last renewal). A
+        loop that stalled past that acts no more, even before `run` notices."""
+        if not self.leading.is_set() or self.lost.is_set() or self.renewed is None:
+            return False
+        return asyncio.get_running_loop().time() - self.renewed < self.renew_deadline
 
     def _spec(self, *, acquire: str | None, transitions: int) -> dict[str, Any]:
         now = _micro(datetime.now(UTC))
@@ -189,9 +200,10 @@ class LeaderElector:
             # While leading, an attempt may take what is left of the renew deadline; while
             # standing by, as long as a whole deadline.
             deadline = (renewed if leading else loop.time()) + self.renew_deadline
+            started = loop.time()
             verdict = await self._attempt(deadline=deadline)
             if verdict == Verdict.OURS:
-                renewed = loop.time()
+                renewed = self.renewed = started
                 if not leading:
                     log.info("became leader (%s)", self.identity)
                     self.holder = self.identity

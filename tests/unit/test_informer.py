@@ -216,3 +216,23 @@ async def test_a_burst_of_events_lets_other_work_of_the_loop_run_between_them() 
     assert len(seen) == 1000
     assert taken_when_served == [1]
     assert informer.resource_version == "1000"
+
+
+async def test_an_event_without_a_resource_version_is_skipped_not_met_again() -> None:
+    """The API server always sets one; were it missing, the watch would start again from
+    the same place and meet the same event for ever."""
+    events = [
+        {"type": "ADDED", "object": on_node("p-1", "node-1", rv="1")},
+        {"type": "ADDED", "object": {"metadata": {"name": "odd", "namespace": "ns", "uid": "u"}}},
+        {"type": "BOOKMARK", "object": {"metadata": {}}},
+        {"type": "ADDED", "object": on_node("p-2", "node-1", rv="3")},
+    ]
+    seen: list[str] = []
+    informer = Informer(
+        cast(Kube, _Burst(events)),
+        PODS,
+        handler=lambda _, obj: seen.append(obj["metadata"]["name"]),
+    )
+    await informer._watch()
+    assert seen == ["p-1", "p-2"]
+    assert informer.resource_version == "3"

@@ -1,14 +1,21 @@
-"""Leader election's decisions, on the observer's own clock."""
+"""Leader election's decisions, on the observer's own clock; and the API connection's own
+timeouts (a renewal, a watch) against a server that stops answering."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import cast
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from berth.kube.client import Kube
+from berth.kube.client import PODS, Kube
+from berth.kube.events import Recorder
 from berth.kube.lease import LeaderElector, Observation, Record, Verdict, judge, observe
+from controller.actions import Event, Plan
+from controller.executor import Executor
 
 HTTP_TIMEOUT = 30.0
 """The Kube client's timeout for a request (`Kube.request`)."""
@@ -92,6 +99,63 @@ async def test_a_renewal_that_gets_no_answer_ends_at_the_renew_deadline() -> Non
         await asyncio.wait_for(elector.run(), timeout=HTTP_TIMEOUT / 2)
         assert elector.lost.is_set()
         assert hung, "the renewal reached the server"
+    finally:
+        server.close()
+        await kube.close()
+
+
+async def test_a_leader_acts_only_within_the_renew_deadline_of_its_last_renewal() -> None:
+    """Others may take the lease `duration` after its last renewal: a leader whose loop
+    stalled past `renew_deadline` acts no more, even before `run` notices (`lost`)."""
+    elector = LeaderElector(
+        cast(Kube, None), namespace="ns", name="l", identity="me", renew_deadline=7.0
+    )
+    now = asyncio.get_running_loop().time()
+    assert not elector.still_leading()  # never led
+    elector.leading.set()
+    elector.renewed = now - 1.0
+    assert elector.still_leading()
+    elector.renewed = now - 7.0
+    assert not elector.still_leading()
+    elector.renewed = now
+    elector.lost.set()
+    assert not elector.still_leading()
+
+
+async def test_an_executor_that_may_not_act_does_nothing() -> None:
+    """Asked before each action: nothing reaches the API server (here none: any call
+    would fail on it) once the replica may not act."""
+    executor = Executor(cast(Kube, None), cast(Recorder, None), may_act=lambda: False)
+    job = {"metadata": {"name": "j"}}
+    outcome = await executor.run(Plan().then(Event(job, "Reason", "message")))
+    assert not outcome.done
+
+
+async def drain(events: AsyncIterator[object]) -> None:
+    async for _ in events:
+        pass
+
+
+async def test_a_watch_that_goes_silent_ends_after_its_idle_time() -> None:
+    """A half-open connection (the API server's node lost, a load balancer's idle drop):
+    the response started, then nothing, not even a bookmark. The watch ends after its
+    idle time (0.2 s here) instead of at the request's end, minutes later."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(HTTP_TIMEOUT)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    kube = Kube(client.ApiClient(configuration))
+    try:
+        with pytest.raises(aiohttp.ServerTimeoutError):  # the socket's, not the guard's
+            await asyncio.wait_for(drain(kube.watch(PODS, resource_version="1", idle=0.2)), 15)
     finally:
         server.close()
         await kube.close()
