@@ -175,22 +175,31 @@ class Executor:
                         "deleteOptions": options,
                     }
                 )
-                await self.kube.patch(
-                    PODS,
-                    action.name,
-                    namespace=action.namespace,
-                    patch={"metadata": {"annotations": {keys.SOFT_EVICTION: value}}},
-                )
+                # The UID in the patch is the precondition: a new pod of that name (a
+                # StatefulSet's) fails validation ("field is immutable") untouched.
+                patch = {
+                    "metadata": {"uid": action.uid, "annotations": {keys.SOFT_EVICTION: value}}
+                }
+                await self.kube.patch(PODS, action.name, namespace=action.namespace, patch=patch)
             else:
                 options["preconditions"] = {"uid": action.uid}
                 await self.kube.evict(action.namespace, action.name, delete_options=options)
         except KubeError as error:
-            if error.not_found or (error.conflict and "precondition" in error.message.lower()):
+            if error.not_found or _another_pod(error):
                 return  # already gone, or a new pod of the same name: the old one is gone
             result = "blocked_by_pdb" if error.status == 429 else "failed"
             metrics.EVICTIONS.labels(policy=action.policy, result=result).inc()
             raise
         metrics.EVICTIONS.labels(policy=action.policy, result="evicted").inc()
+
+
+def _another_pod(error: KubeError) -> bool:
+    """Whether the API server refused a write to a pod for its UID precondition: the pod
+    of that name is another (the Eviction's preconditions; a patch carrying the UID)."""
+    message = error.message.lower()
+    return (error.conflict and "precondition" in message) or (
+        error.status == 422 and "metadata.uid" in message
+    )
 
 
 def _remember(versions: Versions, plural: str, obj: dict[str, Any]) -> None:

@@ -12,10 +12,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from berth.kube.client import PODS, Kube
-from berth.kube.events import Recorder
 from berth.kube.lease import LeaderElector, Observation, Record, Verdict, judge, observe
-from controller.actions import Event, Plan
-from controller.executor import Executor
 
 HTTP_TIMEOUT = 30.0
 """The Kube client's timeout for a request (`Kube.request`)."""
@@ -120,15 +117,6 @@ async def test_a_leader_acts_only_within_the_renew_deadline_of_its_last_renewal(
     elector.renewed = now
     elector.lost.set()
     assert not elector.still_leading()
-
-
-async def test_an_executor_that_may_not_act_does_nothing() -> None:
-    """Asked before each action: nothing reaches the API server (here none: any call
-    would fail on it) once the replica may not act."""
-    executor = Executor(cast(Kube, None), cast(Recorder, None), may_act=lambda: False)
-    job = {"metadata": {"name": "j"}}
-    outcome = await executor.run(Plan().then(Event(job, "Reason", "message")))
-    assert not outcome.done
 
 
 async def drain(events: AsyncIterator[object]) -> None:

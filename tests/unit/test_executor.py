@@ -1,0 +1,40 @@
+"""The executor's guards: nothing is done by a replica that may no longer act, and a
+write refused for the pod's UID precondition means the pod of that name is another."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+
+from berth.kube.client import Kube, KubeError
+from berth.kube.events import Recorder
+from controller.actions import Event, Plan
+from controller.executor import Executor, _another_pod
+
+
+async def test_an_executor_that_may_not_act_does_nothing() -> None:
+    """Asked before each action: nothing reaches the API server (here none: any call
+    would fail on it) once the replica may not act."""
+    executor = Executor(cast(Kube, None), cast(Recorder, None), may_act=lambda: False)
+    job = {"metadata": {"name": "j"}}
+    outcome = await executor.run(Plan().then(Event(job, "Reason", "message")))
+    assert not outcome.done
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "another"),
+    [
+        (409, "Precondition failed: UID in precondition: a, UID in object meta: b", True),
+        (422, 'Pod "web-0" is invalid: metadata.uid: Invalid value: "a": field is immutable', True),
+        (422, 'Pod "web-0" is invalid: spec: Forbidden: pod updates may not change fields', False),
+        (409, "Operation cannot be fulfilled: the object has been modified", False),
+        (429, "Cannot evict pod as it would violate the pod's disruption budget.", False),
+    ],
+)
+def test_a_write_refused_for_its_uid_precondition_means_another_pod(
+    status: int, message: str, another: bool
+) -> None:
+    """An eviction or a soft eviction's patch carries the pod's UID: refused for it, the
+    pod of that name is a new one (a StatefulSet's), and the old one is gone."""
+    assert _another_pod(KubeError(status, {"message": message})) is another
