@@ -91,12 +91,13 @@ class WorkQueue:
         if key in self._dirty:
             self._queue.put_nowait(key)
 
-    def retry(self, key: str) -> float:
-        """Add the key again after a back-off that doubles with each failure in a row;
-        returns the delay."""
+    def retry(self, key: str, *, first: float | None = None, limit: float | None = None) -> float:
+        """Add the key again after a back-off that doubles with each failure in a row
+        (from `first` and up to `limit`, when given); returns the delay."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        delay = min(self.base_delay * 2.0 ** min(failures, 32), self.max_delay)
+        base = self.base_delay * 2.0 if first is None else first
+        delay = min(base * 2.0 ** min(failures - 1, 32), limit or self.max_delay)
         self.add_after(key, delay)
         return delay
 

@@ -24,7 +24,17 @@ from controller.queue import NAMESPACE, RESERVATION, WorkQueue, split
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR = 2.0
-"""When to try again after a plan failed on an API error."""
+"""When to try again after a plan failed on an API error, doubled with each failure of
+the key's passes in a row..."""
+RETRY_AFTER_ERROR_MAX = 30.0
+"""...up to this: an API server that throttles or fails is not asked ever faster."""
+
+
+class ApiFailure(Exception):
+    """A pass's plan stopped on an API error (not a lost race, not a refused eviction,
+    which its plan handles): the key is tried again with back-off."""
+
+
 RETRY_AFTER_CONFLICT = 0.2
 """When to try again after a write lost a race: the cache is about to show the winner."""
 
@@ -47,9 +57,10 @@ class Reconciler:
         plan, outcome = ran
         if outcome.done:
             return plan.requeue_after
-        if not outcome.conflict and outcome.eviction_refused is None:
-            metrics.RECONCILE_ERRORS.labels(kind=kind).inc()
-        return RETRY_AFTER_CONFLICT if outcome.conflict else RETRY_AFTER_ERROR
+        if outcome.conflict or outcome.eviction_refused is not None:
+            return RETRY_AFTER_CONFLICT if outcome.conflict else RETRY_AFTER_ERROR
+        metrics.RECONCILE_ERRORS.labels(kind=kind).inc()
+        raise ApiFailure(key)
 
     async def _reservation(self, name: str) -> tuple[Plan, Outcome] | None:
         reservation = self.caches.reservations.get(name)
@@ -97,6 +108,9 @@ async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | No
         key = await queue.get()
         try:
             again = await reconcile(key)
+        except ApiFailure:
+            # Said by the executor; tried again ever later, as long as it fails.
+            queue.retry(key, first=RETRY_AFTER_ERROR, limit=RETRY_AFTER_ERROR_MAX)
         except Exception:
             # A bug or an object we cannot handle: say so, and back off so that one bad
             # object never floods the log or starves the others.

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from controller.queue import WorkQueue
-from controller.reconcile import work
+from controller.reconcile import ApiFailure, work
 
 Reconcile = Callable[[str], Awaitable[float | None]]
 
@@ -120,3 +120,18 @@ async def test_back_off_has_a_ceiling() -> None:
     assert [queue.retry("job/a") for _ in range(12)][-3:] == [300.0, 300.0, 300.0]
     queue.forget("job/a")
     assert queue.retry("job/a") == 4.0
+
+
+async def test_a_pass_that_fails_on_the_api_backs_off_from_two_seconds_to_thirty() -> None:
+    """An API server that throttles (429) or fails (5xx, 403) is asked ever later, not
+    every 2 s for ever; a pass that succeeds starts afresh."""
+    queue = Instant(until=7)
+
+    async def fail(key: str) -> None:
+        await asyncio.sleep(0)
+        raise ApiFailure(key)
+
+    async with workers(queue, fail, 1):
+        queue.add("job/a")
+        await asyncio.wait_for(queue.enough.wait(), 2)
+    assert queue.delays[:7] == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
