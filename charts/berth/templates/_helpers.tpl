@@ -133,7 +133,7 @@ with "config" true, the controller's configuration file. Called with
   mountPath: /tmp
 {{- end -}}
 
-{{/* Probes of a server on its https port. */}}
+{{/* Probes of a server on its https port, and its stop. */}}
 {{- define "berth.probes" -}}
 livenessProbe:
   httpGet:
@@ -147,6 +147,13 @@ readinessProbe:
     path: /readyz
     port: https
   periodSeconds: 5
+# The Service's endpoints drop a terminating pod a moment after it is told to
+# stop: it serves that moment on (SIGTERM comes after this sleep), so that a
+# call routed to it meanwhile is still answered.
+lifecycle:
+  preStop:
+    sleep:
+      seconds: 5
 {{- end -}}
 
 {{/* Preferred anti-affinity, so that the two replicas run on two nodes when they can. */}}
