@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import signal
 import ssl
@@ -199,12 +200,24 @@ class ServingCertificate:
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     def parse(text: str) -> float:
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its error message
     return parse
+
+
+positive_seconds = _positive(float)
+"""A flag's type: a finite number of seconds above zero."""
+
+
+def port(text: str) -> int:
+    """A flag's type: a TCP port, 0 (any free one) to 65535."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, not {text}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -224,7 +237,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         parser.add_argument(
             flag,
-            type=_positive(float),
+            type=positive_seconds,
             default=default,
             metavar="SECONDS",
             help=f"time a client gets {text}, else the connection is dropped (default {default:g})",

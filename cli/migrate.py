@@ -16,10 +16,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+import aiohttp
+
 from berth import eviction
 from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES
 from berth.exits import CONFIG_ERRORS, bad_config
-from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
+from berth.kube.client import NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError, default_namespace
+from berth.protocol import is_object_name
 
 Object = dict[str, Any]
 POLL = 1.0
@@ -132,24 +135,20 @@ async def _create(kube: Kube, pods: list[Object], args: argparse.Namespace) -> l
 
 
 async def _run(args: argparse.Namespace) -> int:
+    problem = _bad_names(args)
+    if problem:
+        print(f"kubectl-migrate: {problem}", file=sys.stderr)
+        return 2
     kube = await Kube.connect(args.kubeconfig)
     try:
         if args.target == "pod":
-            pods = [await kube.get(PODS, args.name, args.namespace)]
+            namespace = args.namespace or default_namespace(args.kubeconfig)
+            pods = [await kube.get(PODS, args.name, namespace)]
         else:
-            listed = await kube.list(
-                PODS, namespace=args.namespace, field_selector=f"spec.nodeName={args.name}"
-            )
-            pods = []
-            for pod in listed.get("items", []):
-                reason = why_not_migratable(pod)
-                if reason:
-                    print(
-                        f"skipping {pod['metadata']['namespace']}/{pod['metadata']['name']}: "
-                        f"{reason}"
-                    )
-                else:
-                    pods.append(pod)
+            if not await _node_exists(kube, args.name):
+                print(f"kubectl-migrate: no node {args.name}", file=sys.stderr)
+                return 1
+            pods = await _migratable_on(kube, args.name, args.namespace)
             if not pods:
                 print(f"no migratable pod on node {args.name}")
                 return 0
@@ -165,8 +164,47 @@ async def _run(args: argparse.Namespace) -> int:
     except KubeError as error:
         print(f"kubectl-migrate: {error.message}", file=sys.stderr)
         return 1
+    except (aiohttp.ClientError, TimeoutError) as error:
+        print(f"kubectl-migrate: the API server cannot be reached: {error!r}", file=sys.stderr)
+        return 1
     finally:
         await kube.close()
+
+
+async def _migratable_on(kube: Kube, node: str, namespace: str | None) -> list[Object]:
+    """The pods on `node` (of `namespace`, when given) that may be migrated; the others
+    are named with the reason."""
+    listed = await kube.list(PODS, namespace=namespace, field_selector=f"spec.nodeName={node}")
+    pods = []
+    for pod in listed.get("items", []):
+        reason = why_not_migratable(pod)
+        if reason:
+            metadata = pod["metadata"]
+            print(f"skipping {metadata['namespace']}/{metadata['name']}: {reason}")
+        else:
+            pods.append(pod)
+    return pods
+
+
+async def _node_exists(kube: Kube, name: str) -> bool:
+    """False only when the API server says there is no such node (a user who may not
+    read nodes is not stopped: the pods on it are listed all the same)."""
+    try:
+        await kube.get(NODES, name)
+    except KubeError as error:
+        if error.not_found:
+            return False
+        if error.status != 403:
+            raise
+    return True
+
+
+def _bad_names(args: argparse.Namespace) -> str | None:
+    """What in the names given cannot name a pod, node or namespace (None: nothing)."""
+    for what, value in ((args.target, args.name), ("namespace", args.namespace)):
+        if value is not None and not is_object_name(value):
+            return f"{value!r} is not a {what} name"
+    return None
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -183,7 +221,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         sub = targets.add_parser(target, help=help_text)
         sub.add_argument("name", help=f"the {target}'s name")
         if target == "pod":
-            sub.add_argument("-n", "--namespace", default="default")
+            sub.add_argument(
+                "-n", "--namespace", default=None, help="(default: the context's namespace)"
+            )
             sub.add_argument("--to", metavar="NODE", help="reserve the place on this node")
         else:
             sub.add_argument(
@@ -209,6 +249,9 @@ def _handle(args: argparse.Namespace) -> int:
         return asyncio.run(_run(args))
     except CONFIG_ERRORS as error:
         return bad_config("kubectl-migrate", error)
+    except KeyboardInterrupt:
+        print("kubectl-migrate: interrupted; the jobs created go on", file=sys.stderr)
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:

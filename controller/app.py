@@ -107,9 +107,14 @@ async def run(
     add_metrics(app)
     server = asyncio.create_task(serve(app, host="0.0.0.0", port=health_port, tls=tls))
     election = asyncio.create_task(elector.run())
+    running = asyncio.create_task(controller.run(elector))
     try:
-        await controller.run(elector)
+        # The health server failing (its port taken, its certificate unreadable) ends the
+        # controller too, saying why: probes would otherwise fail with nothing logged.
+        done, _ = await asyncio.wait({running, server}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
     finally:
-        server.cancel()
-        election.cancel()
+        for task in (running, server, election):
+            task.cancel()
         await kube.close()

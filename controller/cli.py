@@ -8,8 +8,11 @@ import contextlib
 import sys
 from pathlib import Path
 
+import aiohttp
+
 from berth import log, server
 from berth.exits import CONFIG_ERRORS, bad_config
+from berth.kube.client import KubeError
 from berth.settings import load_args
 from controller.app import run
 
@@ -35,7 +38,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--health-port",
-        type=int,
+        type=server.port,
         default=8080,
         help="port of /healthz, /readyz and /metrics (default 8080)",
     )
@@ -65,4 +68,14 @@ def handle(args: argparse.Namespace) -> int:
             )
     except CONFIG_ERRORS as error:
         return bad_config("berth controller", error)
+    except KubeError as error:  # the admission key's Secret, before anything else is read
+        print(
+            f"berth controller: the API server refused to start it ({error}); check "
+            f"--lease-namespace {args.lease_namespace} and the controller's RBAC",
+            file=sys.stderr,
+        )
+        return 1
+    except (aiohttp.ClientError, OSError) as error:  # unreachable, or a port in use
+        print(f"berth controller: {error!r}", file=sys.stderr)
+        return 1
     return 0

@@ -28,7 +28,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "else $KUBECONFIG or ~/.kube/config)",
     )
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=8443, help="port (default 8443)")
+    parser.add_argument("--port", type=server.port, default=8443, help="port (default 8443)")
     server.add_tls_arguments(
         parser,
         plain="anyone on the network path can read and forge what kube-scheduler and the "

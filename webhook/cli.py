@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "else $KUBECONFIG or ~/.kube/config)",
     )
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
+    parser.add_argument("--port", type=server.port, default=9443, help="HTTPS port (default 9443)")
     parser.add_argument(
         "--tls-cert-file",
         type=Path,
@@ -41,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--request-deadline",
-        type=float,
+        type=server.positive_seconds,
         default=DEADLINE,
         metavar="SECONDS",
         help="time one review's work may take, API calls included; keep it below the "
@@ -69,9 +69,6 @@ def handle(args: argparse.Namespace) -> int:
         if path is not None and not path.is_file():
             print(f"berth webhook: {path}: no such file", file=sys.stderr)
             return 1
-    if args.request_deadline <= 0:
-        print("berth webhook: --request-deadline must be positive", file=sys.stderr)
-        return 1
     try:
         settings = load_args(args.config) if args.config else MigrationControllerArgs()
     except CONFIG_ERRORS as error:

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yaml
 from kubernetes_asyncio import client, config
 
 Object = dict[str, Any]
@@ -74,6 +75,31 @@ NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 
 class KubeconfigError(Exception):
     """No usable kubeconfig: the message names the file and what is wrong with it."""
+
+
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def default_namespace(kubeconfig: Path | None = None) -> str:
+    """The namespace a command works in when none is given, as kubectl's: the current
+    context's, else the ServiceAccount's in a cluster, else "default"."""
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            return IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
+        except OSError:
+            return "default"
+    try:
+        loaded = yaml.safe_load(_kubeconfig_file(kubeconfig).read_text())
+    except (KubeconfigError, OSError, yaml.YAMLError):
+        return "default"  # `Kube.connect` says what is wrong with it
+    if not isinstance(loaded, dict):
+        return "default"
+    current = loaded.get("current-context")
+    for entry in loaded.get("contexts") or []:
+        if isinstance(entry, dict) and entry.get("name") == current:
+            namespace = (entry.get("context") or {}).get("namespace")
+            return namespace if isinstance(namespace, str) and namespace else "default"
+    return "default"
 
 
 def _kubeconfig_file(given: Path | None) -> Path:

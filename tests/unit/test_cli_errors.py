@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from berth import tls
+from berth.kube.client import default_namespace
+from devtools.processes import free_port
 
 COMMANDS = {
     "berth controller": ["-m", "cli.berth", "controller", "--insecure", "--health-port=0"],
@@ -74,3 +77,78 @@ def test_a_bad_controller_configuration_file(tmp_path: Path) -> None:
     line = one_line(run([*COMMANDS["berth controller"], f"--config={config}"], tmp_path))
     assert line.startswith(f"berth controller: {config}: ")
     assert "foo: unknown key" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["-m", "cli.berth", "webhook", "{certs}", "--port=70000"], "must be a port from 0"),
+        (["-m", "cli.berth", "extender", "--insecure", "--port=-5"], "must be a port from 0"),
+        (["-m", "cli.berth", "controller", "--insecure", "--health-port=70000"], "a port"),
+        (["-m", "cli.berth", "webhook", "{certs}", "--request-deadline=nan"], "positive number"),
+        (["-m", "cli.berth", "webhook", "{certs}", "--idle-timeout=inf"], "positive number"),
+    ],
+)
+def test_a_flag_out_of_its_range_is_named(argv: list[str], problem: str, tmp_path: Path) -> None:
+    result = run(argv, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert problem in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["-m", "cli.migrate", "pod", ""], "'' is not a pod name"),
+        (["-m", "cli.migrate", "pod", "web", "-n", "Prod"], "'Prod' is not a namespace name"),
+        (["-m", "cli.migrate", "node", "../nodes"], "'../nodes' is not a node name"),
+    ],
+)
+def test_kubectl_migrate_refuses_a_name_no_object_can_have(
+    argv: list[str], problem: str, tmp_path: Path
+) -> None:
+    assert problem in one_line(run(argv, tmp_path))
+
+
+def kubeconfig_to_a_closed_port(tmp_path: Path, namespace: str | None = None) -> Path:
+    context: dict[str, str] = {"cluster": "c", "user": "u"}
+    if namespace:
+        context["namespace"] = namespace
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "ctx", "context": context}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "cli.migrate", "pod", "web-1"],
+        ["-m", "cli.berth", "controller", "--insecure", "--health-port=0"],
+    ],
+)
+def test_an_api_server_that_cannot_be_reached_is_said_on_one_line(
+    argv: list[str], tmp_path: Path
+) -> None:
+    result = run([*argv, f"--kubeconfig={kubeconfig_to_a_closed_port(tmp_path)}"], tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Connect" in result.stderr.strip().splitlines()[-1]
+
+
+def test_the_namespace_of_a_command_is_the_contexts_as_kubectl_s(tmp_path: Path) -> None:
+    assert default_namespace(kubeconfig_to_a_closed_port(tmp_path, "prod")) == "prod"
+    assert default_namespace(kubeconfig_to_a_closed_port(tmp_path)) == "default"
+    assert default_namespace(tmp_path / "missing") == "default"
