@@ -82,3 +82,26 @@ def is_healthy(pod: Object) -> bool:
     """Running, Ready and not terminating: what a PodDisruptionBudget counts as healthy,
     so evicting the pod takes one of its disruptions."""
     return protocol.is_ready(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
+PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
+
+
+def delete_options_problem(options: object) -> str | None:
+    """What in DeleteOptions (a job's, or defaultDeleteOptions; free-form, as the seeds'
+    metav1.DeleteOptions) Berth cannot pass on, as the rest of a sentence after the
+    field's name (` is not an object`, `.gracePeriodSeconds '60' is ...`); None: nothing.
+    Only the fields Berth uses are read: gracePeriodSeconds and propagationPolicy."""
+    if options is None:
+        return None
+    if not isinstance(options, Mapping):
+        return " is not an object"
+    grace = options.get("gracePeriodSeconds")
+    if grace is not None and (
+        isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace < 2**63
+    ):
+        return f".gracePeriodSeconds {grace!r} is not a number of seconds"
+    policy = options.get("propagationPolicy")
+    if policy is not None and policy not in PROPAGATION_POLICIES:
+        return f".propagationPolicy {policy!r} is not one of {', '.join(PROPAGATION_POLICIES)}"
+    return None

@@ -83,11 +83,14 @@ def parse_selector(text: str) -> dict[str, Any]:
                 }
             )
         elif match["set"]:
+            values = [v.strip() for v in match["values"].split(",") if v.strip()]
+            if not values:  # as kubectl: a set needs one value at least
+                raise ValueError(f"{part.strip()!r} names no value in its set")
             expressions.append(
                 {
                     "key": match["key"],
                     "operator": "In" if match["set"] == "in" else "NotIn",
-                    "values": [v.strip() for v in match["values"].split(",") if v.strip()],
+                    "values": values,
                 }
             )
         else:

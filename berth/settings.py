@@ -13,6 +13,7 @@ and the key, instead of surfacing later as a surprising migration.
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from datetime import timedelta
 from enum import StrEnum
@@ -35,6 +36,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from berth.api import Duration, LabelSelector, PodMigrationJobMode, format_duration
+from berth.eviction import delete_options_problem
 from berth.scheduling import parse_selector
 
 DEFAULT_SCHEDULER_NAMES = ("default-scheduler", "koord-scheduler")
@@ -63,12 +65,19 @@ def _int_or_percent(value: object) -> int | str:
     """An IntOrString as the Kubernetes API uses it: a count (5) or a percentage ("10%")."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
-        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+%", value):
+        return f"{int(value[:-1])}%"  # "00%" is 0%: by size, as 0 is
     raise ValueError(f"{value!r} is neither a non-negative integer nor a percentage like 10%")
 
 
 IntOrPercent = Annotated[int | str, PlainValidator(_int_or_percent)]
+
+
+def _delete_options(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    problem = delete_options_problem(value)
+    if problem:
+        raise ValueError(f"defaultDeleteOptions{problem}")
+    return value
 
 
 def _rate(value: object) -> float:
@@ -253,7 +262,7 @@ class MigrationControllerArgs(_Args):
     """The most evictions let through at once (the token bucket's size)."""
     eviction_policy: EvictionPolicy = EvictionPolicy.EVICTION
     """How a pod is removed: Eviction, Delete or SoftEviction."""
-    default_delete_options: dict[str, Any] | None = None
+    default_delete_options: Annotated[dict[str, Any] | None, AfterValidator(_delete_options)] = None
     """Delete options for evictions when a job sets none (meta v1 DeleteOptions)."""
     arbitration_args: ArbitrationArgs = Field(default_factory=ArbitrationArgs)
     """Arbitration of pending jobs."""

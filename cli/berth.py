@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return handler(args)
     except CONFIG_ERRORS as error:
         return bad_config(f"berth {args.command}", error)
-    except ValueError as error:
+    except (ValueError, OSError) as error:  # a bad value; a file that cannot be written
         print(f"berth: {error}", file=sys.stderr)
         return 1
 

@@ -16,6 +16,7 @@ from berth.api import (
     keys,
     parse_duration,
 )
+from berth.eviction import delete_options_problem
 from berth.kube.client import PODMIGRATIONJOBS
 from controller.actions import Event, Patch, Plan
 from controller.arbitration.candidates import Candidate
@@ -81,9 +82,6 @@ def _spec_step(view: JobView, status: Object) -> Plan | None:
     return None
 
 
-PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
-
-
 def spec_problem(spec: Mapping[str, Any]) -> str | None:
     """What in a job's spec, which its schema lets in, cannot be carried out (None:
     nothing): a ttl that is no Go duration, deleteOptions (free-form in the schema, as
@@ -95,23 +93,8 @@ def spec_problem(spec: Mapping[str, Any]) -> str | None:
             parse_duration(ttl)
         except ValueError as error:
             return f"spec.ttl: {error}"
-    options = spec.get("deleteOptions")
-    if options is None:
-        return None
-    if not isinstance(options, Mapping):
-        return "spec.deleteOptions is not an object"
-    grace = options.get("gracePeriodSeconds")
-    if grace is not None and (
-        isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace < 2**63
-    ):
-        return f"spec.deleteOptions.gracePeriodSeconds {grace!r} is not a number of seconds"
-    policy = options.get("propagationPolicy")
-    if policy is not None and policy not in PROPAGATION_POLICIES:
-        return (
-            f"spec.deleteOptions.propagationPolicy {policy!r} is not one of "
-            f"{', '.join(PROPAGATION_POLICIES)}"
-        )
-    return None
+    problem = delete_options_problem(spec.get("deleteOptions"))
+    return f"spec.deleteOptions{problem}" if problem else None
 
 
 def _pending(view: JobView, status: Object, *, due: datetime) -> Plan:

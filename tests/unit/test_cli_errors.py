@@ -152,3 +152,16 @@ def test_the_namespace_of_a_command_is_the_contexts_as_kubectl_s(tmp_path: Path)
     assert default_namespace(kubeconfig_to_a_closed_port(tmp_path, "prod")) == "prod"
     assert default_namespace(kubeconfig_to_a_closed_port(tmp_path)) == "default"
     assert default_namespace(tmp_path / "missing") == "default"
+
+
+def test_a_file_that_cannot_be_written_is_said_on_one_line(tmp_path: Path) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    for argv in (
+        ["-m", "cli.berth", "certs", f"--out={taken}"],
+        ["-m", "cli.berth", "crds", f"--out={taken}/x"],
+    ):
+        result = run(argv, tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert str(taken) in result.stderr

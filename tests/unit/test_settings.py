@@ -184,6 +184,11 @@ flowControlBurst: 5
          "maxMigratingPerWorkload: 'ten' is neither a non-negative"),
         ("maxUnavailablePerWorkload: 10.5%", "maxUnavailablePerWorkload: '10.5%' is neither"),
         ("maxUnavailablePerWorkload: -1", "maxUnavailablePerWorkload: -1 is neither"),
+        ("maxMigratingPerWorkload: \"\u00b2%\"", "maxMigratingPerWorkload: '\u00b2%' is neither"),
+        ("defaultDeleteOptions: {gracePeriodSeconds: '60'}",
+         "defaultDeleteOptions.gracePeriodSeconds '60' is not a number of seconds"),
+        ("defaultDeleteOptions: {propagationPolicy: Later}",
+         "defaultDeleteOptions.propagationPolicy 'Later' is not one of"),
         ("defaultJobMode: Reservation", "defaultJobMode: input should be 'ReservationFirst' or"),
         ("defaultJobTTL: soon", "defaultJobTTL: 'soon' is not a Go duration such as 90s"),
         ("defaultJobTTL: 300", "defaultJobTTL: 300 is not a Go duration string"),
@@ -199,6 +204,7 @@ flowControlBurst: 5
          "evictionPolicy: input should be 'Eviction', 'Delete' or 'SoftEviction'"),
         ("nodeSelector: false", "nodeSelector: input should be a valid string, got False"),
         ("nodeSelector: a in (b", "nodeSelector: 'a in (b' is not a label selector requirement"),
+        ("nodeSelector: pool in ()", "nodeSelector: 'pool in ()' names no value in its set"),
         ("nodeSelector: 'pool=general,!'",
          "nodeSelector: '!' is not a label selector requirement"),
         ("namespaces: {include: kube-system}", "namespaces.include: input should be a valid list"),
@@ -260,6 +266,11 @@ def test_each_problem_gets_its_own_line(tmp_path: Path) -> None:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read"):
         load_args(tmp_path / "missing.yaml")
+
+
+def test_a_percentage_of_zero_is_by_size_however_written(tmp_path: Path) -> None:
+    args = load_args(write(tmp_path, "maxMigratingPerWorkload: 00%"))
+    assert args.max_migrating_per_workload == "0%"
 
 
 def test_args_are_immutable() -> None:
