@@ -145,6 +145,33 @@ def _name(view: ReservationView) -> str:
     return str(view.reservation["metadata"]["name"])
 
 
+def spec_problem(reservation: Object) -> str | None:
+    """Why the Reservation holds no place Berth can make, if so: its spec is what the
+    schema lets in (a template is free-form), yet its placeholder, its capacity or its
+    expiry cannot be worked out from it. Said once, rather than failing every pass."""
+    try:
+        expires_at(reservation)
+        allocatable_of(reservation)
+        placeholder_for(reservation, image="pause")
+    except (TypeError, AttributeError, ValueError, KeyError) as error:
+        return f"its spec cannot be carried out ({type(error).__name__}: {str(error)[:200]})"
+    return None
+
+
+def _ended(
+    view: ReservationView, status: Object, reason: str, message: str, *, event_type: str
+) -> tuple[Action, ...]:
+    """The Reservation Failed for `reason`: its status, then an event saying why."""
+    status = with_condition(
+        status, kind=Condition.READY, state="False", reason=reason, message=message, now=view.now
+    )
+    status["phase"] = ReservationPhase.FAILED
+    return (
+        _status(view, status),
+        Event(view.reservation, reason, f"Reservation {_name(view)!r}: {message}", type=event_type),
+    )
+
+
 def decide(view: ReservationView) -> Plan:
     """The next step for one Reservation."""
     reservation = view.reservation
@@ -157,6 +184,9 @@ def decide(view: ReservationView) -> Plan:
         return plan.then(*_delete_stranded(view)).again_in(HANDOVER_POLL)
     if phase in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
         return _cleanup(view, plan, released=phase == ReservationPhase.FAILED)
+    invalid = spec_problem(reservation)
+    if invalid is not None:
+        return plan.then(*_ended(view, status, Reason.INVALID, invalid, event_type="Warning"))
     if view.now >= expires_at(reservation):
         status = with_condition(
             status,

@@ -66,6 +66,9 @@ class ReservationReason(StrEnum):
     """Ready=False: the owner was deleted before it was bound (phase Failed)."""
     RELEASED = "Released"
     """Ready=False: its job ended (phase Failed)."""
+    INVALID = "Invalid"
+    """Ready=False: its spec, which the schema lets in, holds no place Berth can make (a
+    template without containers, an unreadable quantity or ttl) (phase Failed)."""
     RESERVATION_EXPIRED = "ReservationExpired"
     """Event: it expired and its capacity is released."""
     RESERVATION_CLAIMED = "ReservationClaimed"

@@ -9,11 +9,11 @@ opens it again before the next attempt.
 from __future__ import annotations
 
 from berth import protocol
-from berth.api import ReservationPhase, keys
+from berth.api import ReservationConditionType, ReservationPhase, keys
 from berth.kube.client import RESERVATIONS
 from controller.actions import Patch
 from controller.jobs.view import CONSUMABLE_SETTLE, JobView, Object
-from controller.status import micro_timestamp
+from controller.status import condition, micro_timestamp
 
 
 def opening(view: JobView) -> Patch:
@@ -53,7 +53,11 @@ def ended_before_eviction(reservation: Object) -> str:
             f"Reservation {name!r} was taken by pod {named[0]}, which the workload made "
             "before the pod was evicted"
         )
-    return f"Reservation {name!r} is {phase} before it was used"
+    ready = condition(reservation.get("status") or {}, ReservationConditionType.READY) or {}
+    why = (
+        f" ({ready['message']})" if ready.get("status") == "False" and ready.get("message") else ""
+    )
+    return f"Reservation {name!r} is {phase} before it was used{why}"
 
 
 def settling(view: JobView) -> float | None:

@@ -87,12 +87,19 @@ def spec_problem(spec: Mapping[str, Any]) -> str | None:
     nothing): a ttl that is no Go duration, deleteOptions (free-form in the schema, as
     the seeds' metav1.DeleteOptions) whose fields Berth passes on are of the wrong type.
     Said at once, before anything is created or evicted."""
-    ttl = spec.get("ttl")
-    if ttl:
-        try:
-            parse_duration(ttl)
-        except ValueError as error:
-            return f"spec.ttl: {error}"
+    template = ((spec.get("reservationOptions") or {}).get("template") or {}).get("spec")
+    for field, ttl in (
+        ("spec.ttl", spec.get("ttl")),
+        (
+            "spec.reservationOptions.template.spec.ttl",
+            template.get("ttl") if isinstance(template, Mapping) else None,
+        ),
+    ):
+        if ttl:
+            try:
+                parse_duration(ttl)
+            except (ValueError, TypeError) as error:
+                return f"{field}: {error}"
     problem = delete_options_problem(spec.get("deleteOptions"))
     return f"spec.deleteOptions{problem}" if problem else None
 

@@ -319,7 +319,7 @@ def _parse_error(text: str) -> str | None:
             ReservationReason,
             ["Scheduled", "Unschedulable", "Lost", "PriorityClassMismatch", "Available",
              "Allocated", "Expired",
-             "OwnerGone", "Released", "ReservationExpired", "ReservationClaimed",
+             "OwnerGone", "Released", "Invalid", "ReservationExpired", "ReservationClaimed",
                 "ReservationClaimRefused",
                 "ReservationClaimReleased",
              "ReservationHandover", "ReservationReleased", "ReservationGateRemoved",

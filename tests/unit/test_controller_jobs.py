@@ -436,6 +436,11 @@ def test_a_pod_that_stays_terminating_ends_its_job_at_the_ttl(mode: str) -> None
             id="a ttl beyond a Go duration",
         ),
         pytest.param(
+            {"reservationOptions": {"template": {"spec": {"ttl": "3000000h"}}}},
+            "spec.reservationOptions.template.spec.ttl: '3000000h' is longer than",
+            id="the template's ttl beyond a Go duration",
+        ),
+        pytest.param(
             {"deleteOptions": {"gracePeriodSeconds": "60"}},
             "spec.deleteOptions.gracePeriodSeconds '60' is not a number of seconds",
             id="a grace period as a string",

@@ -425,3 +425,45 @@ def test_an_ended_reservation_deletes_a_pod_tied_to_a_deleted_node_rather_than_u
     owner = tied("web-2", gates=[keys.RESERVATION_GATE])
     plan = rsv_plan(failed, ph=None, owner=owner, stranded=(owner,))
     assert kinds(plan) == ["Delete:pods", "Event:StrandedPodDeleted"]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        pytest.param({"template": {}}, "KeyError", id="a template without a spec"),
+        pytest.param(
+            {"template": {"spec": {"containers": "app"}}},
+            "AttributeError",
+            id="containers a string",
+        ),
+        pytest.param(
+            {
+                "template": {
+                    "spec": {
+                        "containers": [{"name": "a", "resources": {"requests": {"cpu": "abc"}}}]
+                    }
+                }
+            },
+            "invalid quantity 'abc'",
+            id="an unreadable quantity",
+        ),
+        pytest.param(
+            {"ttl": "2562048h"}, "longer than a Go duration can be", id="a ttl beyond Go's"
+        ),
+    ],
+)
+def test_a_reservation_berth_cannot_make_a_place_for_fails_once_saying_why(
+    change: dict[str, Any], problem: str
+) -> None:
+    """The schema lets these in (a template is free-form); no placeholder can be made from
+    them: the Reservation fails at once (Ready=False, Invalid) with a Warning event, rather
+    than every pass raising until someone notices."""
+    rsv = reservation()
+    rsv["spec"].update(change)
+    plan = rsv_plan(rsv)
+    assert kinds(plan) == ["UpdateStatus:reservations", "Event:Invalid"]
+    status = status_of(plan)
+    assert status["phase"] == "Failed"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Invalid")
+    assert problem in ready["message"]
