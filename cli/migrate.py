@@ -32,7 +32,8 @@ COLUMNS = ("JOB", "PHASE", "STATUS", "NODE", "POD", "NEWPOD", "MESSAGE")
 def job_for(pod: Mapping[str, Any], *, to: str | None, mode: str, ttl: str, paused: bool) -> Object:
     """The PodMigrationJob that moves `pod` (to node `to`, when given)."""
     metadata = pod["metadata"]
-    name = f"{metadata['name'][:40]}-{uuid.uuid4().hex[:6]}"
+    # A pod's name cut where a dot or a dash ends it would make no object name.
+    name = f"{metadata['name'][:40].rstrip('.-')}-{uuid.uuid4().hex[:6]}"
     spec: Object = {
         "paused": paused,
         "ttl": ttl,

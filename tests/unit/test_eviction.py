@@ -11,9 +11,9 @@ import pytest
 
 from berth.api import keys
 from berth.eviction import eviction_cost, forbidden, is_healthy
-from berth.protocol import controlled_key
+from berth.protocol import controlled_key, is_object_name
 from berth.settings import MigrationControllerArgs
-from cli.migrate import why_not_migratable
+from cli.migrate import job_for, why_not_migratable
 from controller.arbitration import Snapshot, arbitrate
 from tests.unit.builders import T0, job, placeholder, pod, ts
 
@@ -194,3 +194,11 @@ def test_is_healthy(change: Callable[[Object], object], healthy: bool) -> None:
     target = pod()
     change(target)
     assert is_healthy(target) is healthy
+
+
+@pytest.mark.parametrize("name", ["a" * 39 + ".b", "a" * 39 + "-b", "web-0"])
+def test_kubectl_migrates_job_name_is_an_object_name_whatever_the_pod_is_called(name: str) -> None:
+    target = {"metadata": {"name": name, "namespace": "default", "uid": "u"}}
+    made = job_for(target, to=None, mode="ReservationFirst", ttl="5m", paused=False)
+    assert is_object_name(made["metadata"]["name"])
+    assert ".-" not in made["metadata"]["name"]
