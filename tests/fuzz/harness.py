@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from kubernetes_asyncio import client
 
 from berth import tls as berth_tls
+from berth.kube.client import Kube
 from berth.server import MAX_BODY, Limits, Tls, serve
 from devtools.processes import free_port
 
@@ -110,6 +112,16 @@ class Client:
         if self.connection is not None:
             self.connection.close()
             self.connection = None
+
+
+def unreachable_kube(stack: AsyncExitStack) -> Kube:
+    """A Kube client whose API server is a closed port: every call it makes fails. Closed
+    with `stack`."""
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{free_port()}"
+    kube = Kube(client.ApiClient(configuration))
+    stack.push_async_callback(kube.close)
+    return kube
 
 
 @contextmanager

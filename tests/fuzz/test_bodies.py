@@ -13,16 +13,13 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client
 
-from berth.kube.client import Kube
 from berth.ledger import Ledger
 from berth.server import MAX_BODY
 from berth.settings import MigrationControllerArgs
-from devtools.processes import free_port
 from extender.app import make_app
 from extender.decide import Placement
-from tests.fuzz.harness import Client, Crashes, crash_log, running
+from tests.fuzz.harness import Client, Crashes, crash_log, running, unreachable_kube
 from tests.unit.webhook_cases import REVIEW
 from webhook.app import EVICTION_PATH, Webhook
 from webhook.app import make_app as webhook_app
@@ -114,10 +111,7 @@ EVICTION = {
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Crashes]]:
     async def make(stack: AsyncExitStack) -> web.Application:
-        configuration = client.Configuration()
-        configuration.host = f"http://127.0.0.1:{free_port()}"  # closed: every call fails
-        kube = Kube(client.ApiClient(configuration))
-        stack.push_async_callback(kube.close)
+        kube = unreachable_kube(stack)
         interception = Interception(MigrationControllerArgs())
         interceptor = Interceptor(kube, interception=interception, reservations={}, deadline=2)
         return webhook_app(Webhook(kube), interceptor)

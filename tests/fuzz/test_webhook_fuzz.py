@@ -19,13 +19,10 @@ import orjson
 import pytest
 from aiohttp import web
 from hypothesis import given
-from kubernetes_asyncio import client
 
 from berth.api import keys
-from berth.kube.client import Kube
-from devtools.processes import free_port
 from tests.fuzz.bodies import Request, requests
-from tests.fuzz.harness import REFUSED_EARLY, Client, Crashes, crash_log, running
+from tests.fuzz.harness import REFUSED_EARLY, Client, Crashes, crash_log, running, unreachable_kube
 from tests.fuzz.settings import CASES, FUZZ
 from tests.unit.webhook_cases import REVIEW, TOKEN, allocated, reservation
 from webhook.app import Webhook, make_app
@@ -66,10 +63,7 @@ def _statefulset_reservation() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Crashes]]:
     async def make(stack: AsyncExitStack) -> web.Application:
-        configuration = client.Configuration()
-        configuration.host = f"http://127.0.0.1:{free_port()}"  # closed: every call fails
-        kube = Kube(client.ApiClient(configuration))
-        stack.push_async_callback(kube.close)
+        kube = unreachable_kube(stack)
         webhook = Webhook(kube)
         webhook.reservations.put(reservation("claimed", claim=TOKEN))
         webhook.reservations.put(_statefulset_reservation())
