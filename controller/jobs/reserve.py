@@ -101,22 +101,18 @@ def _unusable(view: JobView, status: Object, reservation: Object) -> Plan | None
 
 
 def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
-    """Why a Reservation the job names (made by hand, not by this job) holds no place
-    for this pod's replacement, if so: it was made for another job, or its owners would
-    never let the replacement take it (so the pod's eviction would leave its replacement
-    without a place). None for the job's own Reservation."""
+    """Why a Reservation the job names is not its to use, if so: another job made it
+    (opening it would hand that job's place to this one's pod, before that job's pod has
+    left). None for the job's own, and for one made by hand: its owners are as its maker
+    wrote them (a job's creator may evict without a place anyway, EvictDirectly)."""
     name = reservation["metadata"]["name"]
     if name == view.job["metadata"]["uid"]:
         return None
-    assert view.pod is not None
     made_for = protocol.annotations_of(reservation).get(keys.JOB)
-    prefix = f"spec.reservationOptions.reservationRef: Reservation {name!r}"
     if made_for is not None and made_for != view.job["metadata"]["name"]:
-        return f"{prefix} was made for PodMigrationJob {made_for!r}; nothing was evicted"
-    if not protocol.matches_owner(reservation, view.pod, workload_uid=view.workload_uid):
         return (
-            f"{prefix} holds no place pod {pod_key(view)}'s replacement may take (its owners "
-            "name another workload, or another namespace); nothing was evicted"
+            f"spec.reservationOptions.reservationRef: Reservation {name!r} was made for "
+            f"PodMigrationJob {made_for!r}; nothing was evicted"
         )
     return None
 
