@@ -90,6 +90,11 @@ def is_open(reservation: Object) -> bool:
     )
 
 
+def is_taken(reservation: Object) -> bool:
+    """Claimed by a pod, or held for one (an owner recorded), already."""
+    return claim_of(reservation) is not None or bool(owner_uids(reservation))
+
+
 def is_consumable(reservation: Object) -> bool:
     """Open, and not yet claimed by any pod."""
     return is_open(reservation) and claim_of(reservation) is None

@@ -527,6 +527,22 @@ class Caches:
             self.enqueue_after(again, wait + RECHECK_MARGIN)
         return Missing.UNSEEN
 
+    def siblings(self, reservation: Object) -> list[Object]:
+        """The pods of the workloads the Reservation's controller owners name: of the
+        namespace where its replacement is made, naming that kind, name and UID."""
+        namespace = protocol.placeholder_namespace(reservation)
+        found: list[Object] = []
+        for owner in reservation.get("spec", {}).get("owners") or []:
+            wanted = owner.get("controller") or {}
+            if wanted.get("uid"):
+                key = protocol.controlled_key(namespace, wanted["uid"])
+                found += [
+                    pod
+                    for pod in self.pods.by_index("controller", key)
+                    if protocol.same_controller(wanted, protocol.controller_of(pod) or {})
+                ]
+        return found
+
     def job_view(self, job: Object) -> jobs.JobView:
         ref = job["spec"]["podRef"]
         pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
@@ -536,18 +552,7 @@ class Caches:
             protocol.node_of(reservation) if reservation else None,
             again=job_key(job["metadata"]["name"]),
         )
-        siblings: list[Object] = []
-        for owner in (reservation or {}).get("spec", {}).get("owners") or []:
-            wanted = owner.get("controller") or {}
-            if reservation is not None and wanted.get("uid"):
-                key = protocol.controlled_key(
-                    protocol.placeholder_namespace(reservation), wanted["uid"]
-                )
-                siblings += [
-                    pod
-                    for pod in self.pods.by_index("controller", key)
-                    if protocol.same_controller(wanted, protocol.controller_of(pod) or {})
-                ]
+        siblings = self.siblings(reservation) if reservation is not None else []
         return jobs.JobView(
             job=job,
             pod=pod,

@@ -42,11 +42,13 @@ from controller import build
 from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
 from controller.build import allocatable_of, placeholder_for
 from controller.status import (
+    UNREADABLE,
     deadline,
     parse_time,
     reference,
     same_condition,
     scheduling_message,
+    unreadable,
     with_condition,
 )
 
@@ -153,8 +155,8 @@ def spec_problem(reservation: Object) -> str | None:
         expires_at(reservation)
         allocatable_of(reservation)
         placeholder_for(reservation, image="pause")
-    except (TypeError, AttributeError, ValueError, KeyError) as error:
-        return f"its spec cannot be carried out ({type(error).__name__}: {str(error)[:200]})"
+    except UNREADABLE as error:
+        return f"its spec cannot be carried out ({unreadable(error)})"
     return None
 
 

@@ -12,6 +12,16 @@ from berth.api import parse_duration
 Object = dict[str, Any]
 
 
+UNREADABLE = (TypeError, AttributeError, ValueError, KeyError)
+"""What reading a free-form field (a job's template, a Reservation's spec) of a shape the
+code does not expect raises: caught where the field is read, and said once."""
+
+
+def unreadable(error: Exception) -> str:
+    """`error` as it is said on the object: its kind and its words, cut short."""
+    return f"{type(error).__name__}: {str(error)[:200]}"
+
+
 def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from berth.resources import pod_requests
+from controller.status import UNREADABLE, unreadable
 
 Object = dict[str, Any]
 
@@ -64,8 +65,8 @@ def refused(template: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> str |
     for field, check in checks:
         try:
             reason = check(user, own)
-        except (TypeError, AttributeError, ValueError, KeyError) as error:
-            reason = f"{field}: cannot be read ({type(error).__name__}: {str(error)[:100]})"
+        except UNREADABLE as error:
+            reason = f"{field}: cannot be read ({unreadable(error)})"
         if reason:
             return f"{PREFIX}.spec.template.spec.{reason}"
     return _owners(spec, pod["metadata"]["namespace"])

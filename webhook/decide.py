@@ -39,6 +39,7 @@ from berth.protocol import (
     is_bindable,
     is_consumable,
     is_replicaset,
+    is_taken,
     matches_owner,
     node_of,
     opening_order,
@@ -146,8 +147,7 @@ def opening(reservation: Object) -> bool:
     return (
         phase(reservation) in (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
         and not is_consumable(reservation)
-        and claim_of(reservation) is None
-        and not owner_uids(reservation)
+        and not is_taken(reservation)
     )
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-import yaml
 from kubernetes_asyncio import client, config
 
 Object = dict[str, Any]
@@ -89,17 +88,11 @@ def default_namespace(kubeconfig: Path | None = None) -> str:
         except OSError:
             return "default"
     try:
-        loaded = yaml.safe_load(_kubeconfig_file(kubeconfig).read_text())
-    except (KubeconfigError, OSError, yaml.YAMLError):
-        return "default"  # `Kube.connect` says what is wrong with it
-    if not isinstance(loaded, dict):
+        _, current = config.list_kube_config_contexts(str(_kubeconfig_file(kubeconfig)))
+        namespace = (current or {})["context"].get("namespace")
+    except Exception:  # the library raises what its parsers raise; `Kube.connect` says it
         return "default"
-    current = loaded.get("current-context")
-    for entry in loaded.get("contexts") or []:
-        if isinstance(entry, dict) and entry.get("name") == current:
-            namespace = (entry.get("context") or {}).get("namespace")
-            return namespace if isinstance(namespace, str) and namespace else "default"
-    return "default"
+    return namespace if isinstance(namespace, str) and namespace else "default"
 
 
 def _kubeconfig_file(given: Path | None) -> Path:

@@ -21,7 +21,7 @@ from berth.api import (
 )
 from controller.actions import Event, Plan
 from controller.arbitration.workloads import rollout_of
-from controller.jobs.consumable import ended_before_eviction, opening, settling, taken
+from controller.jobs.consumable import ended_before_eviction, opening, settling
 from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
@@ -124,8 +124,8 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
             return Plan().again_in(WAIT_POLL)
         if closed:
             return _reopen_when_due(view, status)
-        if taken(view.reservation):
-            return Plan().again_in(WAIT_POLL)
+        if view.reservation is not None and protocol.is_taken(view.reservation):
+            return Plan().again_in(WAIT_POLL)  # as before the first attempt (`reserve`)
         left = settling(view)
         if left is not None:
             return Plan().again_in(left)

@@ -33,16 +33,6 @@ def opening(view: JobView) -> Patch:
     )
 
 
-def taken(reservation: Object | None) -> bool:
-    """Claimed by a pod, or held for one, already. Before its pod's eviction that pod is
-    one the workload made meanwhile (a scale-up), or the replacement of a pod someone else
-    deleted that this cache still shows: either way nothing is evicted into a place that
-    may no longer be there."""
-    return reservation is not None and (
-        protocol.claim_of(reservation) is not None or bool(protocol.owner_uids(reservation))
-    )
-
-
 def ended_before_eviction(reservation: Object) -> str:
     """Why a Reservation that ended before its pod's eviction holds no place for it."""
     name, phase = reservation["metadata"]["name"], protocol.phase(reservation)

@@ -19,7 +19,7 @@ from controller import template
 from controller.actions import Create, Event, Patch, Plan
 from controller.build import asks_for_preemption, reservation_for
 from controller.jobs import preempt
-from controller.jobs.consumable import ended_before_eviction, opening, settling, taken
+from controller.jobs.consumable import ended_before_eviction, opening, settling
 from controller.jobs.evict import start_eviction
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
@@ -34,7 +34,7 @@ from controller.jobs.view import (
     step,
     write_status,
 )
-from controller.status import condition, same_condition, with_condition
+from controller.status import UNREADABLE, condition, same_condition, unreadable, with_condition
 
 Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
@@ -171,15 +171,15 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             ttl=ttl,
             template=options.get("template"),
         )
-    except (TypeError, AttributeError, ValueError, KeyError) as error:
+    except UNREADABLE as error:
         # Free-form in the schema: a shape `template.refused` does not read (a label map
         # that is a list, a node selector term that is a string) ends the job, once.
         return fail(
             view,
             status,
             reason=Reason.FORBIDDEN_TEMPLATE,
-            message=f"reservationOptions.template cannot be read ({type(error).__name__}: "
-            f"{str(error)[:100]}); nothing was created",
+            message=f"reservationOptions.template cannot be read ({unreadable(error)}); "
+            "nothing was created",
         )
     name = body["metadata"]["name"]
     status = with_condition(
@@ -266,7 +266,10 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
     left = settling(view)
     if left is not None:
         return step(view, status, *news).again_in(left)
-    if taken(view.reservation):
+    if protocol.is_taken(view.reservation):
+        # Before the eviction, a pod the workload made meanwhile (a scale-up), or the
+        # replacement of a pod someone else deleted that this cache still shows: nothing
+        # is evicted into a place that may no longer be there.
         return step(view, status, *news).again_in(WAIT_POLL)
     status, eviction = start_eviction(view, status)
     return step(view, status, *news, *eviction).again_in(WAIT_POLL)

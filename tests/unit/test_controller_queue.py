@@ -85,17 +85,24 @@ class Instant(WorkQueue):
         asyncio.get_running_loop().call_later(0.001, self.add, key)
 
 
-async def test_back_off_grows_per_key_whichever_worker_fails() -> None:
-    queue = Instant(until=4)
+async def delays_of_failing(failure: type[Exception], *, passes: int, count: int) -> list[float]:
+    """The delays before each next pass of one key whose every pass raises `failure`,
+    with `count` workers."""
+    queue = Instant(until=passes)
 
     async def fail(key: str) -> None:
         await asyncio.sleep(0)
-        raise RuntimeError(key)
+        raise failure(key)
 
-    async with workers(queue, fail, 2):
+    async with workers(queue, fail, count):
         queue.add("job/a")
         await asyncio.wait_for(queue.enough.wait(), 2)
-    assert queue.delays[:4] == [4.0, 8.0, 16.0, 32.0]
+    return queue.delays[:passes]
+
+
+async def test_back_off_grows_per_key_whichever_worker_fails() -> None:
+    delays = await delays_of_failing(RuntimeError, passes=4, count=2)
+    assert delays == [4.0, 8.0, 16.0, 32.0]
 
 
 async def test_a_pass_that_succeeds_resets_the_back_off() -> None:
@@ -124,14 +131,6 @@ async def test_back_off_has_a_ceiling() -> None:
 
 async def test_a_pass_that_fails_on_the_api_backs_off_from_two_seconds_to_thirty() -> None:
     """An API server that throttles (429) or fails (5xx, 403) is asked ever later, not
-    every 2 s for ever; a pass that succeeds starts afresh."""
-    queue = Instant(until=7)
-
-    async def fail(key: str) -> None:
-        await asyncio.sleep(0)
-        raise ApiFailure(key)
-
-    async with workers(queue, fail, 1):
-        queue.add("job/a")
-        await asyncio.wait_for(queue.enough.wait(), 2)
-    assert queue.delays[:7] == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    every 2 s for ever."""
+    delays = await delays_of_failing(ApiFailure, passes=7, count=1)
+    assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
