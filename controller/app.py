@@ -81,6 +81,7 @@ class Controller:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run(
@@ -117,4 +118,7 @@ async def run(
     finally:
         for task in (running, server, election):
             task.cancel()
+        # Nothing acts any more once the loops have ended: give the Lease to a standby.
+        await asyncio.gather(running, election, return_exceptions=True)
+        await elector.release()
         await kube.close()

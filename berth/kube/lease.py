@@ -8,6 +8,9 @@ One controller replica acts; the others wait. The holder renews the Lease every
   `renew_deadline` of its last renewal: every attempt is bounded by what is left of
   that deadline, never by the HTTP client's own timeout. It stops at once, too, when it
   reads the Lease and finds another holder there.
+- A holder that stops of its own accord (SIGTERM) gives the Lease up once it has
+  stopped acting (`release`): an empty holder, which a standby takes at its next try
+  instead of waiting out `duration`.
 - Expiry is judged on the observer's own clock, as client-go does: a standby counts
   `duration` from the moment it first saw the Lease's current holder and renewTime, never
   from the timestamps the holder wrote, so clocks that disagree between machines do not
@@ -94,6 +97,17 @@ def judge(observation: Observation, *, identity: str, now: float) -> Verdict:
     return Verdict.HELD
 
 
+def released(spec: dict[str, Any]) -> dict[str, Any]:
+    """The Lease's spec once its holder gives it up: nobody holds it, the transitions kept."""
+    now = _micro(datetime.now(UTC))
+    return {
+        "leaseDurationSeconds": 1,
+        "acquireTime": now,
+        "renewTime": now,
+        "leaseTransitions": spec.get("leaseTransitions") or 0,
+    }
+
+
 # ----- the loop -------------------------------------------------------------------------
 
 
@@ -123,12 +137,16 @@ class LeaderElector:
         self.renewed: float | None = None
         """Loop time at the start of the last attempt that renewed the lease: the others
         count its duration from no earlier than that."""
+        self.releasing = False
+        """Set by `release`: this replica acts no more."""
 
     def still_leading(self) -> bool:
         """Whether this replica may act now: it holds the lease and renewed it less than
         `renew_deadline` ago (others may take it `duration` after its last renewal). A
         loop that stalled past that acts no more, even before `run` notices."""
         if not self.leading.is_set() or self.lost.is_set() or self.renewed is None:
+            return False
+        if self.releasing:
             return False
         return asyncio.get_running_loop().time() - self.renewed < self.renew_deadline
 
@@ -175,6 +193,33 @@ class LeaderElector:
             "PUT", LEASES.path(namespace=self.namespace, name=self.name), body=lease
         )
         return Verdict.OURS
+
+    async def release(self, *, timeout: float = 2.0) -> bool:
+        """Stop acting and, if this replica still holds the Lease, give it up: an empty
+        holder (as client-go's ReleaseOnCancel writes), so that a standby takes over at its
+        next try instead of `duration` later. Call it once the loops that act are stopped;
+        True when the Lease was given up. Never raises: a Lease not given up only expires."""
+        self.releasing = True
+        if not self.leading.is_set() or self.lost.is_set():
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                lease = await self.kube.get(LEASES, self.name, self.namespace)
+                spec = lease.get("spec") or {}
+                if (spec.get("holderIdentity") or None) != self.identity:
+                    return False
+                lease["spec"] = released(spec)
+                # With the resourceVersion read: a Lease someone else wrote since stays theirs.
+                await self.kube.request(
+                    "PUT", LEASES.path(namespace=self.namespace, name=self.name), body=lease
+                )
+        except (TimeoutError, KubeError) as error:
+            log.warning(
+                "lease %s/%s: not released (%s); it expires", self.namespace, self.name, error
+            )
+            return False
+        log.info("released the lease %s/%s", self.namespace, self.name)
+        return True
 
     async def _attempt(self, *, deadline: float) -> Verdict | None:
         """One try, given up at `deadline` (loop time); None when it failed."""

@@ -61,7 +61,7 @@ def leader_pid_or_none(cluster: Cluster) -> int | None:
 
 def leader_pid(cluster: Cluster) -> int:
     lease = cluster.get("lease", "berth-controller", "-n", "berth-system")
-    holder = lease["spec"]["holderIdentity"]
+    holder = lease["spec"].get("holderIdentity") or ""  # empty once given up
     return next(
         c.pid
         for c in cluster.local.components
@@ -153,3 +153,22 @@ def test_a_leader_that_sees_another_holder_steps_down(
     lease = cluster.get("lease", "berth-controller", "-n", "berth-system")
     assert lease["spec"]["holderIdentity"] == INTRUDER, "the old leader took the Lease back"
     assert "stepping down" in Path(component.log).read_text()
+
+
+@pytest.mark.usefixtures("standby")
+def test_a_leader_stopped_gracefully_gives_the_lease_up(cluster: Cluster) -> None:
+    """SIGTERM (a rollout, a node drain): the leader stops acting, then empties the Lease's
+    holder, so the standby takes over at its next try, not a lease duration later."""
+    first = cluster.wait(lambda: leader_pid_or_none(cluster), what="a running leader")
+    component = next(c for c in cluster.local.components if c.pid == first)
+    cluster.local.stop(component)  # SIGTERM, returns once the process has exited
+    holder = cluster.get("lease", "berth-controller", "-n", "berth-system")["spec"].get(
+        "holderIdentity"
+    )
+    assert not holder or f"-{first}-" not in holder, "the stopped leader still holds the Lease"
+    assert "released the lease" in Path(component.log).read_text()
+    cluster.wait(
+        lambda: leader_pid_or_none(cluster) not in (None, first),
+        what="the standby to take the lease",
+        timeout=30,
+    )

@@ -12,7 +12,15 @@ import pytest
 from kubernetes_asyncio import client
 
 from berth.kube.client import PODS, Kube
-from berth.kube.lease import LeaderElector, Observation, Record, Verdict, judge, observe
+from berth.kube.lease import (
+    LeaderElector,
+    Observation,
+    Record,
+    Verdict,
+    judge,
+    observe,
+    released,
+)
 
 HTTP_TIMEOUT = 30.0
 """The Kube client's timeout for a request (`Kube.request`)."""
@@ -144,6 +152,47 @@ async def test_a_watch_that_goes_silent_ends_after_its_idle_time() -> None:
     try:
         with pytest.raises(aiohttp.ServerTimeoutError):  # the socket's, not the guard's
             await asyncio.wait_for(drain(kube.watch(PODS, resource_version="1", idle=0.2)), 15)
+    finally:
+        server.close()
+        await kube.close()
+
+
+def test_a_released_lease_names_no_holder_and_keeps_its_transitions() -> None:
+    spec = {
+        "holderIdentity": "me",
+        "leaseDurationSeconds": 10,
+        "acquireTime": "2026-01-01T00:00:00.000000Z",
+        "renewTime": "2026-01-01T00:00:05.000000Z",
+        "leaseTransitions": 3,
+    }
+    given_up = released(spec)
+    assert "holderIdentity" not in given_up
+    assert given_up["leaseTransitions"] == 3
+    record = Record.of(given_up, default_duration=10.0)
+    assert judge(Observation(record, 0.0), identity="other", now=0.0) == Verdict.FREE
+
+
+async def test_a_replica_that_releases_acts_no_more_even_when_the_api_server_is_silent() -> None:
+    """Release stops acting first; a Lease it cannot give up in time only expires, and
+    the shutdown goes on (no exception)."""
+    hung: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hung.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    kube = Kube(client.ApiClient(configuration))
+    elector = LeaderElector(kube, namespace="ns", name="l", identity="me")
+    elector.leading.set()
+    elector.renewed = asyncio.get_running_loop().time()
+    assert elector.still_leading()
+    try:
+        assert not await elector.release(timeout=0.2)
+        assert not elector.still_leading()
+        assert hung, "the release reached the server"
     finally:
         server.close()
         await kube.close()
