@@ -118,7 +118,7 @@ JOB_PHASE_DURATION = Histogram(
 EVICTIONS = Counter(
     "berth_evictions_total",
     "Evictions the controller attempted, by policy and result: evicted, blocked_by_pdb "
-    "(the API server answered 429), failed.",
+    "(429 for a PodDisruptionBudget), failed.",
     ["policy", "result"],
 )
 

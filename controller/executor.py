@@ -39,8 +39,8 @@ class Outcome:
 
     done: bool = True
     eviction_refused: KubeError | None = None
-    """The API server refused the eviction (429: a PodDisruptionBudget; or any other
-    error: 403, 500, 503...), to be recorded on the job."""
+    """The API server refused the eviction (a PodDisruptionBudget; or any other error:
+    403, 429 of API Priority and Fairness, 500, 503...), to be recorded on the job."""
     conflict: bool = False
     """A write lost a race with another writer: the plan was made on stale objects."""
 
@@ -187,7 +187,7 @@ class Executor:
         except KubeError as error:
             if error.not_found or _another_pod(error):
                 return  # already gone, or a new pod of the same name: the old one is gone
-            result = "blocked_by_pdb" if error.status == 429 else "failed"
+            result = "blocked_by_pdb" if error.disruption_budget else "failed"
             metrics.EVICTIONS.labels(policy=action.policy, result=result).inc()
             raise
         metrics.EVICTIONS.labels(policy=action.policy, result="evicted").inc()

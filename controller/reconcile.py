@@ -92,7 +92,10 @@ class Reconciler:
         # write would conflict. The refusal's plan says when to try again.
         current = self.caches.jobs.get(name) or job
         refusal = jobs.eviction_refused(
-            self.caches.job_view(current), status_code=refused.status, message=refused.message
+            self.caches.job_view(current),
+            status_code=refused.status,
+            message=refused.message,
+            by_budget=refused.disruption_budget,
         )
         said = await self.executor.run(refusal)
         if not said.done:

@@ -127,6 +127,14 @@ class KubeError(Exception):
         self.status = status
         self.reason = str(body.get("reason", ""))
         self.message = str(body.get("message", body))
+        details = body.get("details")
+        causes = details.get("causes") if isinstance(details, dict) else None
+        self.causes = tuple(
+            str(cause.get("reason") or cause.get("type") or "")
+            for cause in (causes if isinstance(causes, list) else [])
+            if isinstance(cause, dict)
+        )
+        """The `reason` (Go's `Type`) of each of the Status's causes."""
         super().__init__(f"HTTP {status} {self.reason}: {self.message}")
 
     @property
@@ -140,6 +148,12 @@ class KubeError(Exception):
     @property
     def gone(self) -> bool:
         return self.status == 410
+
+    @property
+    def disruption_budget(self) -> bool:
+        """An eviction refused for a PodDisruptionBudget: 429 with a `DisruptionBudget`
+        cause. Not every 429 is one: API Priority and Fairness, or a webhook, answer 429 too."""
+        return self.status == 429 and "DisruptionBudget" in self.causes
 
 
 class Kube:
@@ -299,7 +313,8 @@ class Kube:
     async def evict(
         self, namespace: str, name: str, *, delete_options: Mapping[str, Any] | None = None
     ) -> Object:
-        """The Eviction API: the API server refuses with 429 while a PDB forbids it."""
+        """The Eviction API: the API server refuses with 429 while a PDB forbids it
+        (`KubeError.disruption_budget`)."""
         body: Object = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",

@@ -132,19 +132,21 @@ def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bo
     )
 
 
-def eviction_refused(view: JobView, *, status_code: int, message: str) -> Plan:
+def eviction_refused(view: JobView, *, status_code: int, message: str, by_budget: bool) -> Plan:
     """The API server refused the eviction: say why on the job (condition, status and a
     Warning event) and try again in `EVICTION_RETRY` seconds, until the TTL.
 
-    HTTP 429 means a PodDisruptionBudget allows no disruption now: BlockedByPDB. Any other
-    refusal (403, 500, 503...) is FailedEvict, with the status code in the message.
+    Refused `by_budget` (429 with a DisruptionBudget cause): a PodDisruptionBudget allows
+    no disruption now, BlockedByPDB. Any other refusal (403, a 429 of API Priority and
+    Fairness or of a webhook, 500, 503...) is FailedEvict, with the status code in the
+    message.
     """
     status: Object = dict(view.job.get("status") or {})
     close_patch = closing(view)
     close = (close_patch,) if close_patch else ()
     # A closed Reservation is reopened before the next attempt, which waits the settle time.
     retry = REOPEN_AFTER.total_seconds() if close else EVICTION_RETRY
-    if status_code == 429:
+    if by_budget:
         reason = Reason.BLOCKED_BY_PDB
     else:
         reason = Reason.FAILED_EVICT

@@ -649,6 +649,7 @@ def test_blocked_eviction_is_reported_as_blocked_by_pdb() -> None:
         view(job_obj=job(conditions=EVICTING), pod_obj=pod()),
         status_code=429,
         message="Cannot evict pod as it would violate the pod's disruption budget.",
+        by_budget=True,
     )
     status = status_of(plan)
     assert cond(status, "Eviction")["reason"] == "BlockedByPDB"
@@ -681,6 +682,7 @@ def test_a_refused_eviction_closes_the_reservation_while_the_pod_stays(status_co
         view(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=open_reservation(), now=later(1)),
         status_code=status_code,
         message="refused",
+        by_budget=status_code == 429,
     )
     close = plan.actions[-1]
     assert isinstance(close, Patch)
@@ -702,6 +704,7 @@ def test_a_refused_eviction_closes_the_reservation_while_the_pod_stays(status_co
         view(job_obj=said, pod_obj=pod(), rsv=open_reservation(), now=later(6)),
         status_code=status_code,
         message="refused",
+        by_budget=status_code == 429,
     )
     assert kinds(again) == ["Patch:reservations"]
 
@@ -712,6 +715,7 @@ def test_a_refused_eviction_leaves_a_claimed_reservation_open() -> None:
         view(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=claimed),
         status_code=429,
         message="refused",
+        by_budget=True,
     )
     assert "Patch:reservations" not in kinds(plan)
     assert plan.requeue_after == EVICTION_RETRY
@@ -797,7 +801,7 @@ def test_a_closed_reservation_that_lost_its_place_is_waited_for_not_taken_for_fo
     assert "lost its place" in cond(status_of(plan), "Eviction")["message"]
 
 
-@pytest.mark.parametrize("status_code", [403, 500, 503])
+@pytest.mark.parametrize("status_code", [403, 429, 500, 503])
 def test_any_other_refused_eviction_is_recorded_with_its_code_and_an_event(
     status_code: int,
 ) -> None:
@@ -805,6 +809,7 @@ def test_any_other_refused_eviction_is_recorded_with_its_code_and_an_event(
         view(job_obj=job(conditions=EVICTING), pod_obj=pod()),
         status_code=status_code,
         message='pods "web-1" is forbidden',
+        by_budget=False,
     )
     status = status_of(plan)
     assert cond(status, "Eviction")["reason"] == "FailedEvict"

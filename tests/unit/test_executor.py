@@ -38,3 +38,42 @@ def test_a_write_refused_for_its_uid_precondition_means_another_pod(
     """An eviction or a soft eviction's patch carries the pod's UID: refused for it, the
     pod of that name is a new one (a StatefulSet's), and the old one is gone."""
     assert _another_pod(KubeError(status, {"message": message})) is another
+
+
+BUDGET = {
+    "kind": "Status",
+    "status": "Failure",
+    "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+    "reason": "TooManyRequests",
+    "details": {
+        "causes": [{"reason": "DisruptionBudget", "message": "The disruption budget db needs 2"}]
+    },
+    "code": 429,
+}
+THROTTLED = {
+    "kind": "Status",
+    "status": "Failure",
+    "message": "Too many requests, please try again later.",
+    "reason": "TooManyRequests",
+    "details": {"retryAfterSeconds": 1},
+    "code": 429,
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "budget"),
+    [
+        (429, BUDGET, True),
+        # API Priority and Fairness sheds load with 429 and no cause: not a budget.
+        (429, THROTTLED, False),
+        # A webhook denying the eviction with 429 (a drain guard) names no budget either.
+        (429, {"message": "admission webhook denied the request", "code": 429}, False),
+        (500, BUDGET, False),
+        (429, {"details": {"causes": "DisruptionBudget"}}, False),  # malformed: ignored
+        (429, {"details": [1]}, False),
+    ],
+)
+def test_only_an_eviction_refused_for_a_budget_reads_as_one(
+    status: int, body: dict[str, object], budget: bool
+) -> None:
+    assert KubeError(status, body).disruption_budget is budget
