@@ -142,17 +142,23 @@ async def _run(args: argparse.Namespace) -> int:
         return 2
     kube = await Kube.connect(args.kubeconfig)
     try:
+        to = getattr(args, "to", None)
+        for node in (args.name if args.target == "node" else None, to):
+            if node is not None and not await _node_exists(kube, node):
+                print(f"kubectl-migrate: no node {node}", file=sys.stderr)
+                return 1
         if args.target == "pod":
             namespace = args.namespace or default_namespace(args.kubeconfig)
             pods = [await kube.get(PODS, args.name, namespace)]
         else:
-            if not await _node_exists(kube, args.name):
-                print(f"kubectl-migrate: no node {args.name}", file=sys.stderr)
-                return 1
             pods = await _migratable_on(kube, args.name, args.namespace)
             if not pods:
                 print(f"no migratable pod on node {args.name}")
                 return 0
+        already = _already_on(pods, to)
+        if already:
+            print(f"kubectl-migrate: {already}", file=sys.stderr)
+            return 1
         names = await _create(kube, pods, args)
         if not args.wait:
             return 0
@@ -200,9 +206,24 @@ async def _node_exists(kube: Kube, name: str) -> bool:
     return True
 
 
+def _already_on(pods: list[Object], to: str | None) -> str | None:
+    """Why `--to` cannot move these pods (None: it can): a job never reserves on the
+    pod's own node, so one pinned there could only fail at its TTL."""
+    for pod in pods:
+        if to is not None and pod.get("spec", {}).get("nodeName") == to:
+            metadata = pod["metadata"]
+            return f"pod {metadata['namespace']}/{metadata['name']} is already on node {to}"
+    return None
+
+
 def _bad_names(args: argparse.Namespace) -> str | None:
     """What in the names given cannot name a pod, node or namespace (None: nothing)."""
-    for what, value in ((args.target, args.name), ("namespace", args.namespace)):
+    names = (
+        (args.target, args.name),
+        ("namespace", args.namespace),
+        ("node", getattr(args, "to", None)),
+    )
+    for what, value in names:
         if value is not None and not is_object_name(value):
             return f"{value!r} is not a {what} name"
     return None

@@ -75,3 +75,21 @@ def test_migrate_reports_a_missing_pod(cluster: Cluster, namespace: str) -> None
     result = kubectl_migrate(cluster, "pod", "no-such-pod", "-n", namespace)
     assert result.returncode == 1
     assert "not found" in result.stderr
+
+
+def test_migrate_to_a_node_that_cannot_take_the_pod_creates_no_job(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A job pinned to a node that does not exist, or to the pod's own node, could only
+    fail at its TTL: said at once, nothing created."""
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+    missing = kubectl_migrate(cluster, "pod", name, "-n", namespace, "--to", "no-such-node")
+    assert missing.returncode == 1
+    assert "no node no-such-node" in missing.stderr
+    same = kubectl_migrate(cluster, "pod", name, "-n", namespace, "--to", node)
+    assert same.returncode == 1
+    assert f"is already on node {node}" in same.stderr
+    jobs = cluster.get("podmigrationjobs")["items"]
+    assert not [j for j in jobs if j["spec"]["podRef"].get("name") == name]

@@ -102,6 +102,7 @@ def test_a_flag_out_of_its_range_is_named(argv: list[str], problem: str, tmp_pat
         (["-m", "cli.migrate", "pod", ""], "'' is not a pod name"),
         (["-m", "cli.migrate", "pod", "web", "-n", "Prod"], "'Prod' is not a namespace name"),
         (["-m", "cli.migrate", "node", "../nodes"], "'../nodes' is not a node name"),
+        (["-m", "cli.migrate", "pod", "web", "--to", "Node_1"], "'Node_1' is not a node name"),
     ],
 )
 def test_kubectl_migrate_refuses_a_name_no_object_can_have(
