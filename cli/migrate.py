@@ -142,23 +142,13 @@ async def _run(args: argparse.Namespace) -> int:
         return 2
     kube = await Kube.connect(args.kubeconfig)
     try:
-        to = getattr(args, "to", None)
-        for node in (args.name if args.target == "node" else None, to):
-            if node is not None and not await _node_exists(kube, node):
-                print(f"kubectl-migrate: no node {node}", file=sys.stderr)
-                return 1
-        if args.target == "pod":
-            namespace = args.namespace or default_namespace(args.kubeconfig)
-            pods = [await kube.get(PODS, args.name, namespace)]
-        else:
-            pods = await _migratable_on(kube, args.name, args.namespace)
-            if not pods:
-                print(f"no migratable pod on node {args.name}")
-                return 0
-        already = _already_on(pods, to)
-        if already:
-            print(f"kubectl-migrate: {already}", file=sys.stderr)
+        pods, problem = await _pods(kube, args)
+        if problem:
+            print(f"kubectl-migrate: {problem}", file=sys.stderr)
             return 1
+        if not pods:
+            print(f"no migratable pod on node {args.name}")
+            return 0
         names = await _create(kube, pods, args)
         if not args.wait:
             return 0
@@ -176,6 +166,20 @@ async def _run(args: argparse.Namespace) -> int:
         return 1
     finally:
         await kube.close()
+
+
+async def _pods(kube: Kube, args: argparse.Namespace) -> tuple[list[Object], str | None]:
+    """The pods to migrate, or why none may be."""
+    to = getattr(args, "to", None)
+    for node in (args.name if args.target == "node" else None, to):
+        if node is not None and not await _node_exists(kube, node):
+            return [], f"no node {node}"
+    if args.target == "pod":
+        namespace = args.namespace or default_namespace(args.kubeconfig)
+        pods = [await kube.get(PODS, args.name, namespace)]
+    else:
+        pods = await _migratable_on(kube, args.name, args.namespace)
+    return pods, _already_on(pods, to)
 
 
 async def _migratable_on(kube: Kube, node: str, namespace: str | None) -> list[Object]:
