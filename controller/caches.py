@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any
 
 from berth import protocol
-from berth.api import keys
+from berth.api import TERMINAL_PHASES, keys
 from berth.kube.client import (
     DEPLOYMENTS,
     NAMESPACES,
@@ -209,7 +209,11 @@ class Caches:
         # reads (`lean_pod`, `lean_workload`).
         lean = without_managed_fields
         self.jobs = Informer(
-            kube, PODMIGRATIONJOBS, indexes={"pod": _pod_ref_key}, handler=self._on_job, keep=lean
+            kube,
+            PODMIGRATIONJOBS,
+            indexes={"pod": _pod_ref_key, "reservation": lambda j: [jobs.reservation_name(j)]},
+            handler=self._on_job,
+            keep=lean,
         )
         self.reservations = Informer(
             kube,
@@ -553,6 +557,12 @@ class Caches:
             again=job_key(job["metadata"]["name"]),
         )
         siblings = self.siblings(reservation) if reservation is not None else []
+        sharing = [
+            other
+            for other in self.jobs.by_index("reservation", jobs.reservation_name(job))
+            if other["metadata"].get("uid") != job["metadata"].get("uid")
+            and (other.get("status") or {}).get("phase") not in TERMINAL_PHASES
+        ]
         return jobs.JobView(
             job=job,
             pod=pod,
@@ -567,6 +577,7 @@ class Caches:
             args=self.args,
             admission_key=self.admission_key,
             siblings=tuple(siblings),
+            sharing=tuple(sharing),
             priority_classes=self.priority_values(),
             placeholder=placeholder,
             preempted=self.preempted_on(

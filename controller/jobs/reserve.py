@@ -103,8 +103,9 @@ def _unusable(view: JobView, status: Object, reservation: Object) -> Plan | None
 def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
     """Why a Reservation the job names is not its to use, if so: another job made it
     (opening it would hand that job's place to this one's pod, before that job's pod has
-    left). None for the job's own, and for one made by hand: its owners are as its maker
-    wrote them (a job's creator may evict without a place anyway, EvictDirectly)."""
+    left), or another job uses it first (`goes_first`). None for the job's own, and for
+    one made by hand that no other job uses first: its owners are as its maker wrote them
+    (a job's creator may evict without a place anyway, EvictDirectly)."""
     name = reservation["metadata"]["name"]
     if name == view.job["metadata"]["uid"]:
         return None
@@ -114,7 +115,30 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
             f"spec.reservationOptions.reservationRef: Reservation {name!r} was made for "
             f"PodMigrationJob {made_for!r}; nothing was evicted"
         )
+    first = goes_first(view.job, view.sharing)
+    if first is not None:
+        return (
+            f"spec.reservationOptions.reservationRef: Reservation {name!r} is named by "
+            f"PodMigrationJob {first!r} too, which uses it first; one Reservation holds one "
+            "place; nothing was evicted"
+        )
     return None
+
+
+def goes_first(job: Object, sharing: tuple[Object, ...]) -> str | None:
+    """The job, of the others not finished that name the same Reservation, that uses it
+    before `job` (None: `job` goes first): one that has tried an eviction, else the one
+    created first (by name when created in the same second). The same order for every
+    job of them, so that at most one evicts into the place."""
+
+    def order(one: Object) -> tuple[bool, str, str]:
+        evicting = condition(dict(one.get("status") or {}), Type.EVICTION) is not None
+        metadata = one["metadata"]
+        return (not evicting, str(metadata.get("creationTimestamp") or ""), metadata["name"])
+
+    mine = order(job)
+    before = [other for other in sharing if order(other) < mine]
+    return min(before, key=order)["metadata"]["name"] if before else None
 
 
 def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | None:

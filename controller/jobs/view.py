@@ -48,6 +48,9 @@ class JobView:
     siblings: tuple[Object, ...] = ()
     """Pods of the migrated pod's controller, to spot a replacement that bypassed the
     Reservation (created while the webhook was unreachable)."""
+    sharing: tuple[Object, ...] = ()
+    """Other jobs not finished that name the same Reservation (a hand-made one, in
+    reservationRef): one Reservation holds one place."""
     priority_classes: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name → value, for a priorityThreshold given by name."""
     placeholder: Object | None = None

@@ -246,6 +246,54 @@ def test_reservation_ref_uses_the_given_reservation(cluster: Cluster, namespace:
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
 
 
+def test_two_jobs_naming_one_reservation_evict_one_pod(cluster: Cluster, namespace: str) -> None:
+    """One Reservation made by hand (for the pods of two Deployments) holds one place: of
+    two jobs naming it, created together, the one created second fails (InvalidSpec,
+    naming the first) and its pod is not evicted, whichever job the controller looks at
+    first; the first migrates its pod into the place."""
+    cluster.apply(deployment("one"), namespace)
+    cluster.apply(deployment("two"), namespace)
+    one = cluster.wait(lambda: ready_pods(cluster, namespace, "one", 1), what="one's pod")[0]
+    two = cluster.wait(lambda: ready_pods(cluster, namespace, "two", 1), what="two's pod")[0]
+    used = {one["spec"]["nodeName"], two["spec"]["nodeName"]}
+    target = next(n for n in ("node-0", "node-1", "node-2") if n not in used)
+    rsv_name = f"rsv-{namespace}"[:60]
+    shared = yaml.safe_load(reservation_for(one, rsv_name, target=target, ttl="5m"))
+    shared["spec"]["owners"] += yaml.safe_load(
+        reservation_for(two, rsv_name, target=target, ttl="5m")
+    )["spec"]["owners"]
+    cluster.apply(json.dumps(shared))
+    try:
+        cluster.wait(
+            lambda: (
+                cluster.get("reservation", rsv_name).get("status", {}).get("phase") == "Available"
+            ),
+            what="the Reservation to be Available",
+        )
+        ref = {"reservationRef": {"name": rsv_name}}
+        first, a = job_manifest(one, name=f"a-{namespace}"[:60], reservationOptions=ref)
+        second, b = job_manifest(two, name=f"b-{namespace}"[:60], reservationOptions=ref)
+        # One request: both exist before the controller's next arbitration round.
+        cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            json.loads(a), json.loads(b)
+        ]}))  # fmt: skip
+        refused = cluster.wait(
+            lambda: phase_is(cluster, second, "Failed", "Succeed"), what="the second job to end"
+        )
+        assert refused["status"]["reason"] == "InvalidSpec", refused["status"]
+        assert f"is named by PodMigrationJob {first!r} too" in refused["status"]["message"]
+        job = cluster.wait(
+            lambda: phase_is(cluster, first, "Succeed", "Failed"), what="the first job to end"
+        )
+        assert job["status"]["phase"] == "Succeed", job["status"]
+        assert job["status"]["nodeName"] == target
+        assert (
+            ready_pods(cluster, namespace, "two", 1)[0]["metadata"]["uid"] == two["metadata"]["uid"]
+        )
+    finally:
+        cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
+
+
 HOLD = "berth.sh/test-hold"
 """A finalizer the test puts on a placeholder: deleted at the handover, it stays
 terminating, so the replacement stays gated (its gate comes off once the placeholder is

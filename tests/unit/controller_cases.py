@@ -84,6 +84,7 @@ def view(
     workload: dict[str, Any] | None = None,
     deployment: dict[str, Any] | None = None,
     exhausted_pdb: str | None = None,
+    sharing: tuple[dict[str, Any], ...] = (),
 ) -> jobs.JobView:
     return jobs.JobView(
         job=job_obj or job(),
@@ -100,6 +101,7 @@ def view(
         workload=workload,
         deployment=deployment,
         exhausted_pdb=exhausted_pdb,
+        sharing=sharing,
     )
 
 

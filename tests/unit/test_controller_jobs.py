@@ -4,7 +4,7 @@ step by step, and in what order."""
 from __future__ import annotations
 
 import copy
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -521,6 +521,53 @@ def test_another_jobs_reservation_named_evicts_nothing(rsv: dict[str, Any], prob
 
 def test_a_reservation_made_by_hand_for_the_pods_workload_is_used() -> None:
     plan = view_plan(job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=by_hand())
+    assert "Failed" not in str(status_of(plan).get("phase"))
+    assert kinds(plan)[-1] == "Patch:reservations"  # opened
+
+
+def rival(name: str, *, created: datetime = T0, evicting: bool = False) -> dict[str, Any]:
+    """Another job naming the Reservation made by hand, for another pod of the workload."""
+    other = job(name, pod_name=f"pod-of-{name}", reservation_ref="by-hand")
+    other["metadata"]["creationTimestamp"] = ts(created)
+    if evicting:
+        other["status"]["conditions"] = EVICTING
+    return other
+
+
+@pytest.mark.parametrize(
+    ("others", "first"),
+    [
+        pytest.param((rival("job-0"),), "job-0", id="created in the same second, name first"),
+        pytest.param((rival("job-9", created=T0 - timedelta(seconds=1)),), "job-9", id="earlier"),
+        pytest.param((rival("job-9", created=later(5), evicting=True),), "job-9", id="evicting"),
+        pytest.param(
+            (rival("job-0", created=later(5)), rival("job-9", evicting=True)),
+            "job-9",
+            id="of two, the one evicting",
+        ),
+    ],
+)
+def test_of_two_jobs_naming_one_reservation_the_one_after_evicts_nothing(
+    others: tuple[dict[str, Any], ...], first: str
+) -> None:
+    """One Reservation holds one place: the second job's pod, evicted too, would find
+    none. The job that goes first (`goes_first`) is the same whichever job asks."""
+    plan = view_plan(
+        job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=by_hand(), sharing=others
+    )
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+    assert f"is named by PodMigrationJob {first!r} too" in status["message"]
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_of_two_jobs_naming_one_reservation_the_first_goes_on() -> None:
+    plan = view_plan(
+        job_obj=job(reservation_ref="by-hand"),
+        pod_obj=pod(),
+        rsv=by_hand(),
+        sharing=(rival("job-2"), rival("job-3", created=later(1))),
+    )
     assert "Failed" not in str(status_of(plan).get("phase"))
     assert kinds(plan)[-1] == "Patch:reservations"  # opened
 
