@@ -3,7 +3,8 @@
 It lists once, then watches from the list's resourceVersion with bookmarks; when the
 watch ends it resumes from the last version it saw, and when the server says that
 version is gone (410) it lists again and tells its handler about every difference, so
-nothing changed while it was away is lost. Objects are the API server's dicts; indexes
+nothing changed while it was away is lost; what it holds from after the list's snapshot
+is left to the watch that follows, which starts there. Objects are the API server's dicts; indexes
 map a key (a node name, an owner UID) to object keys, so a lookup is O(1) whatever the
 size of the cluster.
 
@@ -182,16 +183,22 @@ class Informer(Store):
             if not continue_token:
                 break
         self.relists += 1
+        snapshot = page.get("metadata", {}).get("resourceVersion", "")
         for key in list(self.store):
-            if key not in items:
+            # What the cache holds from after the list's snapshot (a watch event, an own
+            # write) is newer than the list: the watch from the snapshot brings what
+            # became of it. Reported deleted now, it would vanish until then.
+            if key not in items and not _after(self.store[key], snapshot):
                 await self._apply("DELETED", self.store[key])
         for item in items.values():
             old = self.store.get(object_key(item))
+            if old is not None and _after(old, snapshot):
+                continue
             if old is None or old["metadata"].get("resourceVersion") != item["metadata"].get(
                 "resourceVersion"
             ):
                 await self._apply("MODIFIED" if old else "ADDED", item)
-        self.resource_version = page.get("metadata", {}).get("resourceVersion", "")
+        self.resource_version = snapshot
         self.synced.set()
 
     async def _watch(self) -> None:

@@ -236,3 +236,42 @@ async def test_an_event_without_a_resource_version_is_skipped_not_met_again() ->
     await informer._watch()
     assert seen == ["p-1", "p-2"]
     assert informer.resource_version == "3"
+
+
+class _Lister:
+    """An API server that answers a list with `items` at the snapshot `version`."""
+
+    def __init__(self, items: list[dict[str, Any]], version: str) -> None:
+        self.page = {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": version},
+            "items": items,
+        }
+
+    async def list(self, _resource: Any, **_: Any) -> dict[str, Any]:
+        return self.page
+
+
+async def test_a_relist_leaves_what_is_newer_than_its_snapshot_to_the_watch() -> None:
+    """After a 410 the informer lists again. An object it holds from after the list's
+    snapshot (created since, or updated since by its own write) is not reported deleted,
+    nor put back to the listed version: the watch from the snapshot tells what became of
+    it. An object the snapshot no longer has, and held from before it, is gone."""
+    informer = Informer(
+        cast(Kube, _Lister([on_node("kept", "node-1", rv="5")], version="20")),
+        PODS,
+        handler=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+    )
+    seen: list[tuple[str, str]] = []
+    for pod in (
+        on_node("gone", "node-1", rv="3"),
+        on_node("created-since", "node-1", rv="25"),
+        on_node("kept", "node-2", rv="22"),  # updated since the snapshot
+    ):
+        informer.put(pod)
+    await informer._relist()
+    assert seen == [("DELETED", "gone")]
+    assert names(informer.values()) == ["created-since", "kept"]
+    assert informer.get("ns/kept")["spec"]["nodeName"] == "node-2"  # type: ignore[index]
+    assert informer.resource_version == "20"
