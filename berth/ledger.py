@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from berth import protocol
 from berth.api import ReservationPhase
 from berth.protocol import Object
-from berth.resources import Resources, add, parse_resources, pod_requests, subtract
+from berth.resources import POD_SLOT, Resources, add, node_charge, parse_resources, subtract
 
 DELETED = "DELETED"
 
@@ -44,7 +44,7 @@ class PodEntry:
     node: str | None
     """The node it is bound to."""
     requests: Resources
-    """Its effective requests, as the scheduler charges them."""
+    """Its effective requests and its pod slot, as the scheduler charges them."""
     claim: protocol.Placeholder | None
     """What the pod says it is (`protocol.placeholder_claim`): a Reservation's placeholder."""
     terminal: bool
@@ -71,12 +71,13 @@ class _Reservation:
 
 def held_by(reservation: Object) -> Resources:
     """What a Reservation holds: `status.allocatable` as recorded by the controller, else
-    the effective requests of its template, which is what its placeholder was built from."""
+    the effective requests of its template, which is what its placeholder was built from;
+    and the pod slot its placeholder took."""
     allocatable = reservation.get("status", {}).get("allocatable")
     if allocatable:
-        return parse_resources(allocatable)
+        return {**POD_SLOT, **parse_resources(allocatable)}
     template = reservation.get("spec", {}).get("template") or {}
-    return pod_requests(template.get("spec") or {})
+    return node_charge(template.get("spec") or {})
 
 
 class Ledger:
@@ -367,7 +368,7 @@ def _entry(key: str, pod: Object, held: PodEntry | None) -> PodEntry:
     return PodEntry(
         name=key,
         node=spec.get("nodeName") or None,
-        requests=held.requests if held is not None and same_spec else pod_requests(spec),
+        requests=held.requests if held is not None and same_spec else node_charge(spec),
         claim=protocol.placeholder_claim(pod),
         terminal=protocol.is_terminal_pod(pod),
         generation=generation,

@@ -148,6 +148,16 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return add(requests, parse_resources(spec.get("overhead")))
 
 
+POD_SLOT: Resources = {"pods": Decimal(1)}
+"""What a pod takes of a node's `pods` allocatable, as the scheduler counts it."""
+
+
+def node_charge(spec: Mapping[str, Any]) -> Resources:
+    """Everything the scheduler charges a node for a pod with this spec: its requests
+    (`pod_requests`) and one of the node's pod slots."""
+    return add(pod_requests(spec), POD_SLOT)
+
+
 def format_quantity(name: str, value: Decimal) -> str:
     """A compact, exact rendering: millicores for CPU, plain integers elsewhere."""
     if name == "cpu" and value != value.to_integral_value():

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from berth.ledger import Ledger
 from berth.protocol import Object, placeholder_reservation
-from berth.resources import Resources, add, fits, pod_requests, subtract
+from berth.resources import Resources, add, fits, node_charge, subtract
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def pod_name(pod: Object) -> str:
 
 def pending(ledger: Ledger, pod: Object) -> Pending:
     return Pending(
-        requests=pod_requests(pod.get("spec") or {}),
+        requests=node_charge(pod.get("spec") or {}),
         reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
         placeholder=ledger.placeholder_of_pod(pod) is not None,
         reservation_pod=placeholder_reservation(pod) is not None,
@@ -479,7 +479,7 @@ def _preemption_refusal(ledger: Ledger, pod: Pending, node: str, victims: Victim
             # By UID too: a victim the ledger knows as a placeholder stays one, whatever
             # the body says of it.
             reservation = ledger.placeholder_of_pod(victim.pod) or ledger.placeholder_of(victim.uid)
-            requests = pod_requests(victim.pod.get("spec") or {})
+            requests = node_charge(victim.pod.get("spec") or {})
         else:
             entry = ledger.pod(victim.uid)
             # A victim the ledger has not seen yet frees nothing that it counts.

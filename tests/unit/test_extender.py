@@ -194,6 +194,27 @@ def test_an_owner_takes_its_own_hold_not_anothers(
     assert found is None or not found.unresolvable  # preemption may make room
 
 
+def test_the_pod_slot_a_handover_holds_is_not_free_for_another_pod() -> None:
+    """The scheduler counts a node's pods against its `pods` allocatable: on a node that
+    runs as many pods as it may, the slot a placeholder gave up in the handover is its
+    owner's; any other pod is refused however little it asks."""
+    ledger = Ledger()
+    full = node("node-1")
+    full["status"]["allocatable"]["pods"] = "3"
+    ledger.on_node("ADDED", full)
+    for name in ("a", "b"):
+        ledger.on_pod("ADDED", pod(name, cpu="100m", node="node-1"))
+    ledger.on_reservation("ADDED", reservation("r", node="node-1", cpu="1", owners=(R_OWNER,)))
+    other = filter_nodes(ledger, parse_args(scheduled(FILTER_ARGS, cpu="100m", nodes=["node-1"])))
+    assert other["FailedNodes"] == {
+        "node-1": "Insufficient pods: held for Reservation r in handover"
+    }
+    owner = filter_nodes(
+        ledger, parse_args(scheduled(FILTER_ARGS, cpu="1", uid=R_OWNER, nodes=["node-1"]))
+    )
+    assert owner["NodeNames"] == ["node-1"]
+
+
 def test_filter_over_http_bytes(ledger: Ledger) -> None:
     body = orjson.dumps(scheduled(FILTER_ARGS, cpu="3"))
     status, result = answer(ledger, "filter", body, placement=Placement.SPREAD, ready=True)

@@ -406,7 +406,7 @@ def test_promised_counts_bound_placeholders_and_handover() -> None:
             ("reservation", "ADDED", reservation("s", cpu="1", owners=("s-owner",))),
         ]
     )
-    assert ledger.promised("node-0") == {"cpu": Decimal(3)}
+    assert ledger.promised("node-0") == {"cpu": Decimal(3), "pods": Decimal(2)}
     assert ledger.promised("node-1") == {}
     assert free_cpu(ledger, "node-0") == Decimal(2)
 
@@ -452,7 +452,9 @@ def test_only_a_pod_controlled_by_the_reservation_is_its_placeholder(
     uid = obj["metadata"]["uid"]
     assert ledger.placeholder_of(uid) == placeholder
     assert ledger.placeholder_of_pod(obj) == placeholder
-    assert ledger.promised("node-0") == ({"cpu": Decimal(2)} if placeholder else {})
+    assert ledger.promised("node-0") == (
+        {"cpu": Decimal(2), "pods": Decimal(1)} if placeholder else {}
+    )
 
 
 def test_a_placeholder_counts_from_when_its_reservation_is_seen_until_it_goes() -> None:
@@ -460,7 +462,7 @@ def test_a_placeholder_counts_from_when_its_reservation_is_seen_until_it_goes() 
     ledger = ledger_after([("pod", "ADDED", PLACEHOLDER)])
     assert ledger.promised("node-0") == {}
     ledger.on_reservation("ADDED", r)
-    assert ledger.promised("node-0") == {"cpu": Decimal(2)}
+    assert ledger.promised("node-0") == {"cpu": Decimal(2), "pods": Decimal(1)}
     ledger.on_reservation("DELETED", r)
     assert ledger.promised("node-0").get("cpu", Decimal(0)) == 0
     assert ledger.placeholder_of("uid-r-placeholder") is None
@@ -484,7 +486,7 @@ def test_a_placeholder_counts_from_when_it_is_recorded() -> None:
     assert ledger.promised("node-0") == {}
     ledger.on_reservation("MODIFIED", reservation("r", phase="Pending", node=None))
     assert ledger.placeholder_of("uid-r-placeholder") == "r"
-    assert ledger.promised("node-0") == {"cpu": Decimal(2)}
+    assert ledger.promised("node-0") == {"cpu": Decimal(2), "pods": Decimal(1)}
     another = reservation("r", phase="Pending", node=None, placeholder="uid-next")
     ledger.on_reservation("MODIFIED", another)
     assert ledger.placeholder_of("uid-r-placeholder") is None
