@@ -46,7 +46,7 @@ def _node_fit(c: Candidate, r: Round) -> Wait | None:
     return WaitReason.NODE_FIT, (
         "no other node fits the pod (nodeFit): none is Ready and schedulable, matches "
         "nodeSelector and the pod's node selector and affinity, tolerates its taints and "
-        f"has {requests or 'its requests'} free"
+        f"has {requests or 'its requests'} and a pod slot free"
     )
 
 

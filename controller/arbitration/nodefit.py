@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from berth.protocol import labels_of
-from berth.resources import fits, pod_requests
+from berth.resources import fits, node_charge
 from berth.scheduling import (
     node_affinity_matches,
     node_schedulable,
@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 class NodeFit:
     """Whether another node could take a pod now: Ready, not cordoned, matching
     `nodeSelector` of the config and the pod's nodeSelector and required node affinity,
-    its NoSchedule/NoExecute taints tolerated, and `free` covering the pod's requests.
-    Admissions within the round do not use up `free`. Pods of one controller share a
-    template, so the answer is worked out once per controller."""
+    its NoSchedule/NoExecute taints tolerated, and `free` covering the pod's requests and
+    a pod slot (`node_charge`). Admissions within the round do not use up `free`. Pods of
+    one controller share a template, so the answer is worked out once per controller."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         selector = parse_selector(snapshot.args.node_selector or "")
@@ -51,7 +51,7 @@ class NodeFit:
 
     def _first_two(self, spec: Object) -> tuple[str, ...]:
         """Up to two nodes that fit: one of them is not the pod's own."""
-        requests = pod_requests(spec)
+        requests = node_charge(spec)
         found: list[str] = []
         for name, node in self.nodes:
             if (

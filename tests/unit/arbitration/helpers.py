@@ -108,12 +108,13 @@ def decide(
     pods: Sequence[Object],
     workloads: Sequence[Object] = (),
     nodes: Sequence[Object] = (),
-    free: dict[str, int] | None = None,
+    free: dict[str, int | tuple[int, int]] | None = None,
     **given: Any,
 ) -> Arbitration:
     """Arbitrate one round, and again with its memo, which must decide the same.
 
-    `free` is millicores of cpu per node. `given` holds Snapshot fields as Snapshot takes
+    `free` is millicores of cpu per node, with 110 pod slots, or (millicores, pod slots).
+    `given` holds Snapshot fields as Snapshot takes
     them (in_flight, history, pdbs, priority_classes, limiter, now) and
     MigrationControllerArgs keys, camelCase as in the configuration file. evictQPS is 0
     (no rate limit) unless a test sets it, so that rounds can admit more than one job.
@@ -134,7 +135,7 @@ def decide(
         workloads={w["metadata"]["uid"]: w for w in workloads},
         pods_of_workload=pods_by_workload,
         nodes={n["metadata"]["name"]: n for n in nodes},
-        free={name: {"cpu": Decimal(cpu) / 1000} for name, cpu in (free or {}).items()},
+        free={name: _free(value) for name, value in (free or {}).items()},
         args=MigrationControllerArgs.model_validate(given),
     )
     result = arbitrate(snapshot)
@@ -199,3 +200,8 @@ def tweaked(target: Object, *tweaks: Tweak) -> Object:
     for change in tweaks:
         change(target)
     return target
+
+
+def _free(value: int | tuple[int, int]) -> dict[str, Decimal]:
+    millicores, slots = value if isinstance(value, tuple) else (value, 110)
+    return {"cpu": Decimal(millicores) / 1000, "pods": Decimal(slots)}

@@ -24,6 +24,7 @@ from tests.unit.builders import node
     [
         pytest.param(node(), 1000, tweak(), {}, "admit", id="fits"),
         pytest.param(node(), 100, tweak(), {}, "wait", id="no room"),
+        pytest.param(node(), (1000, 0), tweak(), {}, "wait", id="no pod slot left"),
         pytest.param(node(ready=False), 1000, tweak(), {}, "wait", id="not ready"),
         pytest.param(node(unschedulable=True), 1000, tweak(), {}, "wait", id="cordoned"),
         pytest.param(
@@ -143,10 +144,17 @@ from tests.unit.builders import node
     ],
 )
 def test_node_fit(
-    target: Object, free: int | None, change: Tweak, args: dict[str, Any], verdict: str
+    target: Object,
+    free: int | tuple[int, int] | None,
+    change: Tweak,
+    args: dict[str, Any],
+    verdict: str,
 ) -> None:
     source = node("node-0")
-    capacity = {"node-0": 4000, **({"node-1": free} if free is not None else {})}
+    capacity: dict[str, int | tuple[int, int]] = {
+        "node-0": 4000,
+        **({"node-1": free} if free is not None else {}),
+    }
     decision = one(
         tweaked(pods_of()[0], change), nodes=[source, target], free=capacity, nodeFit=True, **args
     )
