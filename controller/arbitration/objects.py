@@ -26,6 +26,21 @@ def pod_key(job: Object) -> str:
     return f"{ref.get('namespace')}/{ref.get('name')}"
 
 
+def missing_pod(job: Object, pod: Object | None, key: str) -> str | None:
+    """Why the job's pod is not there (None: it is): no pod at podRef's namespace/name, or
+    another pod of that name than the one podRef's uid names (a StatefulSet's pod made
+    again since the job was written: migrating it would move a pod nobody asked to)."""
+    if pod is None:
+        return f"pod {key} not found"
+    uid = ((job.get("spec") or {}).get("podRef") or {}).get("uid")
+    if uid and uid != pod["metadata"].get("uid"):
+        return (
+            f"pod {key} is another pod than podRef names (uid {pod['metadata'].get('uid')}, "
+            f"podRef.uid {uid}): the pod it named is gone"
+        )
+    return None
+
+
 def same_objects(objects: Sequence[Object], known: tuple[Object, ...]) -> bool:
     """Whether `objects` are the very objects of `known`, in the same order."""
     return len(objects) == len(known) and all(map(operator.is_, objects, known))

@@ -24,7 +24,7 @@ from controller.arbitration.candidates import Candidate, PodFacts
 from controller.arbitration.forbid import Rules, forbidden_to_migrate
 from controller.arbitration.limits import BYPASSED, limit_checks
 from controller.arbitration.nodefit import NodeFit
-from controller.arbitration.objects import Object, pod_key
+from controller.arbitration.objects import Object, missing_pod, pod_key
 from controller.arbitration.order import History, sort_key, sorted_in_steps
 from controller.arbitration.pdbs import Disruptions, PdbIndex
 from controller.arbitration.rates import LimiterState, Rates
@@ -223,13 +223,11 @@ class Round:
                     continue
                 key = pod_key(job)
                 pod = pods.get(key)
-                if pod is None:
-                    failed.append(
-                        Decision(
-                            job, "fail", PodMigrationJobReason.MISSING_POD, f"pod {key} not found"
-                        )
-                    )
+                missing = missing_pod(job, pod, key)
+                if missing is not None:
+                    failed.append(Decision(job, "fail", PodMigrationJobReason.MISSING_POD, missing))
                     continue
+                assert pod is not None
                 c = self._read(job, pod)
             known_now[id(job)] = c
             if c.failure is not None:

@@ -42,6 +42,20 @@ def test_missing_pod_fails() -> None:
     )
 
 
+def test_a_job_whose_podref_uid_names_another_pod_fails_and_moves_none() -> None:
+    """podRef names the pod by UID too (the eviction webhook and kubectl migrate set it):
+    a StatefulSet's pod made again under that name since is not the one asked for."""
+    web = pods_of()
+    named = pending("job-1", web[0])
+    named["spec"]["podRef"]["uid"] = "uid-of-an-earlier-pod"
+    same = pending("job-2", web[1])
+    same["spec"]["podRef"]["uid"] = web[1]["metadata"]["uid"]
+    result = decide([named, same], pods=web, workloads=[workload()], **LOOSE)
+    assert verdicts(result) == {"job-1": "fail", "job-2": "admit"}
+    assert of(result, "job-1").reason == "MissingPod"
+    assert "podRef.uid uid-of-an-earlier-pod" in of(result, "job-1").message
+
+
 def test_a_pod_already_migrating_fails_the_second_job() -> None:
     web = pods_of()
     result = decide(
