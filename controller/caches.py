@@ -718,27 +718,37 @@ def _workload_uid(replicasets: Store, pod: Mapping[str, Any] | None) -> str | No
 
 
 class _WorkloadOf(Mapping[str, str]):
-    """Controller UID → the workload above it: a ReplicaSet's Deployment, from the caches."""
+    """Controller UID → the workload above it: a ReplicaSet's Deployment, from the caches.
+    A ReplicaSet that another kind controls (an Argo Rollout, which Berth does not cache)
+    is its own workload: its spec and status are what the limits can read."""
 
     def __init__(self, replicasets: Store) -> None:
         self.replicasets = replicasets
 
     def __getitem__(self, uid: str) -> str:
         for replicaset in self.replicasets.by_index("uid", uid):
-            above = protocol.controller_of(replicaset)
+            above = _deployment_above(replicaset)
             if above is not None:
-                return str(above["uid"])
+                return above
         raise KeyError(uid)
 
     def __iter__(self) -> Iterator[str]:
         return (
             o["metadata"]["uid"]
             for o in self.replicasets.store.values()
-            if protocol.controller_of(o) is not None
+            if _deployment_above(o) is not None
         )
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def _deployment_above(replicaset: Object) -> str | None:
+    """The UID of the Deployment that controls the ReplicaSet, if one does."""
+    above = protocol.controller_of(replicaset)
+    if above is None or above.get("kind") != "Deployment":
+        return None
+    return str(above["uid"])
 
 
 class _Workloads(Mapping[str, Object]):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from berth.eviction import is_healthy
-from berth.protocol import controlled_key
+from berth.protocol import controlled_key, is_terminal_pod
 from berth.settings import MigrationControllerArgs
 from controller.arbitration.objects import Object, object_key
 
@@ -75,7 +75,8 @@ class Workloads:
         snapshot, args = self.snapshot, self.snapshot.args
         obj = snapshot.workloads.get(uid)
         if obj is None or obj.get("kind") not in REPORTS_AVAILABLE:
-            pods = snapshot.pods_of_workload.get(key, ())
+            # A finished pod (a Job's, Succeeded) is no replica the workload runs.
+            pods = [p for p in snapshot.pods_of_workload.get(key, ()) if not is_terminal_pod(p)]
             available = sum(
                 1 for pod in pods if is_healthy(pod) and object_key(pod) not in self.migrating
             )
@@ -143,7 +144,9 @@ def rollout_of(workload: Object | None) -> str | None:
     As `kubectl rollout status` reads it, less its wait for availability (that is
     maxUnavailablePerWorkload's business): the controller has not yet observed the latest
     spec, or (Deployment, StatefulSet) fewer replicas are updated than wanted, or
-    (Deployment) old replicas are still there.
+    (Deployment) old replicas are still there. A StatefulSet's rolling update wants the
+    replicas from its partition up updated; one updated OnDelete never rolls out by
+    itself (deleting its pods is how its update happens), so it is never waited for.
     """
     if workload is None:
         return None
@@ -155,6 +158,13 @@ def rollout_of(workload: Object | None) -> str | None:
     if workload.get("kind") not in ("Deployment", "StatefulSet"):
         return None
     wanted = spec.get("replicas", 1)
+    if workload["kind"] == "StatefulSet":
+        strategy = spec.get("updateStrategy") or {}
+        if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+            return None
+        partition = (strategy.get("rollingUpdate") or {}).get("partition") or 0
+        if isinstance(partition, int) and isinstance(wanted, int):
+            wanted = max(wanted - partition, 0)
     updated = status.get("updatedReplicas") or 0
     if updated < wanted:
         return f"{updated} of {wanted} replicas updated"

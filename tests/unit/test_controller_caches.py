@@ -372,3 +372,36 @@ async def test_a_token_copied_to_a_pod_of_another_namespace_is_no_second_claimer
         await watch(cache.pods, "ADDED", member)
     view = cache.reservation_view(rsv)
     assert [p["metadata"]["name"] for p in view.claimers] == ["web-2"]
+
+
+def test_the_workload_of_a_replicaset_is_its_deployment_or_itself() -> None:
+    """Arbitration's limits read the workload's spec and status: a Deployment's
+    ReplicaSet counts as the Deployment; one another kind controls (an Argo Rollout,
+    which Berth does not cache) as itself, not as a workload nobody can read."""
+    cache, _ = caches()
+
+    def replicaset(name: str, owner_kind: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "uid": f"uid-{name}",
+                "ownerReferences": [
+                    {
+                        "kind": owner_kind,
+                        "name": "top",
+                        "uid": f"uid-{owner_kind}",
+                        "controller": True,
+                    }
+                ],
+            },
+        }
+
+    cache.replicasets.put(replicaset("of-deployment", "Deployment"))
+    cache.replicasets.put(replicaset("of-rollout", "Rollout"))
+    workload_of = cache.frozen().workload_of()
+    assert workload_of.get("uid-of-deployment") == "uid-Deployment"
+    assert workload_of.get("uid-of-rollout") is None
+    assert set(workload_of) == {"uid-of-deployment"}

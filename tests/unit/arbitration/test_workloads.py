@@ -60,10 +60,41 @@ def old_replicas(deployment: Object) -> Object:
     return deployment
 
 
+def strategy(statefulset: Object, **update: Any) -> Object:
+    statefulset["spec"]["updateStrategy"] = update
+    return statefulset
+
+
 @pytest.mark.parametrize(
     ("owner", "verdict", "message"),
     [
         pytest.param(workload(), "admit", "", id="settled"),
+        pytest.param(
+            strategy(
+                workload(kind="StatefulSet", updated=1),
+                type="RollingUpdate",
+                rollingUpdate={"partition": 2},
+            ),
+            "admit",
+            "",
+            id="statefulset updated from its partition up",
+        ),
+        pytest.param(
+            strategy(
+                workload(kind="StatefulSet", updated=0),
+                type="RollingUpdate",
+                rollingUpdate={"partition": 2},
+            ),
+            "wait",
+            "0 of 1 replicas updated",
+            id="statefulset partitioned, not updated",
+        ),
+        pytest.param(
+            strategy(workload(kind="StatefulSet", updated=0), type="OnDelete"),
+            "admit",
+            "",
+            id="statefulset updated on delete: never rolls out by itself",
+        ),
         pytest.param(
             workload(generation=2, observed=1),
             "wait",
@@ -121,3 +152,13 @@ def test_expected_replicas(replicas: int, mode: str, args: dict[str, Any], verdi
     if verdict == "wait":
         assert decision.reason == "ExpectedReplicas"
         assert "skipCheckExpectedReplicas" in decision.message
+
+
+def test_finished_pods_of_an_owner_berth_does_not_cache_are_no_replicas() -> None:
+    """A batch Job's Succeeded pods stay until the Job is deleted: counted as replicas,
+    they read as unavailable ones, and the running pods waited for ever."""
+    web = pods_of(count=4)
+    for done in web[2:]:
+        done["status"]["phase"] = "Succeeded"
+    decision = one(web[0], pods=web, workloads=[], mode="EvictDirectly")
+    assert decision.verdict == "admit", decision.message
