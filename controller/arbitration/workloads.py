@@ -76,11 +76,11 @@ class Workloads:
         obj = snapshot.workloads.get(uid)
         if obj is None or obj.get("kind") not in REPORTS_AVAILABLE:
             # A finished pod (a Job's, Succeeded) is no replica the workload runs.
-            pods = [p for p in snapshot.pods_of_workload.get(key, ()) if not is_terminal_pod(p)]
+            running = [p for p in snapshot.pods_of_workload.get(key, ()) if not is_terminal_pod(p)]
             available = sum(
-                1 for pod in pods if is_healthy(pod) and object_key(pod) not in self.migrating
+                1 for pod in running if is_healthy(pod) and object_key(pod) not in self.migrating
             )
-            return workload_limits(uid, obj, pods, available=available, args=args)
+            return workload_limits(uid, obj, running, available=available, args=args)
         known = self.last.get(uid)
         if known is None or known[0] is not obj:
             available = (obj.get("status") or {}).get("availableReplicas") or 0
