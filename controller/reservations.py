@@ -325,45 +325,26 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
     """Keep the placeholder alive and the status in step with it."""
     reservation = view.reservation
     placeholder = view.placeholder
+    if placeholder is not None and protocol.is_terminal_pod(placeholder):
+        # Failed (evicted by the kubelet under pressure, refused at admission on the node)
+        # or Succeeded: the scheduler no longer counts it, so it holds nothing. A new one
+        # is made; this one, no longer recorded, goes as a stray.
+        placeholder = None
+    available = protocol.phase(reservation) == ReservationPhase.AVAILABLE
+    held_on = protocol.node_of(reservation)
+    lost = available and (placeholder is None or not placeholder["spec"].get("nodeName"))
+    if lost:
+        # The place is no longer held: Pending before anything else is done, so that a
+        # plan stopped halfway (a crash, a conflict, a refused create) never leaves the
+        # Reservation Available where nothing holds its place.
+        status.update(phase=ReservationPhase.PENDING, nodeName=None)
+        available = False
     if placeholder is None:
-        priority_class = view.priority_class
-        found = view.priority_class_found
-        if priority_class is not None and found is None:
-            # Created once per priority value, then kept (an existing one counts as done:
-            # the placeholder states the class's value and policy, and admission refuses
-            # it under a class made otherwise). The placeholder waits for the next pass:
-            # the API server's priority admission refuses a pod whose class its own cache
-            # has not seen yet, and by then this process's cache has seen it too.
-            plan.then(Create(PRIORITYCLASSES, priority_class))
-            return plan.again_in(CLASS_SETTLES)
-        unusable = build.unusable_class(priority_class, found) if priority_class and found else None
-        if unusable:
-            return _refuse_class(view, status, plan, unusable)
-        plan.then(
-            Create(
-                PODS,
-                placeholder_for(reservation, image=view.image, priority_class=priority_class),
-                namespace=protocol.placeholder_namespace(reservation),
-                record=Record(RESERVATIONS, _name(view), keys.PLACEHOLDER),
-            )
-        )
-        if protocol.phase(reservation) == ReservationPhase.AVAILABLE:
-            # The placeholder vanished (deleted, preempted): the place is no longer held.
-            status.update(phase=ReservationPhase.PENDING, nodeName=None)
-            status = with_condition(
-                status,
-                kind=Condition.SCHEDULED,
-                state="False",
-                reason=Reason.LOST,
-                message="placeholder pod disappeared",
-                now=view.now,
-            )
-            plan.then(_status(view, status))
-        return plan.again_in(_seconds_until(view))
+        return _replace_placeholder(view, status, plan, lost=lost)
     node = placeholder["spec"].get("nodeName")
     if node and view.node_gone:
         return _node_gone(view, status, plan, node=node)
-    if node and protocol.phase(reservation) == ReservationPhase.PENDING:
+    if node and (not available or node != held_on):
         status.update(
             phase=ReservationPhase.AVAILABLE, nodeName=node, allocatable=allocatable_of(reservation)
         )
@@ -386,7 +367,7 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
         return plan.then(_status(view, status))
     if not node:
         message = scheduling_message(placeholder) or "waiting for the scheduler"
-        if not same_condition(
+        if lost or not same_condition(
             status,
             kind=Condition.SCHEDULED,
             state="False",
@@ -402,6 +383,44 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
                 now=view.now,
             )
             plan.then(_status(view, status))
+    return plan.again_in(_seconds_until(view))
+
+
+def _replace_placeholder(view: ReservationView, status: Object, plan: Plan, *, lost: bool) -> Plan:
+    """No placeholder holds the place (none, or a finished one): say so first if the
+    Reservation was Available (`lost`), then make one."""
+    reservation = view.reservation
+    if lost:
+        status = with_condition(
+            status,
+            kind=Condition.SCHEDULED,
+            state="False",
+            reason=Reason.LOST,
+            message="placeholder pod disappeared",
+            now=view.now,
+        )
+        plan.then(_status(view, status))
+    priority_class = view.priority_class
+    found = view.priority_class_found
+    if priority_class is not None and found is None:
+        # Created once per priority value, then kept (an existing one counts as done:
+        # the placeholder states the class's value and policy, and admission refuses
+        # it under a class made otherwise). The placeholder waits for the next pass:
+        # the API server's priority admission refuses a pod whose class its own cache
+        # has not seen yet, and by then this process's cache has seen it too.
+        plan.then(Create(PRIORITYCLASSES, priority_class))
+        return plan.again_in(CLASS_SETTLES)
+    unusable = build.unusable_class(priority_class, found) if priority_class and found else None
+    if unusable:
+        return _refuse_class(view, status, plan, unusable)
+    plan.then(
+        Create(
+            PODS,
+            placeholder_for(reservation, image=view.image, priority_class=priority_class),
+            namespace=protocol.placeholder_namespace(reservation),
+            record=Record(RESERVATIONS, _name(view), keys.PLACEHOLDER),
+        )
+    )
     return plan.again_in(_seconds_until(view))
 
 

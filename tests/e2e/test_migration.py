@@ -294,6 +294,44 @@ def test_two_jobs_naming_one_reservation_evict_one_pod(cluster: Cluster, namespa
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
 
 
+def test_a_placeholder_that_failed_is_made_again(cluster: Cluster, namespace: str) -> None:
+    """The kubelet evicts a placeholder under node pressure: the pod object stays, Failed,
+    and the scheduler counts it no more. The Reservation goes Pending, a new placeholder
+    is made and bound, the Reservation is Available again, and the failed pod goes."""
+    cluster.apply(deployment("held"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "held", 1), what="the pod")[0]
+    target = next(n for n in ("node-0", "node-1", "node-2") if n != pod["spec"]["nodeName"])
+    rsv_name = f"rsv-{namespace}"[:60]
+    cluster.apply(reservation_for(pod, rsv_name, target=target, ttl="5m"))
+
+    def recorded() -> dict[str, Any] | None:
+        reservation = cluster.get("reservation", rsv_name)
+        record = (reservation["metadata"].get("annotations") or {}).get(keys.PLACEHOLDER)
+        if reservation.get("status", {}).get("phase") != "Available" or not record:
+            return None
+        return dict(json.loads(record))
+
+    try:
+        first = cluster.wait(recorded, what="the Reservation to be Available")
+        cluster.kubectl(
+            "patch", "pod", first["name"], "-n", namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": {"phase": "Failed", "reason": "Evicted"}}),
+        )  # fmt: skip
+        second = cluster.wait(
+            lambda: (found := recorded()) and found["uid"] != first["uid"] and found,
+            what="a new placeholder, bound, and the Reservation Available again",
+        )
+        assert second["name"] != first["name"]
+        cluster.wait(
+            lambda: (
+                not any(p["metadata"]["uid"] == first["uid"] for p in pods(cluster, namespace, ""))
+            ),
+            what="the failed placeholder to be deleted",
+        )
+    finally:
+        cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
+
+
 HOLD = "berth.sh/test-hold"
 """A finalizer the test puts on a placeholder: deleted at the handover, it stays
 terminating, so the replacement stays gated (its gate comes off once the placeholder is

@@ -292,9 +292,47 @@ def test_an_expiry_is_read_as_the_schema_lets_it_in_or_else_the_default_ttl(
 
 
 def test_lost_placeholder_is_recreated_and_the_reservation_pending_again() -> None:
+    """Pending is written first: a plan stopped after the create (a crash, a conflict, a
+    refused create) must not leave the Reservation Available where nothing holds it."""
     plan = rsv_plan(reservation(phase="Available", node="node-1"), ph=None)
-    assert kinds(plan) == ["Create:pods", "UpdateStatus:reservations"]
+    assert kinds(plan) == ["UpdateStatus:reservations", "Create:pods"]
     assert status_of(plan)["phase"] == "Pending"
+    assert status_of(plan)["nodeName"] is None
+
+
+def test_a_lost_placeholder_whose_class_is_still_to_be_made_says_pending_all_the_same() -> None:
+    plan = rsv_plan(
+        reservation(phase="Available", node="node-1"),
+        ph=None,
+        priority_class={"metadata": {"name": "berth-placeholder-100"}, "value": 100},
+    )
+    assert kinds(plan) == ["UpdateStatus:reservations", "Create:priorityclasses"]
+    assert status_of(plan)["phase"] == "Pending"
+
+
+@pytest.mark.parametrize("phase", ["Failed", "Succeeded"])
+def test_a_finished_placeholder_holds_nothing(phase: str) -> None:
+    """Evicted by the kubelet under node pressure (Failed), its pod object stays, but the
+    scheduler counts it no more: the Reservation is Pending and a new placeholder made."""
+    finished = placeholder()
+    finished["status"]["phase"] = phase
+    plan = rsv_plan(reservation(phase="Available", node="node-1"), ph=finished)
+    assert kinds(plan) == ["UpdateStatus:reservations", "Create:pods"]
+    assert status_of(plan)["phase"] == "Pending"
+    pending = rsv_plan(reservation(phase="Pending", node=None), ph=finished)
+    assert "UpdateStatus:reservations" not in kinds(pending)  # never Available on it
+    assert kinds(pending) == ["Create:pods"]
+
+
+def test_available_follows_the_placeholder_it_has() -> None:
+    """Available with a placeholder not bound (made again by an older controller, which
+    wrote Pending after the create), or bound to another node than the status says."""
+    unbound = rsv_plan(reservation(phase="Available", node="node-1"), ph=placeholder(node=None))
+    assert status_of(unbound)["phase"] == "Pending"
+    moved = rsv_plan(reservation(phase="Available", node="node-1"), ph=placeholder(node="node-2"))
+    assert (status_of(moved)["phase"], status_of(moved)["nodeName"]) == ("Available", "node-2")
+    held = rsv_plan(reservation(phase="Available", node="node-1"), ph=placeholder(node="node-1"))
+    assert "UpdateStatus:reservations" not in kinds(held)
 
 
 @pytest.mark.parametrize(
