@@ -28,7 +28,10 @@ The checks, in order:
 - `verdict`: the job for the pod (named after the pod's UID, so every replica and every
   retry finds the same one). Not ended: 429, naming the job. Ended while the pod is still
   there (the job failed or was aborted): the eviction goes through, so a drain is never
-  blocked for good.
+  blocked for good; but 429 still when arbitration failed it because another job is
+  migrating the pod (that job moves it). Paused, or not ended a minute after its TTL
+  (at most `defaultJobTTL`: the controller is not running, or someone wrote the job to
+  hold drains off): the eviction goes through.
 """
 
 from __future__ import annotations
@@ -41,7 +44,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from berth import eviction as evictability
-from berth.api import TERMINAL_PHASES, format_duration, keys, parse_duration
+from berth.api import (
+    ALREADY_MIGRATING,
+    TERMINAL_PHASES,
+    PodMigrationJobReason,
+    format_duration,
+    keys,
+    parse_duration,
+)
 from berth.protocol import Object, claim_of, owner_uids, pod_claim
 from berth.settings import EvictionPolicy, MigrationControllerArgs
 
@@ -248,10 +258,14 @@ def already_migrated(
     )
 
 
-def verdict(job: Object, pod: Object) -> Pass | Deny:
+def verdict(job: Object, pod: Object, *, now: datetime, default_ttl: timedelta) -> Pass | Deny:
     """The answer once the pod's job exists: 429 while it runs; through once it ended
     and the pod is still there. A job of that name for another pod (made by hand to
-    hold the pod's evictions off) never blocks the eviction."""
+    hold the pod's evictions off), a paused one (it waits for a person), and one not
+    ended `REPLACEMENT_GRACE` after its TTL (no more than `default_ttl`, what the webhook
+    gives its jobs: the controller is down, or the job was written to hold drains off)
+    never block the eviction. A job arbitration failed because another job migrates the
+    pod keeps the requester waiting, as long: that job moves the pod."""
     name = job["metadata"]["name"]
     ref = job.get("spec", {}).get("podRef") or {}
     metadata = pod["metadata"]
@@ -263,17 +277,53 @@ def verdict(job: Object, pod: Object) -> Pass | Deny:
         return Pass("JobMismatch", f"PodMigrationJob {name} is not about this pod")
     status = job.get("status") or {}
     phase = status.get("phase") or "Pending"
+    overdue = _overdue(job, now=now, default_ttl=default_ttl)
+    if overdue:
+        return Pass(
+            "JobOverdue",
+            f"PodMigrationJob {name} is still {phase} {int(overdue.total_seconds())}s past "
+            "its TTL and a minute's grace (is the controller running?): letting the "
+            "eviction through",
+        )
+    where = f"pod {metadata['namespace']}/{metadata['name']}"
     if phase in TERMINAL_PHASES:
-        why = status.get("reason") or status.get("message") or "no reason given"
+        message = str(status.get("message") or "")
+        if status.get("reason") == PodMigrationJobReason.FORBIDDEN_MIGRATE_POD and (
+            ALREADY_MIGRATING in message
+        ):
+            return Deny(
+                "MigratedByAnotherJob",
+                name,
+                f"{where} {ALREADY_MIGRATING}, which moves it; retry the eviction later",
+            )
+        why = status.get("reason") or message or "no reason given"
         return Pass(
             "JobEnded",
             f"PodMigrationJob {name} ended {phase} ({why}) and the pod is still here: "
             "letting the eviction through",
         )
+    if job.get("spec", {}).get("paused"):
+        return Pass(
+            "JobPaused",
+            f"PodMigrationJob {name} is paused (it waits for a person): letting the "
+            "eviction through",
+        )
     waiting = f"; {status['message']}" if status.get("message") else ""
     return Deny(
         "JobInProgress",
         name,
-        f"pod {metadata['namespace']}/{metadata['name']} is being migrated by "
-        f"PodMigrationJob {name} (phase {phase}{waiting}); retry the eviction later",
+        f"{where} is being migrated by PodMigrationJob {name} (phase {phase}{waiting}); "
+        "retry the eviction later",
     )
+
+
+def _overdue(job: Object, *, now: datetime, default_ttl: timedelta) -> timedelta | None:
+    """How long past its TTL (no more than `default_ttl`) and `REPLACEMENT_GRACE` the job
+    is, if it is (None: not, or its times cannot be read)."""
+    try:
+        created = datetime.fromisoformat(job["metadata"]["creationTimestamp"])
+        ttl = parse_duration(job.get("spec", {}).get("ttl") or "0s")
+    except (KeyError, TypeError, ValueError):
+        return None
+    late = now - (created + min(ttl or default_ttl, default_ttl) + REPLACEMENT_GRACE)
+    return late if late > timedelta(0) else None

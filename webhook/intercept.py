@@ -148,7 +148,9 @@ class Interceptor:
                 raise
             job = await self.kube.get(PODMIGRATIONJOBS, name)
             created = False
-        answer = evictions.verdict(job, pod)
+        answer = evictions.verdict(
+            job, pod, now=datetime.now(UTC), default_ttl=self.settings.default_job_ttl
+        )
         if isinstance(answer, Deny) and created:
             self.event(
                 pod,

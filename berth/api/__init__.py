@@ -19,6 +19,7 @@ from berth.api.meta import (
     ObjectReference,
 )
 from berth.api.podmigrationjob import (
+    ALREADY_MIGRATING,
     LEGACY_SUCCEEDED,
     SUCCEEDED_PHASES,
     TERMINAL_PHASES,
@@ -46,6 +47,7 @@ from berth.api.reservation import (
 )
 
 __all__ = [
+    "ALREADY_MIGRATING",
     "API_VERSION",
     "GROUP",
     "LEGACY_SUCCEEDED",

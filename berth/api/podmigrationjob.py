@@ -85,6 +85,11 @@ class PodMigrationJobConditionType(StrEnum):
     BOUND_POD_READY = "BoundPodReady"
 
 
+ALREADY_MIGRATING = "is already being migrated by another job"
+"""In the message of a job arbitration failed (ForbiddenMigratePod) because another job
+not finished migrates its pod: the eviction webhook reads it to keep answering 429."""
+
+
 class PodMigrationJobReason(StrEnum):
     """Every reason Berth writes on a job: `status.reason`, its conditions' reasons, and
     the reasons of its events. The design's list first, then Berth's own."""
@@ -118,7 +123,8 @@ class PodMigrationJobReason(StrEnum):
     was scaled so that it replaces the pod no more (to zero, or a StatefulSet below the
     pod's ordinal): the place is released rather than held for nobody until the TTL."""
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
-    """Arbitration: the pod may never be migrated; the message names the rule."""
+    """Arbitration: the pod may never be migrated; the message names the rule (for a pod
+    another job is migrating, it contains `ALREADY_MIGRATING`)."""
     NOT_ADMITTED = "NotAdmitted"
     """The job was Running without arbitration's admission mark (its phase was written by
     someone else): it is Pending again and arbitration decides."""

@@ -16,7 +16,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Literal, NamedTuple
 
-from berth.api import PodMigrationJobReason, keys
+from berth.api import ALREADY_MIGRATING, PodMigrationJobReason, keys
 from berth.protocol import annotations_of
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
@@ -288,7 +288,7 @@ class Round:
                         c.job,
                         "fail",
                         PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
-                        f"pod {c.key} is already being migrated by another job",
+                        f"pod {c.key} {ALREADY_MIGRATING}",
                         c.pod,
                     )
                 )

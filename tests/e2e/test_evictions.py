@@ -365,6 +365,52 @@ def test_a_failed_job_lets_the_drain_continue(
     assert total(samples, name, result="passed", reason="JobEnded") >= 1
 
 
+def test_a_drain_waits_for_the_job_already_migrating_the_pod(
+    cluster: Cluster, namespace: str, own_node: str
+) -> None:
+    """kubectl migrate, then kubectl drain of the same node: arbitration fails the
+    eviction's job (another job migrates the pod), and the drain keeps being told to
+    retry instead of evicting the pod plainly. The first job's Reservation cannot be
+    placed here (its template asks for a node label none has), so it stays Running."""
+    opt_in(cluster, namespace)
+    source = own_node
+    on_source = {"nodeName": source, **tolerating(source)}
+    cluster.apply(deployment("taken", replicas=1, cpu="100m", spec_extra=on_source), namespace)
+    [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "taken", 1), what="the pod")
+    name = f"first-{namespace}"[:60]
+    template = {"spec": {"template": {"spec": {"nodeSelector": {"berth.sh/test-nowhere": "true"}}}}}
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                "kind": "PodMigrationJob",
+                "metadata": {"name": name},
+                "spec": {
+                    "ttl": "10m",
+                    "mode": "ReservationFirst",
+                    "podRef": {"namespace": namespace, "name": pod["metadata"]["name"]},
+                    "reservationOptions": {"template": template},
+                },
+            }
+        )
+    )
+    try:
+        cluster.wait(
+            lambda: cluster.get("pmj", name).get("status", {}).get("phase") == "Running",
+            what="the first job to run",
+        )
+        code, out = finished(drain(cluster, source, "--timeout=30s"), timeout=180)
+        assert code != 0, out  # the drain gave up at its own timeout, the pod still there
+        assert "is already being migrated by another job" in out
+        [job] = intercepted(cluster, namespace)
+        assert job["status"]["reason"] == "ForbiddenMigratePod"
+        [still] = pods(cluster, namespace, "app=taken")
+        assert still["metadata"]["uid"] == pod["metadata"]["uid"]
+        assert not still["metadata"].get("deletionTimestamp")
+    finally:
+        cluster.kubectl("delete", "pmj", name, "--ignore-not-found")
+
+
 POLICY = {
     "apiVersion": "descheduler/v1alpha2",
     "kind": "DeschedulerPolicy",

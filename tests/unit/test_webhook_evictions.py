@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from berth.api import keys
+from berth.api import ALREADY_MIGRATING, keys
 from berth.settings import MigrationControllerArgs
-from tests.unit.builders import T0, job, pod, reservation, with_status
+from tests.unit.builders import T0, job, later, pod, reservation, with_status
 from webhook import review
 from webhook.evictions import (
     Deny,
@@ -188,7 +188,7 @@ def the_job(phase: str | None, **status: Any) -> dict[str, Any]:
 def test_verdict_waits_for_the_job_and_never_blocks_for_good(
     found: dict[str, Any], expected: type
 ) -> None:
-    answer = verdict(found, pod())
+    answer = verdict(found, pod(), now=T0, default_ttl=FIVE_MINUTES)
     assert isinstance(answer, expected)
     if isinstance(answer, Deny):
         assert answer.job == "eviction-uid-web-1"
@@ -200,9 +200,62 @@ def test_verdict_waits_for_the_job_and_never_blocks_for_good(
 def test_a_job_of_that_name_for_another_pod_never_blocks_the_eviction() -> None:
     found = the_job("Running")
     found["spec"]["podRef"]["uid"] = "someone-else"
-    answer = verdict(found, pod())
+    answer = verdict(found, pod(), now=T0, default_ttl=FIVE_MINUTES)
     assert isinstance(answer, Pass)
     assert answer.reason == "JobMismatch"
+
+
+FIVE_MINUTES = timedelta(minutes=5)
+
+
+@pytest.mark.parametrize(
+    ("ttl", "after", "reason"),
+    [
+        ("5m0s", 5 * 60 + 59, None),
+        ("5m0s", 6 * 60 + 1, "JobOverdue"),
+        # Written with a year's TTL to hold drains off: no longer than the webhook's own.
+        ("8760h0m0s", 6 * 60 + 1, "JobOverdue"),
+        ("1m0s", 2 * 60 + 1, "JobOverdue"),
+    ],
+)
+def test_a_job_not_ended_after_its_ttl_blocks_no_drain(
+    ttl: str, after: int, reason: str | None
+) -> None:
+    """Only the controller ends a job at its TTL: while it is down (or cannot be
+    scheduled in a full cluster), a drain would get 429 for ever."""
+    found = the_job("Pending")
+    found["spec"]["ttl"] = ttl
+    answer = verdict(found, pod(), now=later(after), default_ttl=FIVE_MINUTES)
+    if reason is None:
+        assert isinstance(answer, Deny)
+    else:
+        assert isinstance(answer, Pass)
+        assert answer.reason == reason
+        assert "is the controller running?" in answer.message
+
+
+def test_a_paused_job_blocks_no_drain() -> None:
+    found = the_job("Pending")
+    found["spec"]["paused"] = True
+    answer = verdict(found, pod(), now=T0, default_ttl=FIVE_MINUTES)
+    assert isinstance(answer, Pass)
+    assert answer.reason == "JobPaused"
+
+
+def test_a_pod_another_job_migrates_keeps_the_drain_waiting() -> None:
+    """kubectl migrate node, then kubectl drain of the node: arbitration fails the
+    eviction's job (the pod is another job's), and the pod is moved by that job, not
+    evicted plainly by the drain's next retry."""
+    found = the_job(
+        "Failed",
+        reason="ForbiddenMigratePod",
+        message=f"pod default/web-1 {ALREADY_MIGRATING}",
+    )
+    answer = verdict(found, pod(), now=later(60), default_ttl=FIVE_MINUTES)
+    assert isinstance(answer, Deny)
+    assert answer.reason == "MigratedByAnotherJob"
+    late = verdict(found, pod(), now=later(7 * 60), default_ttl=FIVE_MINUTES)
+    assert isinstance(late, Pass)
 
 
 def migrated_by(user: str) -> dict[str, Any]:
