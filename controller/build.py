@@ -43,13 +43,24 @@ def placeholder_prefix(reservation_name: str) -> str:
 
 def exclude_node(affinity: Mapping[str, Any] | None, node: str) -> Object:
     """`affinity` with a required "not on `node`" ANDed into every node selector term."""
+    return _and_node_field(
+        affinity, {"key": "metadata.name", "operator": "NotIn", "values": [node]}
+    )
+
+
+def only_node(affinity: Mapping[str, Any] | None, node: str) -> Object:
+    """`affinity` with a required "only on `node`" ANDed into every node selector term:
+    what a template's `nodeName` asks, scheduled (as the DaemonSet controller does)."""
+    return _and_node_field(affinity, {"key": "metadata.name", "operator": "In", "values": [node]})
+
+
+def _and_node_field(affinity: Mapping[str, Any] | None, field: Object) -> Object:
     result: Object = copy.deepcopy(dict(affinity or {}))
     node_affinity = result.setdefault("nodeAffinity", {})
     required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
-    not_here = {"key": "metadata.name", "operator": "NotIn", "values": [node]}
     required["nodeSelectorTerms"] = [
-        {**term, "matchFields": [*(term.get("matchFields") or []), not_here]} for term in terms
+        {**term, "matchFields": [*(term.get("matchFields") or []), field]} for term in terms
     ]
     return result
 
@@ -295,6 +306,10 @@ def placeholder_for(
             },
         }
     )
+    if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
+        # A Reservation made by hand for one node (Koordinator's template.spec.nodeName):
+        # scheduled there, not bound past the scheduler, so its capacity is checked.
+        pod_spec["affinity"] = only_node(pod_spec.get("affinity"), spec["nodeName"])
     pod_spec.pop("priority", None)  # set by admission from priorityClassName
     if priority_class:
         # The class's value and policy are stated on the pod too: the Priority admission

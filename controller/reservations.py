@@ -30,12 +30,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from berth import protocol
-from berth.api import ReservationConditionType, ReservationPhase, ReservationReason, keys
+from berth.api import (
+    ReservationConditionType,
+    ReservationPhase,
+    ReservationReason,
+    keys,
+    parse_duration,
+)
 from berth.api.times import read_time
 from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
 from controller import build
@@ -61,7 +67,13 @@ HANDOVER_POLL = 1.0
 CLAIM_POLL = 1.0
 CLASS_SETTLES = 1.0
 """Seconds between creating a placeholder's PriorityClass and creating the placeholder."""
-DEFAULT_TTL = timedelta(hours=1)  # a Reservation made by hand with neither ttl nor expires
+NEVER = datetime.max.replace(tzinfo=UTC)
+"""When a Reservation with `ttl: 0` expires."""
+LOOK_AGAIN = 3600.0
+"""Seconds at most before a Reservation waiting for its expiry is looked at again."""
+DEFAULT_TTL = timedelta(hours=24)
+"""A Reservation's life when it has neither ttl nor expires (made by hand), as
+Koordinator's API defaults it; a job's Reservation always has the job's ttl."""
 
 
 @dataclass(frozen=True)
@@ -100,11 +112,17 @@ class ReservationView:
 
 def expires_at(reservation: Mapping[str, Any]) -> datetime:
     """When the Reservation expires: its `expires`, else its creation plus its `ttl` (or
-    `DEFAULT_TTL`). An `expires` that is no time (`read_time`: year 0000, say, which
-    the schema lets in) counts as absent."""
+    `DEFAULT_TTL`); a `ttl` of 0 never (Koordinator's "0 disables expiration"). An
+    `expires` that is no time (`read_time`: year 0000, say, which the schema lets in)
+    counts as absent."""
     spec = reservation.get("spec") or {}
     expires = read_time(spec.get("expires"))
-    return expires or deadline(reservation, spec.get("ttl"), DEFAULT_TTL)
+    if expires is not None:
+        return expires
+    ttl = spec.get("ttl")
+    if ttl and parse_duration(ttl) == timedelta(0):
+        return NEVER
+    return deadline(reservation, ttl, DEFAULT_TTL)
 
 
 def delete_placeholder(placeholder: Mapping[str, Any]) -> Delete:
@@ -623,7 +641,9 @@ def _cleanup(view: ReservationView, plan: Plan, *, released: bool) -> Plan:
 
 
 def _seconds_until(view: ReservationView) -> float:
-    return max(0.5, (expires_at(view.reservation) - view.now).total_seconds())
+    """Until the Reservation expires (at most `LOOK_AGAIN`)."""
+    left = (expires_at(view.reservation) - view.now).total_seconds()
+    return min(max(0.5, left), LOOK_AGAIN)
 
 
 STRAY_GRACE = timedelta(seconds=30)

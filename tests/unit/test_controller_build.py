@@ -128,6 +128,22 @@ def test_placeholder_requests_berths_marker_so_the_scheduler_calls_the_extender(
     assert keys.RESERVATION_RESOURCE not in build.allocatable_of(rsv)
 
 
+def test_a_hand_made_reservation_for_one_node_gets_a_placeholder_scheduled_there() -> None:
+    """Koordinator's template.spec.nodeName: the placeholder is scheduled to that node
+    (required affinity, ANDed with the template's own), never bound past the scheduler."""
+    rsv = build.reservation_for(job=job(), pod=pod(), workload_uid=None, ttl="5m")
+    rsv["metadata"]["uid"] = "uid-rsv"
+    rsv["spec"]["template"]["spec"]["nodeName"] = "node-7"
+    spec = build.placeholder_for(rsv, image="pause")["spec"]
+    assert "nodeName" not in spec
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    pin = {"key": "metadata.name", "operator": "In", "values": ["node-7"]}
+    assert terms
+    assert all(pin in term["matchFields"] for term in terms)
+
+
 def test_a_pod_bound_before_leaves_its_marker_out_of_the_new_reservation() -> None:
     source = pod()
     source["spec"]["containers"][0]["resources"] = {

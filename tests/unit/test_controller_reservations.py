@@ -265,21 +265,35 @@ def test_expired_reservation_fails_then_cleans_up_and_lets_the_pod_go() -> None:
     assert kinds(plan) == ["Delete:pods", "Patch:pods", "Event:ReservationReleased"]
 
 
+DAY = 24 * 3600
+
+
+@pytest.mark.parametrize(("ttl", "expected"), [("0s", None), ("0", None), ("90s", 90)])
+def test_a_ttl_of_zero_never_expires(ttl: str, expected: int | None) -> None:
+    """Koordinator's Reservation API: "Set 0 to disable expiration"."""
+    rsv = reservation(phase="Available", node="node-1", ttl=ttl)
+    found = reservations.expires_at(rsv)
+    assert found == (reservations.NEVER if expected is None else later(expected))
+    plan = rsv_plan(rsv, ph=placeholder(), now=later(365 * DAY))
+    assert expected is not None or plan.requeue_after == reservations.LOOK_AGAIN
+
+
 @pytest.mark.parametrize(
     ("expires", "expected"),
     [
         ("2026-01-01T12:00:30Z", later(30)),
         ("2026-01-01t12:00:30z", later(30)),  # the schema's date-time lets lower case in
-        ("2026-01-01T12:00:30x5Z", later(3600)),  # and any character before a fraction
-        ("0000-01-01T00:00:00Z", later(3600)),  # and year 0
-        ("2026-01-01T12:00:30", later(3600)),  # no zone: not from the schema
+        ("2026-01-01T12:00:30x5Z", later(DAY)),  # and any character before a fraction
+        ("0000-01-01T00:00:00Z", later(DAY)),  # and year 0
+        ("2026-01-01T12:00:30", later(DAY)),  # no zone: not from the schema
     ],
 )
 def test_an_expiry_is_read_as_the_schema_lets_it_in_or_else_the_default_ttl(
     expires: str, expected: object
 ) -> None:
     """A Reservation made by hand states `expires` as its writer likes: each is read, or
-    counts as absent (an hour from its creation), and no pass fails on it."""
+    counts as absent (a day from its creation, Koordinator's default), and no pass fails
+    on it."""
     rsv = reservation(phase="Available", node="node-1")
     rsv["spec"].pop("ttl", None)
     rsv["spec"]["expires"] = expires
