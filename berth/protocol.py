@@ -180,9 +180,12 @@ def owner_uids(reservation: Object) -> set[str]:
 
 
 def template_namespace(reservation: Object) -> str | None:
+    """The namespace its template names, if it names one (a template is free-form: a
+    metadata that is no object names none)."""
     template = reservation.get("spec", {}).get("template") or {}
-    namespace = (template.get("metadata") or {}).get("namespace")
-    return str(namespace) if namespace else None
+    metadata = template.get("metadata") if isinstance(template, dict) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else None
 
 
 def placeholder_namespace(reservation: Object) -> str:

@@ -465,9 +465,12 @@ class Caches:
             ):
                 accepted.append(pod)
         classes, default = self.priority_values(), self.default_priority()
+        # A spec no placeholder can be made from ends the Reservation (`decide`) before
+        # any class is needed; read further, it would raise on every pass instead.
         priority_class = (
             None
-            if build.may_preempt(reservation, classes, default)
+            if reservations.spec_problem(reservation) is not None
+            or build.may_preempt(reservation, classes, default)
             else build.non_preempting_class(
                 build.placeholder_priority(reservation, classes, default)
             )

@@ -173,6 +173,7 @@ def spec_problem(reservation: Object) -> str | None:
         expires_at(reservation)
         allocatable_of(reservation)
         placeholder_for(reservation, image="pause")
+        build.placeholder_priority(reservation, {}, 0)
     except UNREADABLE as error:
         return f"its spec cannot be carried out ({unreadable(error)})"
     return None

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+
 from berth.api import keys
 from berth.kube.client import Kube
 from berth.kube.informer import Informer
 from berth.resources import parse_quantity
 from berth.settings import MigrationControllerArgs
-from controller import build
+from controller import build, reservations
+from controller.actions import UpdateStatus
 from controller.caches import FORGET_AFTER, NODE_GRACE, Absences, Caches, lean_pod
 from controller.queue import job_key, reservation_key
 from tests.unit.builders import job, node, placeholder, pod, reservation
@@ -405,3 +408,27 @@ def test_the_workload_of_a_replicaset_is_its_deployment_or_itself() -> None:
     assert workload_of.get("uid-of-deployment") == "uid-Deployment"
     assert workload_of.get("uid-of-rollout") is None
     assert set(workload_of) == {"uid-of-deployment"}
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        {"spec": "x"},
+        {"spec": {"priorityClassName": ["a"], "containers": [{"name": "a"}]}},
+        {"metadata": "x", "spec": {"containers": [{"name": "a"}]}},
+    ],
+)
+async def test_a_reservation_template_of_an_odd_shape_ends_it_once(
+    template: dict[str, Any],
+) -> None:
+    """A Reservation's template is free-form past its top level: a shape the controller
+    cannot read is cached (the namespace index names no namespace) and ends it Invalid or
+    as any other, never raising on every pass before a decision."""
+    cache, _ = caches()
+    made = reservation(phase="Pending", node=None)
+    made["spec"]["template"] = template
+    await watch(cache.reservations, "ADDED", made)
+    assert cache.reservations.get(made["metadata"]["name"]) is not None
+    plan = reservations.decide(cache.reservation_view(made))
+    statuses = [a.obj["status"] for a in plan.actions if isinstance(a, UpdateStatus)]
+    assert [status["phase"] for status in statuses] == ["Failed"]
