@@ -278,6 +278,22 @@ def _claim(view: ReservationView, status: Object, token: str, plan: Plan) -> boo
     """Record the one acceptable claimer as owner (True: that is the whole plan), or refuse
     several, or release a claim no pod took in time."""
     reservation = view.reservation
+    if protocol.phase(reservation) != ReservationPhase.AVAILABLE or not protocol.node_of(
+        reservation
+    ):
+        # Its placeholder was lost after the claim: no place to hand over. The claimer's
+        # gate comes off as a stray's, and the place, once held again, is opened anew.
+        plan.then(
+            release_claim(reservation, token),
+            Event(
+                reservation,
+                Reason.RESERVATION_CLAIM_RELEASED,
+                f"Released claim {protocol.fingerprint(token)}: the Reservation holds no "
+                "place now (its placeholder was lost)",
+                type="Warning",
+            ),
+        )
+        return True
     if len(view.claimers) == 1 and len(view.accepted) == 1 and protocol.is_gated(view.accepted[0]):
         status["currentOwners"] = [reference(view.accepted[0])]
         plan.then(
@@ -577,6 +593,19 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
         )
         return plan.then(_status(view, status))
     bound = owner["spec"].get("nodeName")
+    if not bound and node is None:
+        # Recorded while its place was lost (an earlier version recorded owners of a
+        # Reservation without a node): nothing to hand over, the owner is let go.
+        status["phase"] = ReservationPhase.FAILED
+        status = with_condition(
+            status,
+            kind=Condition.READY,
+            state="False",
+            reason=Reason.LOST,
+            message="the Reservation held no place when its owner was recorded",
+            now=view.now,
+        )
+        return plan.then(_status(view, status))
     if bound:
         status["phase"] = ReservationPhase.SUCCEEDED
         status = with_condition(

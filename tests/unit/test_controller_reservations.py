@@ -161,6 +161,26 @@ def test_claimer_is_recorded_as_owner() -> None:
     assert status_of(plan)["currentOwners"][0]["uid"] == "uid-web-2"
 
 
+def test_a_claim_on_a_reservation_that_lost_its_place_is_released_not_recorded() -> None:
+    """The placeholder was lost after the webhook's claim (the Reservation is Pending, no
+    node): recording the claimer would start a handover to no node."""
+    rsv = reservation(
+        phase="Pending", node=None, annotations={keys.CONSUMABLE: "true", keys.CLAIM: "tok"}
+    )
+    claimer = pod(
+        "web-2", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"}
+    )
+    plan = rsv_plan(rsv, ph=placeholder(node=None), claimer=claimer)
+    assert kinds(plan) == ["Patch:reservations", "Event:ReservationClaimReleased"]
+
+
+def test_an_owner_recorded_on_a_reservation_without_a_node_is_let_go() -> None:
+    rsv = reservation(phase="Pending", node=None, owners=["web-2"])
+    owner = pod("web-2", node=None, gates=[keys.RESERVATION_GATE])
+    status = status_of(rsv_plan(rsv, ph=None, owner=owner))
+    assert status["phase"] == "Failed"
+
+
 Step = reservations.Step
 
 
