@@ -70,15 +70,21 @@ def _admitted(job: Object, pod: Mapping[str, Any], *, workload_uid: str | None, 
     follows builds on the patch's own version."""
     status: Object = {"phase": PodMigrationJobPhase.RUNNING}
     pod_uid = pod["metadata"]["uid"]
+    source_node, workload = pod["spec"].get("nodeName") or "", workload_uid or ""
     mark = marker.sign(
-        key, job_uid=job["metadata"]["uid"], pod_uid=pod_uid, mode=job["spec"]["mode"]
+        key,
+        job_uid=job["metadata"]["uid"],
+        pod_uid=pod_uid,
+        mode=job["spec"]["mode"],
+        source_node=source_node,
+        workload=workload,
     )
     metadata: Object = {
         "annotations": {
             keys.POD_UID: pod_uid,
             keys.ADMISSION: mark,
-            keys.SOURCE_NODE: pod["spec"].get("nodeName") or "",
-            keys.WORKLOAD: workload_uid or "",
+            keys.SOURCE_NODE: source_node,
+            keys.WORKLOAD: workload,
         }
     }
     if job["metadata"].get("resourceVersion"):

@@ -4,7 +4,8 @@ Users who may abort a job may write its status subresource, and with it `phase: 
 The state machine must not take that as admission: arbitration's checks (forbidden pods,
 limits, PDBs, expected replicas) would be skipped. So the admission write also records an
 HMAC-SHA256 over what arbitration judged, the job's UID, the pod's UID and the mode,
-keyed by a random key that only the controller can read (a Secret in its namespace). A
+and over what the limits count it against (its source node and workload), keyed by a
+random key that only the controller can read (a Secret in its namespace). A
 user can copy a mark but not make one: a copied mark names another job's UID.
 
 Pure: the key comes in as bytes.
@@ -19,26 +20,53 @@ from typing import Any
 
 from berth.api import keys
 
-VERSION = "v1"
+VERSION = "v2"
 """Prefix of the mark, so that a later change of what is signed is told apart."""
 
 
-def sign(key: bytes, *, job_uid: str, pod_uid: str, mode: str) -> str:
-    """The mark for a job admitted to move the pod `pod_uid` in `mode`."""
-    message = "\x00".join((VERSION, job_uid, pod_uid, mode)).encode()
-    return f"{VERSION}:{hmac.new(key, message, hashlib.sha256).hexdigest()}"
+def sign(
+    key: bytes,
+    *,
+    job_uid: str,
+    pod_uid: str,
+    mode: str,
+    source_node: str = "",
+    workload: str = "",
+) -> str:
+    """The mark for a job admitted to move the pod `pod_uid` in `mode`, counted against
+    `source_node` and `workload` (the annotations the limits read once the pod is gone:
+    rewritten, they would move the job's count off its node or workload)."""
+    fields = (VERSION, job_uid, pod_uid, mode, source_node, workload)
+    return f"{VERSION}:{_digest(key, fields)}"
+
+
+def _digest(key: bytes, fields: tuple[str, ...]) -> str:
+    return hmac.new(key, "\x00".join(fields).encode(), hashlib.sha256).hexdigest()
 
 
 def admitted(key: bytes, job: Mapping[str, Any]) -> bool:
-    """Whether the job carries a valid mark for its UID, its recorded pod UID and its
-    current mode (a mode changed after admission voids the mark)."""
+    """Whether the job carries a valid mark for its UID, its recorded pod UID, its current
+    mode (a mode changed after admission voids the mark) and its recorded source node and
+    workload. A mark of version v1 (written before these two were signed) still counts
+    for the first three, so that an upgrade starts no job over."""
     if not key:
         return False
     annotations = job["metadata"].get("annotations") or {}
-    mark = annotations.get(keys.ADMISSION)
+    mark = str(annotations.get(keys.ADMISSION) or "")
     pod_uid = annotations.get(keys.POD_UID)
     mode = (job.get("spec") or {}).get("mode")
     if not (mark and pod_uid and mode):
         return False
-    expected = sign(key, job_uid=job["metadata"]["uid"], pod_uid=pod_uid, mode=mode)
-    return hmac.compare_digest(str(mark), expected)
+    uid = job["metadata"]["uid"]
+    if mark.startswith("v1:"):
+        expected = f"v1:{_digest(key, ('v1', uid, pod_uid, mode))}"
+    else:
+        expected = sign(
+            key,
+            job_uid=uid,
+            pod_uid=pod_uid,
+            mode=mode,
+            source_node=str(annotations.get(keys.SOURCE_NODE) or ""),
+            workload=str(annotations.get(keys.WORKLOAD) or ""),
+        )
+    return hmac.compare_digest(mark, expected)

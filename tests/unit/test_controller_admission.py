@@ -49,6 +49,8 @@ def test_admission_of_an_admitted_job(dry_run: bool) -> None:
                 job_uid="uid-job-1",
                 pod_uid=target["metadata"]["uid"],
                 mode="ReservationFirst",
+                source_node="node-0",
+                workload="uid-web",
             ),
         }
         # Conditional on the job as arbitration read it: a job changed since is not

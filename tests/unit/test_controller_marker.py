@@ -4,6 +4,10 @@ starts nothing."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+from typing import Any
+
 import pytest
 
 from berth.api import keys
@@ -29,6 +33,43 @@ def test_a_mark_verifies_only_for_its_job_pod_mode_and_key() -> None:
     other_mode = job(mode="EvictDirectly")
     other_mode["spec"]["mode"] = "ReservationFirst"
     assert not marker.admitted(ADMISSION_KEY, other_mode)
+
+
+def admitted_on(node: str, workload: str) -> dict[str, Any]:
+    found = job()
+    annotations = found["metadata"]["annotations"]
+    annotations.update({keys.SOURCE_NODE: node, keys.WORKLOAD: workload})
+    annotations[keys.ADMISSION] = marker.sign(
+        ADMISSION_KEY,
+        job_uid="uid-job-1",
+        pod_uid="uid-web-1",
+        mode="ReservationFirst",
+        source_node=node,
+        workload=workload,
+    )
+    return found
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [(keys.SOURCE_NODE, "node-9"), (keys.WORKLOAD, "uid-other")]
+)
+def test_what_the_limits_count_a_job_against_is_signed_too(key: str, value: str) -> None:
+    """A user who may patch jobs rewrote a Running job's source node or workload: its
+    count would move off the node or workload, and the next job there be admitted past
+    the limit. The rewrite voids the mark instead."""
+    signed = admitted_on("node-0", "uid-web")
+    assert marker.admitted(ADMISSION_KEY, signed)
+    signed["metadata"]["annotations"][key] = value
+    assert not marker.admitted(ADMISSION_KEY, signed)
+
+
+def test_a_mark_of_the_first_version_still_counts_after_an_upgrade() -> None:
+    legacy = job()
+    message = "\x00".join(("v1", "uid-job-1", "uid-web-1", "ReservationFirst")).encode()
+    digest = hmac.new(ADMISSION_KEY, message, hashlib.sha256).hexdigest()
+    legacy["metadata"]["annotations"][keys.ADMISSION] = f"v1:{digest}"
+    legacy["metadata"]["annotations"][keys.SOURCE_NODE] = "anything"
+    assert marker.admitted(ADMISSION_KEY, legacy)
 
 
 @pytest.mark.parametrize("mode", ["EvictDirectly", "ReservationFirst"])
