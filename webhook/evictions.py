@@ -167,8 +167,24 @@ def screen_pod(pod: Object, eviction: Eviction) -> Pass | None:
     return Pass("NotMigratable", reason) if reason else None
 
 
-def job_name(pod: Object) -> str:
-    return f"{JOB_PREFIX}{pod['metadata']['uid']}"
+ATTEMPTS = 5
+"""Jobs made for one pod at most: after the first (`eviction-<pod UID>`), each later
+eviction whose job ended long ago gets a new one (`eviction-<pod UID>-2`, ...)."""
+
+
+def job_name(pod: Object, attempt: int = 1) -> str:
+    """The name of the `attempt`th job made for the pod's evictions: every webhook replica
+    and every retry of an eviction finds the same one."""
+    suffix = f"-{attempt}" if attempt > 1 else ""
+    return f"{JOB_PREFIX}{pod['metadata']['uid']}{suffix}"
+
+
+def stale(job: Object, *, now: datetime, default_ttl: timedelta) -> bool:
+    """Whether the job ended long ago (a minute past its TTL): a later eviction of its pod
+    (a drain days later, the descheduler's next run) is no retry of the one it was made
+    for, and gets a new job rather than going through on the old one's end."""
+    phase = (job.get("status") or {}).get("phase")
+    return phase in TERMINAL_PHASES and _overdue(job, now=now, default_ttl=default_ttl) is not None
 
 
 def requester_label(user: str) -> str:
@@ -182,7 +198,7 @@ def requester_label(user: str) -> str:
 
 
 def job_for(
-    pod: Object, *, eviction: Eviction, settings: MigrationControllerArgs
+    pod: Object, *, eviction: Eviction, settings: MigrationControllerArgs, attempt: int = 1
 ) -> dict[str, Any]:
     """The PodMigrationJob that carries out the eviction: the configuration's
     `defaultJobMode` and `defaultJobTTL`, labelled with the requester."""
@@ -191,7 +207,7 @@ def job_for(
         "apiVersion": "scheduling.koordinator.sh/v1alpha1",
         "kind": "PodMigrationJob",
         "metadata": {
-            "name": job_name(pod),
+            "name": job_name(pod, attempt),
             "labels": {keys.REQUESTER: requester_label(eviction.user)},
             "annotations": {keys.REQUESTER: eviction.user},
         },

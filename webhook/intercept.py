@@ -138,19 +138,13 @@ class Interceptor:
         passed = evictions.screen_pod(pod, eviction)
         if passed:
             return passed
-        body = evictions.job_for(pod, eviction=eviction, settings=self.settings)
-        name = body["metadata"]["name"]
-        try:
-            job = await self.kube.create(PODMIGRATIONJOBS, body)
-            created = True
-        except KubeError as error:
-            if error.status != 409:  # AlreadyExists: another replica, or an earlier retry
-                raise
-            job = await self.kube.get(PODMIGRATIONJOBS, name)
-            created = False
-        answer = evictions.verdict(
-            job, pod, now=datetime.now(UTC), default_ttl=self.settings.default_job_ttl
-        )
+        now, default_ttl = datetime.now(UTC), self.settings.default_job_ttl
+        for attempt in range(1, evictions.ATTEMPTS + 1):
+            job, created = await self._job(pod, eviction, attempt)
+            if created or not evictions.stale(job, now=now, default_ttl=default_ttl):
+                break
+        name = job["metadata"]["name"]
+        answer = evictions.verdict(job, pod, now=now, default_ttl=default_ttl)
         if isinstance(answer, Deny) and created:
             self.event(
                 pod,
@@ -162,6 +156,16 @@ class Interceptor:
         if isinstance(answer, Pass):
             self.event(pod, "EvictionAllowed", answer.message, event_type="Warning")
         return answer
+
+    async def _job(self, pod: Object, eviction: Eviction, attempt: int) -> tuple[Object, bool]:
+        """The `attempt`th job for the pod's evictions, made now (True) or found."""
+        body = evictions.job_for(pod, eviction=eviction, settings=self.settings, attempt=attempt)
+        try:
+            return await self.kube.create(PODMIGRATIONJOBS, body), True
+        except KubeError as error:
+            if error.status != 409:  # AlreadyExists: another replica, or an earlier retry
+                raise
+        return await self.kube.get(PODMIGRATIONJOBS, body["metadata"]["name"]), False
 
     async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
         """`Gone` when the pod is the replacement of a pod this requester's eviction had

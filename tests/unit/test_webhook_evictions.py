@@ -14,16 +14,19 @@ from berth.settings import MigrationControllerArgs
 from tests.unit.builders import T0, job, later, pod, reservation, with_status
 from webhook import review
 from webhook.evictions import (
+    ATTEMPTS,
     Deny,
     Eviction,
     Gone,
     Pass,
     already_migrated,
     job_for,
+    job_name,
     replaced_in,
     requester_label,
     screen,
     screen_pod,
+    stale,
     verdict,
 )
 
@@ -232,6 +235,28 @@ def test_a_job_not_ended_after_its_ttl_blocks_no_drain(
         assert isinstance(answer, Pass)
         assert answer.reason == reason
         assert "is the controller running?" in answer.message
+
+
+@pytest.mark.parametrize(
+    ("phase", "after", "expected"),
+    [
+        ("Failed", 6 * 60 + 1, True),  # ended long ago: a later eviction gets a new job
+        ("Succeed", 6 * 60 + 1, True),
+        ("Failed", 60, False),  # the drain's own retries within its job's life
+        ("Running", 6 * 60 + 1, False),  # not ended: verdict says JobOverdue
+        ("Pending", 60, False),
+    ],
+)
+def test_a_job_ended_long_ago_is_stale(phase: str, after: int, expected: bool) -> None:
+    found = the_job(phase)
+    assert stale(found, now=later(after), default_ttl=FIVE_MINUTES) is expected
+
+
+def test_each_attempt_has_a_name_of_its_own() -> None:
+    names = [job_name(pod(), attempt) for attempt in range(1, ATTEMPTS + 1)]
+    assert names[0] == "eviction-uid-web-1"
+    assert names[1] == "eviction-uid-web-1-2"
+    assert len(set(names)) == ATTEMPTS
 
 
 def test_a_paused_job_blocks_no_drain() -> None:
