@@ -198,6 +198,7 @@ class Round:
         self.per_namespace[key.partition("/")[0]] += 1
         if workload:
             self.per_workload[workload] += 1
+            self.workloads.in_flight[workload] += 1
         if pod is None or facts is None or not facts.healthy:
             return
         if workload:

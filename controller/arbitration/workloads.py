@@ -43,8 +43,10 @@ class Workloads:
 
     Available replicas come from the workload's status (availableReplicas of a
     Deployment, StatefulSet, ReplicaSet or ReplicationController, which leaves out pods
-    not ready and terminating) less its Running jobs' pods, which are on their way out;
-    this costs nothing per pod. For other owners they are counted from the pods.
+    not ready and terminating) less its Running jobs' pods, which are on their way out,
+    and never more than its replicas less its Running jobs (the status is written a
+    moment after a pod starts terminating); this costs nothing per pod. For other owners
+    they are counted from the pods.
     """
 
     def __init__(
@@ -57,6 +59,10 @@ class Workloads:
         self.snapshot, self.last, self.migrating = snapshot, last, migrating
         self.healthy_in_flight: defaultdict[str, int] = defaultdict(int)
         """Per workload, Running jobs' pods that its status still counts as available."""
+        self.in_flight: defaultdict[str, int] = defaultdict(int)
+        """Per workload, its Running jobs: each pod is leaving, or its replacement not yet
+        running, so at most `expected` less these are available, whatever a status that
+        lags behind a pod's deletion still says."""
         self.read: dict[str, tuple[Object, Workload]] = {}
         """Workload UID → (object, its limits before this round's counts), for the next
         round's memo; only kinds whose status reports availability."""
@@ -89,7 +95,11 @@ class Workloads:
             known = (obj, workload_limits(uid, obj, pods, available=available, args=args))
         self.read[uid] = known
         w = known[1]
-        return replace(w, available=w.available - self.healthy_in_flight.get(uid, 0))
+        available = min(
+            w.available - self.healthy_in_flight.get(uid, 0),
+            w.expected - self.in_flight.get(uid, 0),
+        )
+        return replace(w, available=available)
 
 
 def workload_limits(

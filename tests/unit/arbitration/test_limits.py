@@ -198,6 +198,23 @@ def test_max_unavailable_per_workload(
         assert "replicas of Deployment default/web are unavailable or migrating" in decision.message
 
 
+def test_a_terminating_pod_counts_as_unavailable_before_the_status_says_so() -> None:
+    """4 replicas, maxUnavailable 1: job 1's pod has started terminating, and the
+    Deployment's status, written a moment later, still counts 4 available. Job 2 waits:
+    the seed counts migrating pods as unavailable, whatever the status says."""
+    web = pods_of(count=4)
+    web[1]["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    decision = one(
+        web[0],
+        pods=web,
+        workloads=[workload(replicas=4, available=4)],
+        in_flight=[running("run-1", web[1])],
+        maxUnavailablePerWorkload=1,
+        maxMigratingPerWorkload=2,
+    )
+    assert (decision.verdict, decision.reason) == ("wait", "MaxUnavailablePerWorkload")
+
+
 @pytest.mark.parametrize(
     ("ready", "verdict"), [((True, True, True), "admit"), ((True, True, False), "wait")]
 )
