@@ -159,6 +159,9 @@ class PodMigrationJobReason(StrEnum):
     OBJECT_LIMITERS = "ObjectLimiters"
     EVICT_QPS = "EvictQPS"
     FLOW_CONTROL_QPS = "FlowControlQPS"
+    PRIORITY_THRESHOLD = "PriorityThreshold"
+    """priorityThreshold.name names a PriorityClass that does not exist (a typo, or a
+    class deleted and made again): no pod is judged against it until it does."""
 
 
 class PodMigrationJobPreemptionOptions(ApiModel):

@@ -55,11 +55,10 @@ def _system_critical(c: Candidate, _r: Rules) -> str | None:
 
 def _priority_threshold(c: Candidate, r: Rules) -> str | None:
     """Only pods with a priority below priorityThreshold migrate. A threshold naming a
-    PriorityClass that does not exist lets no pod through, and says so."""
+    PriorityClass that does not exist fails nothing: jobs wait for it (`limits`)."""
     threshold = r.priority_threshold
     if threshold is None:
-        name = r.args.priority_threshold.name if r.args.priority_threshold else None
-        return f"PriorityClass {name} of priorityThreshold.name does not exist"
+        return None
     if c.priority >= threshold:
         return f"pod priority {c.priority} is not below priorityThreshold {threshold}"
     return None

@@ -189,11 +189,28 @@ MigrationController lists them. Rollouts, expected replicas, PDBs, nodeFit and t
 limits still hold for such a pod."""
 
 
+def _threshold_unknown(_c: Candidate, r: Round) -> Wait | None:
+    """priorityThreshold.name names no PriorityClass now: no pod can be judged against it,
+    so every job waits (rather than failing them all for a typo, or for a class deleted
+    and made again) until it exists."""
+    if r.rules.priority_threshold is not None:
+        return None
+    name = r.rules.args.priority_threshold.name if r.rules.args.priority_threshold else None
+    return WaitReason.PRIORITY_THRESHOLD, (
+        f"PriorityClass {name} of priorityThreshold.name does not exist: no pod migrates "
+        "until it does"
+    )
+
+
 def limit_checks(args: MigrationControllerArgs) -> tuple[Check, ...]:
     """The checks that keep a job waiting, less those the configuration turns off, in the
-    order their reasons are reported: the pod's and its workload's safety first, then the
-    counts and the rates."""
-    checks: list[Check] = [_node_fit] if args.node_fit else []
+    order their reasons are reported: the configuration's own readiness, the pod's and its
+    workload's safety, then the counts and the rates."""
+    checks: list[Check] = []
+    if args.priority_threshold is not None and args.priority_threshold.name is not None:
+        checks.append(_threshold_unknown)
+    if args.node_fit:
+        checks.append(_node_fit)
     checks.append(_rollout_in_progress)
     if not args.skip_check_expected_replicas:
         checks.append(_too_few_replicas)

@@ -109,12 +109,6 @@ NEVER = str(keys.EVICTION_COST_NEVER)
         ),
         pytest.param(
             tweak(),
-            {"priorityThreshold": {"name": "missing"}},
-            "PriorityClass missing of priorityThreshold.name does not exist",
-            id="priorityThreshold class missing",
-        ),
-        pytest.param(
-            tweak(),
             {"labelSelector": {"matchLabels": {"tier": "batch"}}},
             "does not match labelSelector",
             id="labelSelector",
@@ -240,3 +234,13 @@ def test_reservation_first_needs_a_controller_berth_binds(
     # One replica: EvictDirectly would otherwise wait for the expected-replicas rule.
     decision = one(target, mode=mode, skipCheckExpectedReplicas=True)
     assert decision.verdict == verdict, decision.message
+
+
+def test_a_threshold_naming_no_priority_class_keeps_jobs_waiting_not_failed() -> None:
+    """A typo, or a class deleted and made again in an upgrade: failing every job would
+    lose them all for good; they wait, saying why, and go on once the class exists."""
+    decision = one(priorityThreshold={"name": "missing"})
+    assert (decision.verdict, decision.reason) == ("wait", "PriorityThreshold")
+    assert "PriorityClass missing of priorityThreshold.name does not exist" in decision.message
+    found = one(priorityThreshold={"name": "batch"}, priority_classes={"batch": 1000})
+    assert found.verdict == "admit"
