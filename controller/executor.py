@@ -43,6 +43,9 @@ class Outcome:
     403, 429 of API Priority and Fairness, 500, 503...), to be recorded on the job."""
     conflict: bool = False
     """A write lost a race with another writer: the plan was made on stale objects."""
+    create_refused: KubeError | None = None
+    """The API server refused to create a pod (a ResourceQuota, Pod Security, an
+    admission webhook), to be said on the object the pod was for."""
 
 
 class Executor:
@@ -78,6 +81,8 @@ class Executor:
                     log.info("conflict on %s, will retry: %s", type(action).__name__, error)
                     return Outcome(done=False, conflict=True)
                 log.warning("%s failed: %s", _describe(action), error)
+                if isinstance(action, Create) and action.resource == PODS:
+                    return Outcome(done=False, create_refused=error)
                 return Outcome(done=False)
         return Outcome()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,8 +67,22 @@ class Reconciler:
         reservation = self.caches.reservations.get(name)
         if reservation is None:
             return None
-        plan = reservations.decide(self.caches.reservation_view(reservation))
-        return plan, await self.executor.run(plan)
+        view = self.caches.reservation_view(reservation)
+        plan = reservations.decide(view)
+        outcome = await self.executor.run(plan)
+        refused = outcome.create_refused
+        if refused is not None:
+            # Said on the Reservation as the plan left it; the key still backs off as
+            # after any API error, and the create is tried again then.
+            current = self.caches.reservations.get(name) or reservation
+            await self.executor.run(
+                reservations.placeholder_refused(
+                    replace(view, reservation=current),
+                    status_code=refused.status,
+                    message=refused.message,
+                )
+            )
+        return plan, outcome
 
     async def _namespace(self, name: str) -> tuple[Plan, Outcome] | None:
         if self.caches.namespaces.get(name) is None:

@@ -459,6 +459,32 @@ def _replace_placeholder(view: ReservationView, status: Object, plan: Plan, *, l
     return plan.again_in(_seconds_until(view))
 
 
+def placeholder_refused(view: ReservationView, *, status_code: int, message: str) -> Plan:
+    """The API server refused to create the placeholder: say why on the Reservation
+    (Scheduled=False, `FailedCreate`, and a Warning event, once per message), so that its
+    job does not wait "for the scheduler" until its TTL. The create is tried again."""
+    status: Object = dict(view.reservation.get("status") or {})
+    said = (
+        f"the placeholder pod cannot be created: the API server answered {status_code}: {message}"
+    )
+    if same_condition(
+        status, kind=Condition.SCHEDULED, state="False", reason=Reason.FAILED_CREATE, message=said
+    ):
+        return Plan()
+    status = with_condition(
+        status,
+        kind=Condition.SCHEDULED,
+        state="False",
+        reason=Reason.FAILED_CREATE,
+        message=said,
+        now=view.now,
+    )
+    return Plan().then(
+        _status(view, status),
+        Event(view.reservation, Reason.FAILED_CREATE, said, type="Warning"),
+    )
+
+
 CLASS_POLL = 10.0
 """Seconds between looks at a PriorityClass that is not as Berth needs it (its changes
 bring no Reservation into the queue)."""

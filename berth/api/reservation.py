@@ -52,6 +52,10 @@ class ReservationReason(StrEnum):
     """Scheduled=False: the scheduler has no node for its placeholder (its message says why)."""
     LOST = "Lost"
     """Scheduled=False: its placeholder disappeared; a new one is created."""
+    FAILED_CREATE = "FailedCreate"
+    """Scheduled=False, and a Warning event: the API server refused to create its
+    placeholder (a ResourceQuota, Pod Security, an admission webhook): tried again, with
+    a growing delay, until it is created or the Reservation expires."""
     PRIORITY_CLASS_MISMATCH = "PriorityClassMismatch"
     """Scheduled=False, and a Warning event: the PriorityClass its placeholder must run
     under exists with another value or a preemptionPolicy other than Never; no placeholder

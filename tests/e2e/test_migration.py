@@ -332,6 +332,52 @@ def test_a_placeholder_that_failed_is_made_again(cluster: Cluster, namespace: st
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
 
 
+def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A ResourceQuota that allows no more pods refuses the placeholder: the Reservation
+    says so (Scheduled=False, FailedCreate, the API server's message) and a Warning event,
+    and holds nothing; once the quota allows it, the placeholder is made and bound."""
+    cluster.apply(deployment("quota"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "quota", 1), what="the pod")[0]
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-more-pods"},
+        "spec": {"hard": {"pods": "1"}},
+    }
+    cluster.apply(json.dumps(quota), namespace)
+    target = next(n for n in ("node-0", "node-1", "node-2") if n != pod["spec"]["nodeName"])
+    rsv_name = f"rsv-{namespace}"[:60]
+    cluster.apply(reservation_for(pod, rsv_name, target=target, ttl="5m"))
+
+    def scheduled() -> dict[str, Any]:
+        found = cluster.get("reservation", rsv_name).get("status", {}).get("conditions") or []
+        return next((c for c in found if c["type"] == "Scheduled"), {})
+
+    try:
+        refused = cluster.wait(
+            lambda: (c := scheduled()).get("reason") == "FailedCreate" and c,
+            what="the Reservation to say its placeholder was refused",
+        )
+        assert "exceeded quota" in refused["message"]
+        assert cluster.get("reservation", rsv_name)["status"].get("phase") != "Available"
+        assert "FailedCreate" in [
+            e["reason"]
+            for e in cluster.get(
+                "events", "-A", f"--field-selector=involvedObject.name={rsv_name}"
+            )["items"]
+        ]
+        cluster.kubectl("delete", "resourcequota", "no-more-pods", "-n", namespace)
+        cluster.wait(
+            lambda: cluster.get("reservation", rsv_name)["status"].get("phase") == "Available",
+            what="the placeholder to be made once the quota is gone",
+            timeout=90,
+        )
+    finally:
+        cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
+
+
 HOLD = "berth.sh/test-hold"
 """A finalizer the test puts on a placeholder: deleted at the handover, it stays
 terminating, so the replacement stays gated (its gate comes off once the placeholder is

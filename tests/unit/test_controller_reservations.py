@@ -11,7 +11,7 @@ from berth.api import keys
 from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
 from controller import build, reservations
 from controller.actions import Create, Delete, Event, Patch, Record, UpdateStatus
-from tests.unit.builders import later, placeholder, pod, reservation
+from tests.unit.builders import T0, later, placeholder, pod, reservation
 from tests.unit.controller_cases import (
     kinds,
     rsv_plan,
@@ -539,3 +539,27 @@ def test_a_reservation_berth_cannot_make_a_place_for_fails_once_saying_why(
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Invalid")
     assert problem in ready["message"]
+
+
+def rsv_view(rsv: dict[str, Any]) -> reservations.ReservationView:
+    return reservations.ReservationView(
+        reservation=rsv, placeholder=None, claimers=(), accepted=(), owner=None, now=T0,
+        image="pause",
+    )  # fmt: skip
+
+
+def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once() -> None:
+    """A ResourceQuota, Pod Security or an admission webhook refuses the placeholder: the
+    Reservation says so (its job would otherwise wait "for the scheduler" until its TTL),
+    once per message; the create is tried again after the API-error back-off."""
+    rsv = reservation(phase="Pending", node=None)
+    message = 'pods "berth-placeholder-x" is forbidden: exceeded quota: pods'
+    plan = reservations.placeholder_refused(rsv_view(rsv), status_code=403, message=message)
+    assert kinds(plan) == ["UpdateStatus:reservations", "Event:FailedCreate"]
+    scheduled = next(c for c in status_of(plan)["conditions"] if c["type"] == "Scheduled")
+    assert scheduled["reason"] == "FailedCreate"
+    assert "answered 403: " + message in scheduled["message"]
+    said = reservation(phase="Pending", node=None)
+    said["status"] = status_of(plan)
+    again = reservations.placeholder_refused(rsv_view(said), status_code=403, message=message)
+    assert again.actions == []

@@ -7,9 +7,9 @@ from typing import cast
 
 import pytest
 
-from berth.kube.client import Kube, KubeError
+from berth.kube.client import PODS, RESERVATIONS, Kube, KubeError
 from berth.kube.events import Recorder
-from controller.actions import Event, Plan
+from controller.actions import Create, Event, Plan
 from controller.executor import Executor, _another_pod
 
 
@@ -77,3 +77,21 @@ def test_only_an_eviction_refused_for_a_budget_reads_as_one(
     status: int, body: dict[str, object], budget: bool
 ) -> None:
     assert KubeError(status, body).disruption_budget is budget
+
+
+class _Refusing:
+    """An API server that refuses every create as a ResourceQuota does."""
+
+    async def create(self, *_: object, **__: object) -> object:
+        raise KubeError(403, {"message": "exceeded quota: pods", "reason": "Forbidden"})
+
+
+async def test_a_refused_pod_create_is_handed_back_to_be_said_on_its_object() -> None:
+    executor = Executor(cast(Kube, _Refusing()), cast(Recorder, None))
+    pod_body = {"metadata": {"generateName": "berth-placeholder-r-"}}
+    outcome = await executor.run(Plan().then(Create(PODS, pod_body, namespace="ns")))
+    assert not outcome.done
+    assert outcome.create_refused is not None
+    assert outcome.create_refused.status == 403
+    other = await executor.run(Plan().then(Create(RESERVATIONS, {"metadata": {"name": "r"}})))
+    assert other.create_refused is None
