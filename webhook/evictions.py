@@ -333,6 +333,17 @@ def verdict(job: Object, pod: Object, *, now: datetime, default_ttl: timedelta) 
     )
 
 
+def in_progress(job: str, eviction: Eviction) -> Deny:
+    """429 naming the job, when no more can be said of it (the API server failed after the
+    job was made)."""
+    return Deny(
+        "JobInProgress",
+        job,
+        f"pod {eviction.namespace}/{eviction.pod} is being migrated by PodMigrationJob {job}; "
+        "retry the eviction later",
+    )
+
+
 def _overdue(job: Object, *, now: datetime, default_ttl: timedelta) -> timedelta | None:
     """How long past its TTL (no more than `default_ttl`) and `REPLACEMENT_GRACE` the job
     is, if it is (None: not, or its times cannot be read)."""

@@ -78,15 +78,26 @@ class Interceptor:
             log.warning("refused an eviction review: %s", error)
             _count("malformed", "")
             return web.Response(status=400, text=str(error))
+        made: list[str] = []
         try:
             async with asyncio.timeout(self.deadline):
-                answer = await self.answer(eviction, labelled=labelled)
+                answer = await self.answer(eviction, labelled=labelled, made=made)
         except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+            failed = error or "no answer within the deadline"
+            if made:
+                # The job may exist and run: letting the eviction through now would evict
+                # the pod under it, before its Reservation holds a place. The retry finds
+                # the job (or, the API server down, fails open at its first read).
+                log.warning(
+                    "eviction of %s/%s: retry later, job %s exists (the API server failed "
+                    "after it was made: %s)", eviction.namespace, eviction.pod, made[0], failed,
+                )  # fmt: skip
+                return self.respond(eviction, evictions.in_progress(made[0], eviction))
             log.warning(
                 "eviction of %s/%s: let through, the API server failed: %s",
                 eviction.namespace,
                 eviction.pod,
-                error or "no answer within the deadline",
+                failed,
             )
             _count("error", "")
             return _json(review.response(eviction.uid, []))
@@ -116,7 +127,11 @@ class Interceptor:
             review.refusal(eviction.uid, code=429, reason="TooManyRequests", message=answer.message)
         )
 
-    async def answer(self, eviction: Eviction, *, labelled: bool) -> Answer:
+    async def answer(
+        self, eviction: Eviction, *, labelled: bool, made: list[str] | None = None
+    ) -> Answer:
+        """The answer to the eviction; `made` gets the name of the job for it once its
+        create is sent, should the answer fail after that (the job may exist then)."""
         passed = evictions.screen(
             eviction,
             settings=self.settings,
@@ -140,7 +155,7 @@ class Interceptor:
             return passed
         now, default_ttl = datetime.now(UTC), self.settings.default_job_ttl
         for attempt in range(1, evictions.ATTEMPTS + 1):
-            job, created = await self._job(pod, eviction, attempt)
+            job, created = await self._job(pod, eviction, attempt, made=made)
             if created or not evictions.stale(job, now=now, default_ttl=default_ttl):
                 break
         name = job["metadata"]["name"]
@@ -157,9 +172,14 @@ class Interceptor:
             self.event(pod, "EvictionAllowed", answer.message, event_type="Warning")
         return answer
 
-    async def _job(self, pod: Object, eviction: Eviction, attempt: int) -> tuple[Object, bool]:
-        """The `attempt`th job for the pod's evictions, made now (True) or found."""
+    async def _job(
+        self, pod: Object, eviction: Eviction, attempt: int, *, made: list[str] | None
+    ) -> tuple[Object, bool]:
+        """The `attempt`th job for the pod's evictions, made now (True) or found. Its name
+        goes to `made` once its create is sent: from then on it may exist."""
         body = evictions.job_for(pod, eviction=eviction, settings=self.settings, attempt=attempt)
+        if made is not None:
+            made[:] = [body["metadata"]["name"]]
         try:
             return await self.kube.create(PODMIGRATIONJOBS, body), True
         except KubeError as error:

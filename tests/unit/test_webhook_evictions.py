@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from berth.api import ALREADY_MIGRATING, keys
+from berth.kube.client import Kube
 from berth.settings import MigrationControllerArgs
 from tests.unit.builders import T0, job, later, pod, reservation, with_status
 from webhook import review
@@ -29,6 +33,7 @@ from webhook.evictions import (
     stale,
     verdict,
 )
+from webhook.intercept import Interception, Interceptor
 
 CONTROLLER = "system:serviceaccount:berth-system:berth-controller"
 ADMIN = "kubernetes-admin"
@@ -431,3 +436,40 @@ def test_a_refusal_carries_the_code_the_client_sees() -> None:
         },
     }
     assert review.response("review-1", [])["response"] == {"uid": "review-1", "allowed": True}
+
+
+class _SlowCreates:
+    """An API server that has the pod and takes every create in without answering in
+    time: the job may exist once the webhook's deadline ends its wait."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    async def get(self, _resource: Any, name: str, _namespace: str | None = None) -> Any:
+        return pod(name)
+
+    async def create(self, _resource: Any, body: dict[str, Any], **_: Any) -> Any:
+        self.created.append(body["metadata"]["name"])
+        await asyncio.sleep(30)
+
+
+async def test_an_eviction_whose_job_may_exist_is_not_let_through() -> None:
+    """The create was sent, its answer did not come within the deadline: the job may
+    exist and run, so the requester is told to retry (its retry finds the job), not let
+    evict the pod under it."""
+    kube = _SlowCreates()
+    interceptor = Interceptor(
+        cast(Kube, kube),
+        interception=Interception(MigrationControllerArgs()),
+        reservations={},
+        deadline=0.2,
+    )
+    app = web.Application()
+    app.router.add_post("/", interceptor.labelled)
+    async with TestClient(TestServer(app)) as client:
+        answer = await client.post("/", data=eviction_review())
+        result = (await answer.json())["response"]
+    assert kube.created == ["eviction-uid-web-1"]
+    assert result["allowed"] is False
+    assert result["status"]["code"] == 429
+    assert "eviction-uid-web-1" in result["status"]["message"]
