@@ -318,8 +318,8 @@ def _parse_error(text: str) -> str | None:
         (ReservationConditionType, ["Scheduled", "Ready"]),
         (
             ReservationReason,
-            ["Scheduled", "Unschedulable", "Lost", "PriorityClassMismatch", "Available",
-             "Allocated", "Expired",
+            ["Scheduled", "Unschedulable", "Lost", "FailedCreate", "PriorityClassMismatch",
+             "Available", "Allocated", "Expired",
              "OwnerGone", "Released", "Invalid", "ReservationExpired", "ReservationClaimed",
                 "ReservationClaimRefused",
                 "ReservationClaimReleased",
