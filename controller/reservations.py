@@ -622,16 +622,8 @@ def _handover(view: ReservationView, status: Object, plan: Plan) -> Plan:
     if not bound and node is None:
         # Recorded while its place was lost (an earlier version recorded owners of a
         # Reservation without a node): nothing to hand over, the owner is let go.
-        status["phase"] = ReservationPhase.FAILED
-        status = with_condition(
-            status,
-            kind=Condition.READY,
-            state="False",
-            reason=Reason.LOST,
-            message="the Reservation held no place when its owner was recorded",
-            now=view.now,
-        )
-        return plan.then(_status(view, status))
+        message = "the Reservation held no place when its owner was recorded"
+        return plan.then(*_ended(view, status, Reason.LOST, message, event_type="Warning"))
     if bound:
         status["phase"] = ReservationPhase.SUCCEEDED
         status = with_condition(
