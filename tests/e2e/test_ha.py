@@ -172,3 +172,44 @@ def test_a_leader_stopped_gracefully_gives_the_lease_up(cluster: Cluster) -> Non
         what="the standby to take the lease",
         timeout=30,
     )
+
+
+@pytest.mark.usefixtures("standby")
+def test_a_leader_that_stalled_past_its_lease_acts_no_more(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The leader freezes mid-migration (SIGSTOP: a long GC pause, a starved container)
+    until the standby has taken the Lease, then runs again while the standby carries the
+    migration on. Its loops wake with work in hand, but it renewed the Lease too long ago
+    to act: it steps down, and no step of the migration is done twice."""
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    first = cluster.wait(lambda: leader_pid_or_none(cluster), what="a running leader")
+    component = next(c for c in cluster.local.components if c.pid == first)
+    name, manifest = job_manifest(pod)
+    cluster.apply(manifest)
+    cluster.wait(
+        lambda: condition(job_of(cluster, name), "ReservationCreated"),
+        what="the migration to start",
+    )
+    os.killpg(first, signal.SIGSTOP)
+    try:
+        cluster.wait(
+            lambda: leader_pid_or_none(cluster) not in (None, first),
+            what="the standby to take the lease",
+            timeout=30,
+        )
+    finally:
+        os.killpg(first, signal.SIGCONT)
+    cluster.wait(lambda: not cluster.local.owns(component), what="the stalled leader to step down")
+    assert "lost leadership" in Path(component.log).read_text()
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeed", "Failed"),
+        what="the standby to finish the migration",
+        timeout=60,
+    )
+    assert job["status"]["phase"] == "Succeed", job["status"]
+    repeated = [reason for reason, count in Counter(events(cluster, name)).items() if count > 1]
+    assert not repeated, f"steps recorded twice: {repeated}"
+    assert not any(leftovers(cluster, namespace).values())
+    cluster.local.stop(component)
