@@ -163,14 +163,15 @@ def reservation_for(
     job: Mapping[str, Any],
     pod: Mapping[str, Any],
     workload_uid: str | None,
-    ttl: str,
+    ttl: str | None,
     template: Mapping[str, Any] | None = None,
 ) -> Object:
     """The Reservation that holds a place for `pod` elsewhere, named after the job's UID.
 
     `template` is the job's `reservationOptions.template` (a ReservationTemplateSpec): its
     metadata is merged in, its `spec.template` pod fields override the pod's own, and its
-    owners, when given, replace the pod's controller.
+    owners, when given, replace the pod's controller. `ttl`: the job's, else (a job that
+    never times out) the Reservation's default.
     """
     spec = pod.get("spec", {})
     pod_template_spec: Object = {
@@ -209,6 +210,13 @@ def reservation_for(
         annotations[keys.WORKLOAD] = workload_uid
     if asks_for_preemption(job):
         annotations[keys.PREEMPTION] = keys.PREEMPTION_ALLOWED
+    reservation_spec: Object = {
+        "template": {"metadata": {"namespace": namespace}, "spec": pod_template_spec},
+        "owners": owners,
+        "allocateOnce": True,
+    }
+    if user_spec.get("ttl") or ttl:
+        reservation_spec["ttl"] = user_spec.get("ttl") or ttl
     return {
         "apiVersion": API_VERSION,
         "kind": "Reservation",
@@ -227,12 +235,7 @@ def reservation_for(
                 }
             ],
         },
-        "spec": {
-            "template": {"metadata": {"namespace": namespace}, "spec": pod_template_spec},
-            "owners": owners,
-            "ttl": user_spec.get("ttl") or ttl,
-            "allocateOnce": True,
-        },
+        "spec": reservation_spec,
     }
 
 

@@ -46,6 +46,16 @@ def deadline(obj: Mapping[str, Any], ttl: str | None, default: timedelta) -> dat
     return created_at(obj) + (parse_duration(ttl) if ttl else default)
 
 
+def job_deadline(job: Mapping[str, Any]) -> datetime | None:
+    """When the job times out: its creation plus its `ttl`; never when it sets none or a
+    ttl of 0, as in Koordinator (`defaultJobTTL` is the ttl of the jobs Berth writes
+    itself: evictions it intercepts)."""
+    ttl = job["spec"].get("ttl")
+    if not ttl or parse_duration(ttl) == timedelta(0):
+        return None
+    return created_at(job) + parse_duration(ttl)
+
+
 def condition(status: Mapping[str, Any], kind: str) -> Object | None:
     for item in status.get("conditions") or []:
         if item.get("type") == kind:

@@ -239,7 +239,7 @@ class PodMigrationJobSpec(ApiModel):
     paused: bool = False
     """While true the controller leaves the job alone; the ttl still runs."""
     ttl: Duration | None = Field(default=None, json_schema_extra=cel(*duration_rules("ttl")))
-    """How long the job may take, as a Go duration such as 5m."""
+    """How long the job may take, as a Go duration such as 5m; unset or 0: no limit."""
     mode: PodMigrationJobMode | None = Field(
         default=None, json_schema_extra=cel(Rule("self == oldSelf", "mode is immutable"))
     )

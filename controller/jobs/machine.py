@@ -27,7 +27,7 @@ from controller.jobs.marker import admitted
 from controller.jobs.release import release
 from controller.jobs.reserve import before_eviction
 from controller.jobs.view import JobView, Object, fail, job_name, pod_gone, write_status
-from controller.status import condition, deadline
+from controller.status import condition, job_deadline
 
 Phase = PodMigrationJobPhase
 Reason = PodMigrationJobReason
@@ -45,12 +45,12 @@ def decide(view: JobView) -> Plan:
     spec_step = _spec_step(view, status)
     if spec_step is not None:
         return spec_step
-    due = deadline(view.job, view.job["spec"].get("ttl"), view.args.default_job_ttl)
+    due = job_deadline(view.job)
     if phase != Phase.RUNNING:
         return _pending(view, status, due=due)
     if not admitted(view.admission_key, view.job):
         return _not_admitted(view)
-    expired = view.now >= due
+    expired = due is not None and view.now >= due
     eviction = condition(status, PodMigrationJobConditionType.EVICTION)
     evicting = eviction is not None
     retried = (eviction or {}).get("reason") in (Reason.BLOCKED_BY_PDB, Reason.FAILED_EVICT) and (
@@ -104,8 +104,10 @@ def spec_problem(spec: Mapping[str, Any]) -> str | None:
     return f"spec.deleteOptions{problem}" if problem else None
 
 
-def _pending(view: JobView, status: Object, *, due: datetime) -> Plan:
+def _pending(view: JobView, status: Object, *, due: datetime | None) -> Plan:
     """Not started yet: look again at the TTL, and fail then, saying why it waited."""
+    if due is None:
+        return Plan()
     if view.now < due:
         return Plan().again_in(max(0.5, (due - view.now).total_seconds()))
     waited = f": {status['reason']}: {status.get('message', '')}" if status.get("reason") else ""

@@ -34,7 +34,14 @@ from controller.jobs.view import (
     step,
     write_status,
 )
-from controller.status import UNREADABLE, condition, same_condition, unreadable, with_condition
+from controller.status import (
+    UNREADABLE,
+    condition,
+    job_deadline,
+    same_condition,
+    unreadable,
+    with_condition,
+)
 
 Type = PodMigrationJobConditionType
 Reason = PodMigrationJobReason
@@ -153,11 +160,18 @@ def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | Non
             message=preemption_refused(reservation),
         )
     if expired:
+        scheduled = condition(status, Type.RESERVATION_SCHEDULED) or {}
+        waited = (
+            f" (the Reservation was not scheduled: {scheduled.get('reason')}: "
+            f"{scheduled.get('message', '')})"
+            if scheduled.get("status") == "False"
+            else ""
+        )
         return fail(
             view,
             status,
             reason=Reason.TIMEOUT,
-            message="TTL expired before the pod was evicted; nothing was evicted "
+            message=f"TTL expired before the pod was evicted{waited}; nothing was evicted "
             "and the reservation is released",
         )
     if pod_gone(view) or view.pod is None:
@@ -186,7 +200,7 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             reason=Reason.FORBIDDEN_TEMPLATE,
             message=f"{why}; a template may only narrow what the pod has, nothing was created",
         )
-    ttl = view.job["spec"].get("ttl") or f"{int(view.args.default_job_ttl.total_seconds())}s"
+    ttl = view.job["spec"].get("ttl") if job_deadline(view.job) else None
     try:
         body = reservation_for(
             job=view.job,

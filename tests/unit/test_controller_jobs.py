@@ -45,6 +45,41 @@ def test_pending_job_times_out_with_the_reason_it_waited() -> None:
     assert "MaxMigratingPerNode" in status["message"]
 
 
+def without_ttl(ttl: str | None, **fields: Any) -> dict[str, Any]:
+    """A job that sets no ttl (None) or the one given."""
+    written = job(**fields)
+    if ttl is None:
+        del written["spec"]["ttl"]
+    else:
+        written["spec"]["ttl"] = ttl
+    return written
+
+
+@pytest.mark.parametrize("ttl", [None, "0s"])
+def test_a_job_that_sets_no_ttl_or_0_never_times_out(ttl: str | None) -> None:
+    """As in Koordinator: `defaultJobTTL` is the ttl of the jobs Berth writes itself
+    (evictions it intercepts), not of a job someone wrote without one."""
+    a_day = later(86_400)
+    waiting = without_ttl(ttl, phase="Pending")
+    waiting["status"].update(reason="ExpectedReplicas", message="a workload of 1 replica")
+    pending = view_plan(job_obj=waiting, pod_obj=pod(), now=a_day)
+    assert pending.actions == []
+    assert pending.requeue_after is None
+    running = view_plan(job_obj=without_ttl(ttl), pod_obj=pod(), now=a_day)
+    assert "Timeout" not in str(running.actions)
+    assert kinds(running)[0] == "Create:reservations"
+    created = running.actions[0]
+    assert isinstance(created, Create)
+    # Its Reservation lasts the Reservation's default (24h), as Koordinator's would.
+    assert "ttl" not in created.body["spec"]
+
+
+def test_a_job_with_a_ttl_gives_it_to_its_reservation() -> None:
+    created = view_plan(job_obj=without_ttl("10m0s"), pod_obj=pod()).actions[0]
+    assert isinstance(created, Create)
+    assert created.body["spec"]["ttl"] == "10m0s"
+
+
 @pytest.mark.parametrize("phase", ["Pending", "Running"])
 @pytest.mark.parametrize("default", ["ReservationFirst", "EvictDirectly"])
 def test_a_job_without_a_mode_first_gets_the_default_mode_recorded(
@@ -171,6 +206,19 @@ def test_unscheduled_reservation_reports_the_schedulers_message() -> None:
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     assert "Insufficient cpu" in scheduled["message"]
     assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_a_job_whose_reservation_never_found_a_node_says_so_at_its_ttl() -> None:
+    rsv = reservation()
+    rsv["status"]["conditions"] = [
+        {"type": "Scheduled", "status": "False", "message": "0/3 nodes: Insufficient cpu."}
+    ]
+    waiting = status_of(view_plan(pod_obj=pod(), rsv=rsv))
+    ended = job(conditions=waiting["conditions"])
+    status = status_of(view_plan(job_obj=ended, pod_obj=pod(), rsv=rsv, now=later(301)))
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    assert "not scheduled: Unschedulable: " in status["message"]
+    assert "Insufficient cpu" in status["message"]
 
 
 def test_available_reservation_opens_it_then_records_evicting_before_evicting() -> None:
