@@ -281,7 +281,9 @@ def load_args(path: Path) -> MigrationControllerArgs:
     """Read MigrationControllerArgs from a YAML file; an empty file gives the defaults.
 
     The file holds the args mapping, optionally with `apiVersion: descheduler/v1alpha2` and
-    `kind: MigrationControllerArgs` as in a descheduler profile's `pluginConfig`.
+    `kind: MigrationControllerArgs` as in a descheduler profile's `pluginConfig`; or a
+    descheduler configuration (`profiles`) or profile (`pluginConfig`) that configures
+    the MigrationController plugin, as the seeds show them (`plugin_args`).
     """
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -293,6 +295,14 @@ def load_args(path: Path) -> MigrationControllerArgs:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of {KIND} keys, got {type(data).__name__}")
+    if "profiles" in data or "pluginConfig" in data:
+        where, found = plugin_args(data)
+        if isinstance(found, str):
+            raise ConfigError(f"{path}: {found}")
+        data = dict(found)
+        path_named = f"{path} ({where})"
+    else:
+        path_named = str(path)
     problems = []
     for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
         if key in data and data.pop(key) != expected:
@@ -302,8 +312,54 @@ def load_args(path: Path) -> MigrationControllerArgs:
     except ValidationError as error:
         problems += [_describe(detail) for detail in error.errors()]
     if problems:
-        raise ConfigError("\n".join(f"{path}: {problem}" for problem in problems))
+        raise ConfigError("\n".join(f"{path_named}: {problem}" for problem in problems))
     return args
+
+
+PLUGIN = "MigrationController"
+
+
+def plugin_args(data: dict[str, Any]) -> tuple[str, dict[str, Any] | str]:
+    """The MigrationController's args in a descheduler configuration (`profiles`) or in
+    one profile or its part (`pluginConfig`), as the seeds write them, and where they
+    were found; or what is wrong (a string). Everything else in the file is the
+    descheduler's and is not read."""
+    if "profiles" in data:
+        profiles = data["profiles"]
+        if not isinstance(profiles, list) or not all(isinstance(p, dict) for p in profiles):
+            return "", "profiles: expected a list of descheduler profiles"
+        entries = [
+            (f"profiles[{i}].pluginConfig[{j}].args", entry)
+            for i, profile in enumerate(profiles)
+            for j, entry in enumerate(_plugin_configs(profile))
+        ]
+    else:
+        entries = [
+            (f"pluginConfig[{j}].args", entry) for j, entry in enumerate(_plugin_configs(data))
+        ]
+    if any(entry is None for _, entry in entries):
+        return "", "pluginConfig: expected a list of {name, args} mappings"
+    ours = [(where, entry) for where, entry in entries if entry and entry.get("name") == PLUGIN]
+    if not ours:
+        return "", f"no pluginConfig entry named {PLUGIN}: nothing for Berth's controller"
+    if len(ours) > 1:
+        named = ", ".join(where.removesuffix(".args") for where, _ in ours)
+        return "", f"{PLUGIN} is configured {len(ours)} times ({named}); Berth runs one"
+    where, entry = ours[0]
+    args = entry.get("args")
+    if args is None:
+        return where, {}
+    if not isinstance(args, dict):
+        return where, f"{where}: expected a mapping of {KIND} keys, got {type(args).__name__}"
+    return where, args
+
+
+def _plugin_configs(profile: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """A profile's pluginConfig entries (None for one that is not a mapping)."""
+    entries = profile.get("pluginConfig") or []
+    if not isinstance(entries, list):
+        return [None]
+    return [entry if isinstance(entry, dict) else None for entry in entries]
 
 
 def _describe(error: ErrorDetails) -> str:

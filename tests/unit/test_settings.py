@@ -172,7 +172,7 @@ flowControlBurst: 5
         ("IgnorePvcPods: true", "IgnorePvcPods: unknown key (did you mean ignorePvcPods?)"),
         ("evictQps: 5", "evictQps: unknown key (did you mean evictQPS?)"),
         ("defaultJobTtl: 5m", "defaultJobTtl: unknown key (did you mean defaultJobTTL?)"),
-        ("profiles: []", "profiles: unknown key"),
+        ("profiles: []", "no pluginConfig entry named MigrationController"),
         ("maxConcurrentReconciles: 0", "maxConcurrentReconciles: input should be greater than"),
         ("maxMigratingPerNode: -1",
          "maxMigratingPerNode: input should be greater than or equal to 0"),
@@ -286,3 +286,96 @@ def test_readme_documents_every_key() -> None:
         if f"`{field.alias or name}`" not in readme
     ]
     assert not missing, f"README's configuration table lacks {missing}"
+
+
+# The descheduler configuration of the seeds (the MigrationController's documentation):
+# the controller reads its plugin's args out of it, and nothing else.
+SEED_PROFILES = """\
+profiles:
+  - name: koord-descheduler
+    plugins:
+      deschedule:
+        disabled:
+          - name: "*"
+      balance:
+        enabled:
+          - name: LowNodeLoad
+      evict:
+        disabled:
+          - name: "*"
+        enabled:
+          - name: MigrationController
+    pluginConfig:
+      - name: MigrationController
+        args:
+          apiVersion: descheduler/v1alpha2
+          kind: MigrationControllerArgs
+          evictionPolicy: Eviction
+          namespaces:
+            exclude:
+              - kube-system
+          evictQPS: "10"
+          evictBurst: 1
+      - name: LowNodeLoad
+        args:
+          apiVersion: descheduler/v1alpha2
+          kind: LowNodeLoadArgs
+          evictableNamespaces:
+            exclude:
+              - kube-system
+          useDeviationThresholds: false
+          lowThresholds:
+            cpu: 45
+            memory: 55
+          highThresholds:
+            cpu: 75
+            memory: 80
+"""
+
+SEED_PLUGIN_CONFIG = """\
+    pluginConfig:
+      - name: MigrationController
+        args:
+          defaultJobMode: EvictDirectly
+"""
+
+
+def test_a_descheduler_configuration_of_the_seeds_is_read_for_its_plugin(tmp_path: Path) -> None:
+    args = load_args(write(tmp_path, SEED_PROFILES))
+    assert args.eviction_policy == "Eviction"
+    assert args.namespaces is not None
+    assert args.namespaces.exclude == ["kube-system"]
+    assert (args.evict_qps, args.evict_burst) == (10, 1)
+    fragment = load_args(write(tmp_path, SEED_PLUGIN_CONFIG))
+    assert fragment.default_job_mode == "EvictDirectly"
+    empty = load_args(write(tmp_path, "pluginConfig: [{name: MigrationController}]"))
+    assert empty == MigrationControllerArgs()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pluginConfig: [{name: LowNodeLoad, args: {}}]",
+         "no pluginConfig entry named MigrationController"),
+        ("profiles: [{name: a, pluginConfig: [{name: MigrationController}]},"
+         " {name: b, pluginConfig: [{name: MigrationController}]}]",
+         "MigrationController is configured 2 times (profiles[0].pluginConfig[0], "
+         "profiles[1].pluginConfig[0]); Berth runs one"),
+        ("profiles: {name: a}", "profiles: expected a list of descheduler profiles"),
+        ("pluginConfig: [MigrationController]", "pluginConfig: expected a list of {name, args}"),
+        ("pluginConfig: {name: MigrationController}",
+         "pluginConfig: expected a list of {name, args}"),
+        ("pluginConfig: [{name: MigrationController, args: [dryRun]}]",
+         "pluginConfig[0].args: expected a mapping of MigrationControllerArgs keys, got list"),
+        ("profiles: [{pluginConfig: [{name: MigrationController, args: {evictQps: 1}}]}]",
+         "(profiles[0].pluginConfig[0].args): evictQps: unknown key (did you mean evictQPS?)"),
+    ],
+)  # fmt: skip
+def test_a_descheduler_configuration_berth_cannot_use_says_why(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as raised:
+        load_args(path)
+    assert str(raised.value).startswith(f"{path}")
+    assert message in str(raised.value)
