@@ -285,16 +285,7 @@ def load_args(path: Path) -> MigrationControllerArgs:
     descheduler configuration (`profiles`) or profile (`pluginConfig`) that configures
     the MigrationController plugin, as the seeds show them (`plugin_args`).
     """
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read: {error}") from error
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from error
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of {KIND} keys, got {type(data).__name__}")
+    data = _mapping_in(path)
     if "profiles" in data or "pluginConfig" in data:
         where, found = plugin_args(data)
         if isinstance(found, str):
@@ -314,6 +305,21 @@ def load_args(path: Path) -> MigrationControllerArgs:
     if problems:
         raise ConfigError("\n".join(f"{path_named}: {problem}" for problem in problems))
     return args
+
+
+def _mapping_in(path: Path) -> dict[str, Any]:
+    """The YAML mapping the file holds (an empty file: an empty one)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of {KIND} keys, got {type(data).__name__}")
+    return data
 
 
 PLUGIN = "MigrationController"
