@@ -241,6 +241,12 @@ def test_the_schema_knows_every_config_key_and_no_other() -> None:
         ("controller.config.evictionInterception.allNamespaces=yes", "allNamespaces"),
         ("controller.config.evictionInterception.requesters.user=x", "user"),
         ("webhook.evictionInterception.enabled=1", "enabled"),
+        ("extender.config.dryRun=true", "config"),
+        ("webhook.config.dryRun=true", "config"),
+        ("extender.evictionInterception.enabled=true", "evictionInterception"),
+        ("controller.clientCA.secretName=x", "clientCA"),
+        ("networkPolicy.from.scheduler[0].podSelector.x=y", "scheduler"),
+        ("nodeSelector.pool=null", "pool"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(helm: Path, value: str, named: str) -> None:
@@ -484,11 +490,13 @@ def notes(helm: Path, tmp_path: Path, *values: str) -> str:
     return result.stdout.partition("\nNOTES:\n")[2]
 
 
-def test_the_webhook_serves_only_the_api_servers_client_when_given_its_ca(
-    helm: Path, tmp_path: Path
+@pytest.mark.parametrize("component", ["webhook", "extender"])
+def test_a_server_answers_only_its_callers_client_certificate_when_given_its_ca(
+    helm: Path, component: str
 ) -> None:
-    objects = helm_template(helm, values=["webhook.clientCA.secretName=apiserver-webhook-ca"])
-    pod = one(objects, "Deployment", "berth-webhook")["spec"]["template"]["spec"]
+    """The webhook's caller is the API server, the extender's kube-scheduler."""
+    objects = helm_template(helm, values=[f"{component}.clientCA.secretName=callers-ca"])
+    pod = one(objects, "Deployment", f"berth-{component}")["spec"]["template"]["spec"]
     [container] = pod["containers"]
     flag = container["args"].index("--client-ca-file")
     assert container["args"][flag + 1] == "/etc/berth/client-ca/ca.crt"
@@ -497,13 +505,24 @@ def test_the_webhook_serves_only_the_api_servers_client_when_given_its_ca(
     )
     assert {
         "name": "client-ca",
-        "secret": {
-            "secretName": "apiserver-webhook-ca",
-            "items": [{"key": "ca.crt", "path": "ca.crt"}],
-        },
+        "secret": {"secretName": "callers-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]},
     } in pod["volumes"]
-    plain = one(helm_template(helm), "Deployment", "berth-webhook")
+    plain = one(helm_template(helm), "Deployment", f"berth-{component}")
     assert "--client-ca-file" not in plain["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_the_notes_ask_for_the_schedulers_client_certificate_when_the_extender_wants_one(
+    helm: Path, tmp_path: Path
+) -> None:
+    printed = notes(helm, tmp_path, "extender.clientCA.secretName=callers-ca")
+    extenders = yaml.safe_load(printed.split("\n---\n", 2)[1])["extenders"]
+    assert {"caData", "certData", "keyData"} == set(extenders[0]["tlsConfig"])
+    assert "Secret\ncallers-ca" in printed or "Secret callers-ca" in printed
+    plain = yaml.safe_load(notes(helm, tmp_path).split("\n---\n", 2)[1])["extenders"]
+    assert set(plain[0]["tlsConfig"]) == {"caData"}
+
+
+def test_the_notes_warn_when_the_webhook_answers_anyone(helm: Path, tmp_path: Path) -> None:
     warning = "No webhook.clientCA was given"
     assert warning in notes(helm, tmp_path)
     assert warning not in notes(helm, tmp_path, "webhook.clientCA.secretName=ca")
@@ -515,3 +534,56 @@ def test_the_notes_warn_when_the_webhook_has_no_ca(helm: Path, tmp_path: Path) -
     assert warning in notes(helm, tmp_path, "certManager.enabled=false")
     assert warning not in notes(helm, tmp_path, "certManager.enabled=false", "tls.caBundle=Q0E=")
     assert warning not in notes(helm, tmp_path)
+
+
+def test_scheduling_values_reach_every_component(helm: Path) -> None:
+    objects = helm_template(
+        helm,
+        values=[
+            "priorityClassName=system-cluster-critical",
+            "nodeSelector.pool=infra",
+            "tolerations[0].key=infra",
+            "tolerations[0].operator=Exists",
+        ],
+    )
+    for component in ("controller", "webhook", "extender"):
+        pod = one(objects, "Deployment", f"berth-{component}")["spec"]["template"]["spec"]
+        assert pod["priorityClassName"] == "system-cluster-critical"
+        assert pod["nodeSelector"] == {"pool": "infra"}
+        assert pod["tolerations"] == [{"key": "infra", "operator": "Exists"}]
+    plain = one(helm_template(helm), "Deployment", "berth-webhook")["spec"]["template"]["spec"]
+    assert not {"priorityClassName", "nodeSelector", "tolerations"} & set(plain)
+
+
+def test_network_policies_admit_only_the_sources_given(helm: Path) -> None:
+    objects = helm_template(helm, values=["networkPolicy.from.webhook[0].ipBlock.cidr=10.0.0.0/24"])
+    [webhook_rule] = one(objects, "NetworkPolicy", "berth-webhook")["spec"]["ingress"]
+    assert webhook_rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    [extender_rule] = one(objects, "NetworkPolicy", "berth-extender")["spec"]["ingress"]
+    assert "from" not in extender_rule
+    deny = one(objects, "NetworkPolicy", "berth-default-deny-ingress")
+    # Other pods of a shared release namespace are not cut off.
+    assert deny["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "berth"}}
+
+
+@pytest.mark.parametrize(
+    ("values", "exclude"),
+    [
+        ([], ["kube-system", "berth-system", "ops"]),
+        (["controller.config.namespaces.exclude=null"], ["ops"]),
+        (["controller.config.namespaces=null"], ["ops"]),
+        (["controller.config.namespaces.exclude={ops}"], ["ops"]),
+    ],
+)
+def test_the_release_namespace_is_never_migrated_from(
+    helm: Path, tmp_path: Path, values: list[str], exclude: list[str]
+) -> None:
+    """The webhook never sees the release namespace, so a ReservationFirst job for a
+    pod there could never bind its Reservation: the controller leaves it out."""
+    objects = helm_template(helm, namespace="ops", values=values)
+    [config_map] = [o for o in objects if o["kind"] == "ConfigMap"]
+    config = tmp_path / "config.yaml"
+    config.write_text(config_map["data"]["config.yaml"])
+    namespaces = load_args(config).namespaces
+    assert namespaces is not None
+    assert namespaces.exclude == exclude

@@ -1,8 +1,8 @@
 """The NetworkPolicies under manifests/: each Berth pod accepts connections on its
 serving port and nowhere else, in both overlays.
 
-Policies add up, so the checks are on the whole set: one that selects every pod in the
-namespace and allows nothing, and one per component that opens exactly the port its
+Policies add up, so the checks are on the whole set: one that selects every Berth pod
+and allows nothing, and one per component that opens exactly the port its
 container serves (the one its probes and Service use).
 """
 
@@ -39,10 +39,18 @@ def test_each_overlay_has_a_default_deny_and_one_policy_per_component(overlay: P
     }
 
 
-def test_every_other_pod_of_the_namespace_accepts_no_connection() -> None:
+def test_a_berth_pod_accepts_no_connection_that_no_policy_of_its_component_lets_in() -> None:
+    """Berth's pods only: in a namespace shared with other workloads, theirs are not cut
+    off."""
     deny = policies(MANIFESTS)["berth-default-deny-ingress"]
     assert deny["metadata"]["namespace"] == NAMESPACE
-    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    assert deny["spec"] == {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "berth"}},
+        "policyTypes": ["Ingress"],
+    }
+    for component in COMPONENTS:
+        labels = deployment(component)["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "berth"
 
 
 @pytest.mark.parametrize("component", COMPONENTS)

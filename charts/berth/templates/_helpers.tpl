@@ -42,10 +42,19 @@ app.kubernetes.io/component: {{ . }}
 {{/*
 The controller's configuration file. Its hash is in the ConfigMap's name, as
 kustomize's configMapGenerator does: a change rolls out new controller pods,
-which read the file at start.
+which read the file at start. The release namespace is always in
+namespaces.exclude: the webhook never sees it, so no replacement there could
+bind its Reservation.
 */}}
 {{- define "berth.controllerConfig" -}}
-{{ toYaml .Values.controller.config }}
+{{- $config := deepCopy .Values.controller.config -}}
+{{- $namespaces := $config.namespaces | default dict -}}
+{{- $exclude := $namespaces.exclude | default list -}}
+{{- if not (has .Release.Namespace $exclude) -}}
+{{- $_ := set $namespaces "exclude" (append $exclude .Release.Namespace) -}}
+{{- $_ := set $config "namespaces" $namespaces -}}
+{{- end -}}
+{{ toYaml $config }}
 {{- end -}}
 
 {{- define "berth.controllerConfigMap" -}}
@@ -64,6 +73,17 @@ imagePullSecrets:
 {{- end }}
 securityContext:
   {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* A container's image, pull policy and securityContext. */}}
