@@ -156,6 +156,21 @@ def screen(
     return None
 
 
+def not_opted_in(namespace: Object | None, eviction: Eviction) -> Pass | None:
+    """Why an eviction that came on the labelled path goes ahead as asked, or None: its
+    namespace (as read now; None: gone) carries `berth.sh/intercept-evictions: "true"`.
+    The API server chose the path by that label; a review posted to the path by anyone
+    else, or a label taken off since, makes no job."""
+    labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+    if labels.get(keys.INTERCEPT_EVICTIONS) == "true":
+        return None
+    return Pass(
+        "NotOptedIn",
+        f"namespace {eviction.namespace} is not labelled {keys.INTERCEPT_EVICTIONS}=true "
+        "(any more), although the review came to the path of labelled namespaces",
+    )
+
+
 def screen_pod(pod: Object, eviction: Eviction) -> Pass | None:
     """Why the eviction goes ahead as asked for this pod, or None: Berth never migrates
     the pod, or the eviction is for another pod of that name (its UID precondition,

@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 
 from berth import metrics
-from berth.kube.client import NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
+from berth.kube.client import NAMESPACES, NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
 from berth.server import body
@@ -132,12 +132,7 @@ class Interceptor:
     ) -> Answer:
         """The answer to the eviction; `made` gets the name of the job for it once its
         create is sent, should the answer fail after that (the job may exist then)."""
-        passed = evictions.screen(
-            eviction,
-            settings=self.settings,
-            controller_user=self.controller_user,
-            labelled=labelled,
-        )
+        passed = await self._screen(eviction, labelled=labelled)
         if passed:
             return passed
         try:
@@ -171,6 +166,32 @@ class Interceptor:
         if isinstance(answer, Pass):
             self.event(pod, "EvictionAllowed", answer.message, event_type="Warning")
         return answer
+
+    async def _screen(self, eviction: Eviction, *, labelled: bool) -> Pass | None:
+        """Why the eviction goes ahead as asked, before its pod is read (None: it may
+        become a job): `evictions.screen`, then, unless every namespace is intercepted,
+        the namespace's label as the API server has it now."""
+        passed = evictions.screen(
+            eviction,
+            settings=self.settings,
+            controller_user=self.controller_user,
+            labelled=labelled,
+        )
+        if passed or self.settings.eviction_interception.all_namespaces:
+            return passed
+        passed = evictions.not_opted_in(await self._namespace(eviction), eviction)
+        if passed:
+            log.warning("eviction of %s/%s: %s", eviction.namespace, eviction.pod, passed.message)
+        return passed
+
+    async def _namespace(self, eviction: Eviction) -> Object | None:
+        """The eviction's namespace as the API server has it now (None: not found)."""
+        try:
+            return await self.kube.get(NAMESPACES, eviction.namespace)
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
 
     async def _job(
         self, pod: Object, eviction: Eviction, attempt: int, *, made: list[str] | None

@@ -727,3 +727,49 @@ def test_only_the_api_server_may_post_reviews_to_the_webhook(
     assert probe == 200
     jobs = cluster.get("podmigrationjobs")["items"]
     assert not [j for j in jobs if j["spec"]["podRef"].get("namespace") == namespace]
+
+
+def test_an_eviction_review_on_the_labelled_path_is_checked_against_the_namespace(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The API server sends evictions of namespaces labelled
+    `berth.sh/intercept-evictions=true` to one path; whoever else reaches the webhook
+    (with the API server's client certificate, or where none is required) could post a
+    review there for a pod of any namespace. The webhook reads the label itself: an
+    unlabelled namespace's pod gets no job and its eviction goes ahead as asked."""
+    cluster.apply(deployment("target"), namespace)
+    target = cluster.wait(lambda: ready_pods(cluster, namespace, "target", 1), what="the pod")[0]
+    port = next(c.port for c in cluster.local.running() if c.name == "berth-webhook")
+    uid = secrets.token_hex(8)
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "name": target["metadata"]["name"],
+            "namespace": namespace,
+            "subResource": "eviction",
+            "operation": "CREATE",
+            "userInfo": {"username": "whoever-i-like", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": target["metadata"]["name"]},
+            },
+        },
+    }
+    as_the_api_server = ssl.create_default_context(cafile=cluster.local.serving_ca)
+    as_the_api_server.load_cert_chain(*cluster.local.webhook_client)
+
+    async def post() -> dict[str, Any]:
+        async with aiohttp.ClientSession() as session:
+            url = f"https://127.0.0.1:{port}/validate-eviction"
+            async with session.post(url, json=review, ssl=as_the_api_server) as answer:
+                assert answer.status == 200
+                body: dict[str, Any] = await answer.json()
+                return body
+
+    answer = asyncio.run(post())["response"]
+    assert (answer["uid"], answer["allowed"]) == (uid, True)
+    jobs = cluster.get("podmigrationjobs")["items"]
+    assert not [j for j in jobs if j["spec"]["podRef"].get("namespace") == namespace]

@@ -71,6 +71,8 @@ CLUSTER_WIDE: dict[str, Grants] = {
         ("pods", ""): {"get"},
         # Whether the node of a replacement evicted again is cordoned (being drained).
         ("nodes", ""): {"get"},
+        # The label of an eviction's namespace, read again on the labelled path.
+        ("namespaces", ""): {"get"},
         ("events", ""): {"create"},
     },
     "berth-extender": {

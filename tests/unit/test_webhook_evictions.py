@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from berth.api import ALREADY_MIGRATING, keys
-from berth.kube.client import Kube
+from berth.kube.client import NAMESPACES, Kube
 from berth.settings import MigrationControllerArgs
 from tests.unit.builders import T0, job, later, pod, reservation, with_status
 from webhook import review
@@ -26,6 +26,7 @@ from webhook.evictions import (
     already_migrated,
     job_for,
     job_name,
+    not_opted_in,
     replaced_in,
     requester_label,
     screen,
@@ -445,7 +446,9 @@ class _SlowCreates:
     def __init__(self) -> None:
         self.created: list[str] = []
 
-    async def get(self, _resource: Any, name: str, _namespace: str | None = None) -> Any:
+    async def get(self, resource: Any, name: str, _namespace: str | None = None) -> Any:
+        if resource == NAMESPACES:  # opted in, as the path it came to says
+            return {"metadata": {"name": name, "labels": {keys.INTERCEPT_EVICTIONS: "true"}}}
         return pod(name)
 
     async def create(self, _resource: Any, body: dict[str, Any], **_: Any) -> Any:
@@ -473,3 +476,23 @@ async def test_an_eviction_whose_job_may_exist_is_not_let_through() -> None:
     assert result["allowed"] is False
     assert result["status"]["code"] == 429
     assert "eviction-uid-web-1" in result["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "opted_in"),
+    [
+        ({"metadata": {"name": "shop", "labels": {keys.INTERCEPT_EVICTIONS: "true"}}}, True),
+        ({"metadata": {"name": "shop", "labels": {keys.INTERCEPT_EVICTIONS: "false"}}}, False),
+        ({"metadata": {"name": "shop", "labels": {"team": "a"}}}, False),
+        ({"metadata": {"name": "shop"}}, False),
+        (None, False),
+    ],
+)
+def test_the_labelled_path_holds_only_for_a_namespace_labelled_now(
+    namespace: dict[str, Any] | None, opted_in: bool
+) -> None:
+    passed = not_opted_in(namespace, EVICTION)
+    assert (passed is None) == opted_in
+    if passed is not None:
+        assert passed.reason == "NotOptedIn"
+        assert "path of labelled namespaces" in passed.message
