@@ -274,3 +274,136 @@ def test_the_operator_role_runs_jobs_and_nothing_else(cluster: Cluster, user: st
     assert not can(cluster, user, "create", RESERVATIONS)
     assert not can(cluster, user, "update", PMJ, "--subresource=status", "-A")
     assert not can(cluster, user, "create", "pods", "--subresource=eviction", "-A")
+
+
+# --- what the API server lets the controller write, beyond RBAC -------------------
+
+CONTROLLER = "--as=system:serviceaccount:berth-system:berth-controller"
+
+
+def placeholder(**spec: object) -> dict[str, object]:
+    """A pod shaped as controller/build.py makes placeholders, with `spec` changed."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "berth-placeholder-x-",
+            "labels": {"berth.sh/reservation": "x"},
+        },
+        "spec": {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65535},
+            "containers": [
+                {
+                    "name": "reserve",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def as_controller(cluster: Cluster, *args: str, input: str | None = None) -> str:
+    """What the API server answers the controller's ServiceAccount (a server dry run):
+    "" when it allows the request, else its refusal."""
+    result = cluster.kubectl(CONTROLLER, *args, "--dry-run=server", input=input, check=False)
+    return "" if result.returncode == 0 else result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "allowed"),
+    [
+        pytest.param({}, True, id="a placeholder"),
+        pytest.param(
+            {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, False, id="hostPath"
+        ),
+        pytest.param({"hostNetwork": True}, False, id="host network"),
+        pytest.param({"automountServiceAccountToken": True}, False, id="a token"),
+        pytest.param(
+            {"containers": [{"name": "x", "image": "busybox", "command": ["sh"]}]},
+            False,
+            id="a command",
+        ),
+        pytest.param(
+            {
+                "containers": [
+                    {
+                        "name": "x",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "securityContext": {
+                            "privileged": True,
+                            "allowPrivilegeEscalation": True,
+                        },
+                    }
+                ]
+            },
+            False,
+            id="privileged",
+        ),
+    ],
+)
+def test_the_controller_may_create_placeholders_and_no_other_pod(
+    cluster: Cluster, namespace: str, change: dict[str, object], allowed: bool
+) -> None:
+    """RBAC lets the controller create any pod anywhere; the policy
+    berth-controller-pods (manifests/rbac/controller-policy.yaml) lets it create only
+    what a placeholder is, whatever a job's template or a stolen token asks for."""
+    refused = as_controller(
+        cluster, "create", "-n", namespace, "-f", "-", input=json.dumps(placeholder(**change))
+    )
+    assert (refused == "") == allowed, refused
+    if not allowed:
+        assert "berth-controller may only create placeholder pods" in refused
+
+
+def test_the_controller_changes_nothing_of_a_pod_or_namespace_but_its_own_marks(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name = f"pod/{pod['metadata']['name']}"
+    container = pod["spec"]["containers"][0]["name"]
+    soft = "scheduling.koordinator.sh/soft-eviction={}"
+    assert as_controller(cluster, "annotate", "-n", namespace, name, soft) == ""
+    for change in (
+        ["set", "image", "-n", namespace, name, f"{container}=evil"],
+        ["label", "-n", namespace, name, "app-"],
+        ["annotate", "-n", namespace, name, "other=1"],
+    ):
+        refused = as_controller(cluster, *change)
+        assert "may only change a pod's scheduling gates" in refused, (change, refused)
+    assert as_controller(cluster, "label", "namespace", namespace, "berth.sh/migrating=true") == ""
+    refused = as_controller(
+        cluster, "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=privileged"
+    )
+    assert "may only change a namespace's berth.sh/migrating label" in refused
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "allowed"),
+    [
+        ("berth-non-preempting-7", {}, True),
+        ("berth-non-preempting-8", {"globalDefault": True}, False),
+        ("berth-non-preempting-9", {"preemptionPolicy": "PreemptLowerPriority"}, False),
+        ("cluster-top", {}, False),
+    ],
+)
+def test_the_controller_creates_only_non_preempting_classes(
+    cluster: Cluster, name: str, extra: dict[str, object], allowed: bool
+) -> None:
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": 7,
+        "preemptionPolicy": "Never",
+        **extra,
+    }
+    refused = as_controller(cluster, "create", "-f", "-", input=json.dumps(body))
+    assert (refused == "") == allowed, refused
