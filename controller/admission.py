@@ -133,15 +133,16 @@ class Admission:
 
     async def release_strays(self) -> None:
         """No pod stays gated by Berth unless a live Reservation holds its claim, and none
-        stays tied to a deleted node once no Reservation holds its claim
-        (`reservations.stray`). Each pod on its own: one that cannot be handled keeps no
-        other waiting."""
+        stays tied to a deleted node, or to a node that keeps refusing it, once no live
+        Reservation holds its claim (`reservations.stray`). Each pod on its own: one that
+        cannot be handled keeps no other waiting."""
         now = datetime.now(UTC)
         stranded = {pod["metadata"].get("uid"): pod for pod in self.caches.stranded_claimers()}
+        tied = {pod["metadata"].get("uid"): pod for pod in self.caches.tied_claimers()}
         gated = {
             pod["metadata"].get("uid"): pod for pod in self.caches.pods.by_index("gated", "yes")
         }
-        for uid, pod in (gated | stranded).items():
+        for uid, pod in (gated | tied | stranded).items():
             token = protocol.pod_claim(pod)
             try:
                 plan = reservations.stray(

@@ -506,6 +506,12 @@ class Caches:
                 found[str(pod["metadata"].get("uid"))] = pod
         return tuple(found.values())
 
+    def tied_claimers(self) -> list[Object]:
+        """Unbound pods with a claim whose affinity ties them to one node."""
+        return [
+            pod for node in self.pods.indexes["tied"] for pod in self.pods.by_index("tied", node)
+        ]
+
     def stranded_claimers(self) -> list[Object]:
         """Unbound pods with a claim whose affinity ties them to a node that is gone."""
         tied = self.pods.indexes["tied"]

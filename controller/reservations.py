@@ -54,6 +54,7 @@ from controller.status import (
     reference,
     same_condition,
     scheduling_message,
+    timestamp,
     unreadable,
     with_condition,
 )
@@ -697,6 +698,23 @@ def _seconds_until(view: ReservationView) -> float:
 STRAY_GRACE = timedelta(seconds=30)
 
 
+def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
+    """Since when kube-scheduler has found no node for the pod (`PodScheduled=False`,
+    `Unschedulable`); None when it has not said so."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return read_time(condition.get("lastTransitionTime")) or NEVER_SEEN
+    return None
+
+
+NEVER_SEEN = datetime.min.replace(tzinfo=UTC)
+"""A condition without a readable time: as old as can be."""
+
+
 def stray(pod: Object, *, holders: Sequence[Object], node_gone: bool, now: datetime) -> Plan:
     """Let go of a pod Berth gated or tied that no Reservation looks after.
 
@@ -711,6 +729,12 @@ def stray(pod: Object, *, holders: Sequence[Object], node_gone: bool, now: datet
     never be scheduled either, gate or not: an affinity can only be narrowed, so it is
     deleted and its workload creates one that can run. Both after a grace period that
     covers the caches catching up with the webhook's claim and with a new node.
+
+    A pod with a claim, ungated, tied to a node that is there but that the scheduler has
+    refused it for `STRAY_GRACE`, once no live Reservation holds its claim (its job ended:
+    a pod of higher priority took the place, the node was cordoned, a rollout's pod asked
+    for what the place does not give), would wait for that one node for ever: it is
+    deleted too, and its workload creates one without the tie.
     """
     token = protocol.pod_claim(pod)
     stranded = node_gone and token is not None and not holders
@@ -718,14 +742,34 @@ def stray(pod: Object, *, holders: Sequence[Object], node_gone: bool, now: datet
         protocol.phase(r) not in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED)
         for r in holders
     )
-    if not stranded and (live or not protocol.is_gated(pod)):
+    refused = unschedulable_since(pod)
+    pinned = (
+        token is not None
+        and not live
+        and refused is not None
+        and not protocol.is_gated(pod)
+        and protocol.tied_node(pod) is not None
+    )
+    if not stranded and not pinned and (live or not protocol.is_gated(pod)):
         return Plan()
     if pod["metadata"].get("deletionTimestamp"):
         return Plan()
     created = parse_time(pod["metadata"]["creationTimestamp"])
-    if now - created < STRAY_GRACE:
-        return Plan().again_in((created + STRAY_GRACE - now).total_seconds())
+    since = max(created, refused) if pinned and refused is not None else created
+    if now - since < STRAY_GRACE:
+        return Plan().again_in((since + STRAY_GRACE - now).total_seconds())
     shown = protocol.fingerprint(token) if token else "none"
+    if pinned and not stranded:
+        return Plan().then(
+            *_delete_pod(
+                pod,
+                Reason.PINNED_POD_DELETED,
+                f"its affinity ties it to node {protocol.tied_node(pod)}, where the scheduler "
+                f"has found no room for it since {timestamp(since)}, and no live Reservation "
+                f"holds its claim {shown} any more; its workload creates one that can be "
+                "scheduled anywhere",
+            )
+        )
     if stranded:
         return Plan().then(
             *_delete_pod(

@@ -90,6 +90,10 @@ class ReservationReason(StrEnum):
     STRANDED_POD_DELETED = "StrandedPodDeleted"
     """Event on a pod deleted because it took the Reservation and the node its affinity
     ties it to was deleted before it was bound there."""
+    PINNED_POD_DELETED = "PinnedPodDeleted"
+    """Event on a pod deleted because it took a Reservation, which tied it to the
+    Reservation's node, and the scheduler keeps refusing it that node although no live
+    Reservation holds its claim any more (its job ended)."""
     STRAY_PLACEHOLDER_DELETED = "StrayPlaceholderDeleted"
     """Event on a pod deleted because its controller reference names a Reservation whose
     recorded placeholder it is not."""

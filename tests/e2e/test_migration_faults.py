@@ -11,11 +11,15 @@ from typing import Any
 
 import pytest
 
+from berth import protocol
+from berth.api import keys
 from devtools.processes import Component
+from tests.e2e.capacity import TEST_GATE
 from tests.e2e.kube import Cluster
 from tests.e2e.migrate import (
     condition,
     deployment,
+    expire,
     job_manifest,
     job_of,
     leftovers,
@@ -197,3 +201,94 @@ def test_forged_binding_annotation_gets_no_owner_privileges(
         lambda: not any(leftovers(cluster, namespace).values()),
         what="no placeholder and no gated pod",
     )
+
+
+@pytest.fixture
+def cordoned(cluster: Cluster) -> Iterator[list[str]]:
+    """Nodes the test cordons; uncordoned after it."""
+    nodes: list[str] = []
+    yield nodes
+    for node in nodes:
+        cluster.kubectl("uncordon", node)
+
+
+def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
+    cluster: Cluster, namespace: str, cordoned: list[str]
+) -> None:
+    """The webhook ties a replacement to the reserved node by a required affinity, which
+    can only be narrowed. If that node refuses it after the handover (cordoned here; a pod
+    of higher priority that took the place, in the default scope), the job waits until
+    its TTL and fails. The replacement would then wait for that node for ever: once no
+    live Reservation holds its claim and the scheduler has refused it for the grace period,
+    Berth deletes it (it never ran), and the workload makes one that runs elsewhere."""
+    held = {"schedulingGates": [{"name": TEST_GATE}]}  # each pod waits for the test
+    cluster.apply(deployment("web", spec_extra=held), namespace)
+    first = cluster.wait(lambda: gated_only_by_the_test(cluster, namespace), what="the pod")[0]
+    lift(cluster, namespace, first["metadata"]["name"])
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(old, ttl="10m")
+    cluster.apply(manifest)
+
+    def handed_over() -> dict[str, Any] | None:
+        # Berth's gate removed, the test's kept, the placeholder gone: in handover.
+        for pod in gated_only_by_the_test(cluster, namespace):
+            if (
+                protocol.pod_claim(pod)
+                and protocol.tied_node(pod)
+                and not cluster.get("pods", "-n", namespace, f"-l={keys.RESERVATION_LABEL}")[
+                    "items"
+                ]
+            ):
+                return pod
+        return None
+
+    replacement = cluster.wait(handed_over, what="the handover to the replacement")
+    node = protocol.tied_node(replacement)
+    assert node is not None
+    cordoned.append(node)
+    cluster.kubectl("cordon", node)
+    lift(cluster, namespace, replacement["metadata"]["name"])
+    cluster.wait(
+        lambda: (
+            "does not fit on"
+            in condition(job_of(cluster, name), "PodBoundReservation").get("message", "")
+        ),
+        what="the job to report the replacement refused",
+    )
+    expire(cluster, name)
+    ended = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the TTL")
+    assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "Timeout")
+
+    def let_go() -> list[dict[str, Any]] | None:
+        events = cluster.get(
+            "events", "-n", namespace,
+            f"--field-selector=involvedObject.uid={replacement['metadata']['uid']}",
+        )["items"]  # fmt: skip
+        return [e for e in events if e["reason"] == "PinnedPodDeleted"] or None
+
+    [event] = cluster.wait(let_go, what="Berth to let the tied replacement go", timeout=90)
+    assert node in event["message"]
+    new = cluster.wait(lambda: gated_only_by_the_test(cluster, namespace), what="a new pod")[0]
+    assert new["metadata"]["uid"] != replacement["metadata"]["uid"]
+    assert protocol.tied_node(new) is None
+    lift(cluster, namespace, new["metadata"]["name"])
+    [running] = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="it to run")
+    assert running["spec"]["nodeName"] != node
+    assert not any(leftovers(cluster, namespace).values())
+
+
+def gated_only_by_the_test(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """Pods of `web` still waiting for the test, with no other gate."""
+    return [
+        pod
+        for pod in cluster.get("pods", "-n", namespace, "-l=app=web")["items"]
+        if pod["spec"].get("schedulingGates") == [{"name": TEST_GATE}]
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+
+
+def lift(cluster: Cluster, namespace: str, pod: str) -> None:
+    cluster.kubectl(
+        "patch", "pod", pod, "-n", namespace, "--type=json",
+        "-p", '[{"op": "remove", "path": "/spec/schedulingGates"}]',
+    )  # fmt: skip

@@ -324,7 +324,7 @@ def _parse_error(text: str) -> str | None:
                 "ReservationClaimRefused",
                 "ReservationClaimReleased",
              "ReservationHandover", "ReservationReleased", "ReservationGateRemoved",
-             "StrandedPodDeleted", "StrayPlaceholderDeleted"],
+             "StrandedPodDeleted", "PinnedPodDeleted", "StrayPlaceholderDeleted"],
         ),
     ],
 )  # fmt: skip

@@ -180,6 +180,36 @@ async def test_a_claimer_tied_to_a_deleted_node_with_no_reservation_left_is_dele
     assert [kinds(p) for p in executor.plans] == [["Delete:pods", "Event:StrandedPodDeleted"]]
 
 
+async def test_a_claimer_its_node_keeps_refusing_is_deleted_once_no_reservation_holds_it() -> None:
+    """The node is there, but the scheduler keeps refusing the pod it (a pod of higher
+    priority took the place, its job timed out): the stray pass deletes it, since its
+    affinity to that node can only be narrowed."""
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    executor = Recording()
+    admission = Admission(caches, executor, args, admitted=lambda _key: None)
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-9"]}]}
+    tied = pod("web-9", node=None, annotations={keys.CLAIM: "x"})
+    tied["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+    tied["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    tied["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "lastTransitionTime": "2020-01-01T00:00:01Z",
+        }
+    ]
+    await watch(caches, "nodes", node("node-9"))
+    await watch(caches, "pods", tied)
+    await admission.release_strays()
+    assert [kinds(p) for p in executor.plans] == [["Delete:pods", "Event:PinnedPodDeleted"]]
+
+
 async def test_a_claimer_tied_to_a_node_not_seen_yet_waits_out_the_grace() -> None:
     """The node watch may lag the pods': a node never seen counts as gone only once it has
     been missing `NODE_GRACE`, and not at all if it shows up meanwhile."""

@@ -11,7 +11,7 @@ from berth.api import keys
 from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
 from controller import build, reservations
 from controller.actions import Create, Delete, Event, Patch, Record, UpdateStatus
-from tests.unit.builders import T0, later, placeholder, pod, reservation
+from tests.unit.builders import T0, later, placeholder, pod, reservation, ts
 from tests.unit.controller_cases import (
     kinds,
     rsv_plan,
@@ -563,3 +563,61 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once() 
     said["status"] = status_of(plan)
     again = reservations.placeholder_refused(rsv_view(said), status_code=403, message=message)
     assert again.actions == []
+
+
+def refused_since(replacement: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The replacement as kube-scheduler leaves it once it finds no node for it."""
+    replacement.setdefault("status", {})["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "lastTransitionTime": ts(later(seconds)),
+        }
+    ]
+    return replacement
+
+
+@pytest.mark.parametrize(
+    ("holder", "refused_at", "now", "gates", "expected"),
+    [
+        pytest.param("Failed", 0, 31, [], ["Delete:pods", "Event:PinnedPodDeleted"],
+                     id="its job ended, refused 31s"),
+        pytest.param(None, 0, 31, [], ["Delete:pods", "Event:PinnedPodDeleted"],
+                     id="its Reservation deleted"),
+        pytest.param("Failed", 10, 31, [], [], id="refused 21s: not yet"),
+        pytest.param("Available", 0, 600, [], [], id="a live Reservation: its job decides"),
+        pytest.param("Failed", None, 600, [], [], id="not refused: the scheduler may bind it"),
+        pytest.param("Failed", 0, 600, [keys.RESERVATION_GATE],
+                     ["Patch:pods", "Event:ReservationGateRemoved"],
+                     id="gated: let go first, tried by the scheduler then"),
+    ],
+)  # fmt: skip
+def test_a_claimer_tied_to_a_node_that_keeps_refusing_it_is_deleted_once_nothing_holds_it(
+    holder: str | None, refused_at: float | None, now: float, gates: list[str], expected: list[str]
+) -> None:
+    """The hole of the default scope: a pod of higher priority took the place in
+    handover, the job timed out. The replacement's affinity to the node can only be
+    narrowed: it would wait for that node for ever. Once no live Reservation holds its
+    claim and the scheduler has refused it for the grace period, it goes, and its
+    workload makes one without the tie."""
+    replacement = tied("web-2", gates=gates, annotations={keys.CLAIM: "tok"})
+    if refused_at is not None:
+        refused_since(replacement, refused_at)
+    holders = [reservation(phase=holder, node="node-1")] if holder else []
+    plan = reservations.stray(replacement, holders=holders, node_gone=False, now=later(now))
+    assert kinds(plan) == expected
+    if "Event:PinnedPodDeleted" in expected:
+        delete, event = plan.actions
+        assert isinstance(delete, Delete)
+        assert isinstance(event, Event)
+        assert delete.uid == replacement["metadata"]["uid"]
+        assert "node-1" in event.message
+    if expected == [] and refused_at == 10:
+        assert plan.requeue_after == pytest.approx(9)
+
+
+def test_a_pod_a_user_tied_to_a_node_is_never_deleted_for_being_refused() -> None:
+    """No claim: the tie is the user's, not Berth's."""
+    users = refused_since(tied("web-9"), 0)
+    assert kinds(reservations.stray(users, holders=[], node_gone=False, now=later(600))) == []
