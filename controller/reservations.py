@@ -295,6 +295,11 @@ def _claim(view: ReservationView, status: Object, token: str, plan: Plan) -> boo
             ),
         )
         return True
+    if not _holds_place(view):
+        # Lost after the claim, before this pass (preempted, deleted, finished, its node
+        # gone): `_hold` says so first, and the claim is released on the next pass. A
+        # claimer recorded now would be handed a place nothing holds.
+        return False
     if len(view.claimers) == 1 and len(view.accepted) == 1 and protocol.is_gated(view.accepted[0]):
         status["currentOwners"] = [reference(view.accepted[0])]
         plan.then(
@@ -336,6 +341,18 @@ def _claim(view: ReservationView, status: Object, token: str, plan: Plan) -> boo
         ),
     )
     return False
+
+
+def _holds_place(view: ReservationView) -> bool:
+    """Whether the placeholder holds the Reservation's place now: there, not finished,
+    bound to the Reservation's node, which is not gone."""
+    placeholder = view.placeholder
+    return (
+        placeholder is not None
+        and not protocol.is_terminal_pod(placeholder)
+        and placeholder["spec"].get("nodeName") == protocol.node_of(view.reservation)
+        and not view.node_gone
+    )
 
 
 def release_claim(reservation: Mapping[str, Any], token: str) -> Patch:

@@ -174,6 +174,38 @@ def test_a_claim_on_a_reservation_that_lost_its_place_is_released_not_recorded()
     assert kinds(plan) == ["Patch:reservations", "Event:ReservationClaimReleased"]
 
 
+def finished(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["status"]["phase"] = "Failed"
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("ph", "node_gone"),
+    [
+        pytest.param(None, False, id="placeholder gone (preempted, deleted)"),
+        pytest.param(finished(placeholder()), False, id="placeholder finished"),
+        pytest.param(placeholder(), True, id="its node deleted"),
+    ],
+)
+def test_a_claim_on_a_place_lost_before_this_pass_is_never_handed_over(
+    ph: dict[str, Any] | None, node_gone: bool
+) -> None:
+    """Still Available as last written, but nothing holds the place now: the claimer is
+    not recorded (a handover would send it to a node where nothing waits for it); the
+    place is found lost first, and the claim released on the next pass."""
+    rsv = reservation(
+        phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true", keys.CLAIM: "tok"}
+    )
+    claimer = pod(
+        "web-2", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"}
+    )
+    plan = rsv_plan(rsv, ph=ph, claimer=claimer, node_gone=node_gone)
+    assert "UpdateStatus:reservations" in kinds(plan)
+    assert "Event:ReservationClaimed" not in kinds(plan)
+    status = status_of(plan)
+    assert (status["phase"], status.get("currentOwners")) == ("Pending", None)
+
+
 def test_an_owner_recorded_on_a_reservation_without_a_node_is_let_go() -> None:
     rsv = reservation(phase="Pending", node=None, owners=["web-2"])
     owner = pod("web-2", node=None, gates=[keys.RESERVATION_GATE])
