@@ -309,6 +309,27 @@ def placeholder(**spec: object) -> dict[str, object]:
     }
 
 
+POD_POLICY = Path(__file__).resolve().parents[2] / "manifests" / "pod-policy"
+
+
+@pytest.fixture(scope="module")
+def pod_policy(cluster: Cluster) -> Iterator[None]:
+    """The opt-in pod policy (manifests/pod-policy), in force for the module's tests that
+    ask for it: applied, then waited for until the API server refuses a pod that is no
+    placeholder, and deleted after them."""
+    cluster.kubectl("apply", "-k", str(POD_POLICY))
+    any_pod = json.dumps(placeholder(volumes=[{"name": "x", "emptyDir": {}}]))
+
+    def in_force() -> bool:
+        return "placeholder" in as_controller(
+            cluster, "create", "-n", "default", "-f", "-", input=any_pod
+        )
+
+    cluster.wait(in_force, what="the pod policy to be in force")
+    yield
+    cluster.kubectl("delete", "-k", str(POD_POLICY), "--wait")
+
+
 def as_controller(cluster: Cluster, *args: str, input: str | None = None) -> str:
     """What the API server answers the controller's ServiceAccount (a server dry run):
     "" when it allows the request, else its refusal."""
@@ -348,12 +369,13 @@ def as_controller(cluster: Cluster, *args: str, input: str | None = None) -> str
         ),
     ],
 )
+@pytest.mark.usefixtures("pod_policy")
 def test_the_controller_may_create_placeholders_and_no_other_pod(
     cluster: Cluster, namespace: str, change: dict[str, object], allowed: bool
 ) -> None:
-    """RBAC lets the controller create any pod anywhere; the policy
-    berth-controller-pods (manifests/rbac/controller-policy.yaml) lets it create only
-    what a placeholder is, whatever a job's template or a stolen token asks for."""
+    """RBAC lets the controller create any pod anywhere; the pod policy
+    (manifests/pod-policy) lets it create only what a placeholder is, whatever a job's
+    template or a stolen token asks for."""
     refused = as_controller(
         cluster, "create", "-n", namespace, "-f", "-", input=json.dumps(placeholder(**change))
     )
@@ -362,6 +384,7 @@ def test_the_controller_may_create_placeholders_and_no_other_pod(
         assert "berth-controller may only create placeholder pods" in refused
 
 
+@pytest.mark.usefixtures("pod_policy")
 def test_the_controller_changes_nothing_of_a_pod_or_namespace_but_its_own_marks(
     cluster: Cluster, namespace: str
 ) -> None:
@@ -407,3 +430,16 @@ def test_the_controller_creates_only_non_preempting_classes(
     }
     refused = as_controller(cluster, "create", "-f", "-", input=json.dumps(body))
     assert (refused == "") == allowed, refused
+
+
+@pytest.mark.usefixtures("pod_policy")
+def test_a_migration_runs_under_the_pod_policy(cluster: Cluster, namespace: str) -> None:
+    """Everything the controller does to pods in a ReservationFirst migration (the
+    placeholder, the replacement's ungating) is what the pod policy allows."""
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(pod)
+    cluster.apply(manifest)
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job")
+    assert job["status"]["phase"] == "Succeed", job["status"]
+    assert not any(leftovers(cluster, namespace).values())

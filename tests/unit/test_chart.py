@@ -112,6 +112,26 @@ def test_strict_scope_renders_manifests_with_the_strict_component(
     )
 
 
+def test_the_pod_policy_renders_manifests_with_the_pod_policy_component(
+    helm: Path, kubectl: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS, tmp_path)],
+                "components": [os.path.relpath(MANIFESTS / "pod-policy", tmp_path)],
+            }
+        )
+    )
+    values = ["controller.podPolicy.enabled=true"]
+    assert_same(kustomize(kubectl, tmp_path), helm_template(helm, values=values), values[0])
+    names = {o["metadata"]["name"] for o in helm_template(helm, values=values)}
+    assert {"berth-controller-pods", "berth-controller-namespaces"} <= names
+    assert "berth-controller-pods" not in {o["metadata"]["name"] for o in helm_template(helm)}
+
+
 def test_the_chart_crds_are_the_generated_ones() -> None:
     rendered = {name: text for name, text in render_crds().items() if name != "kustomization.yaml"}
     committed = {path.name: path.read_text() for path in (CHART / "crds").iterdir()}
