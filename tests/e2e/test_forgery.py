@@ -669,6 +669,27 @@ def test_a_non_preempting_class_made_with_preemption_is_never_used(
     assert (remade["value"], remade["preemptionPolicy"]) == (value, "Never")
 
 
+def forged_eviction_review(target: dict[str, Any], uid: str) -> dict[str, Any]:
+    """An eviction review of `target` as anyone could write it, naming a user of its own."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "name": target["metadata"]["name"],
+            "namespace": target["metadata"]["namespace"],
+            "subResource": "eviction",
+            "operation": "CREATE",
+            "userInfo": {"username": "whoever-i-like", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": target["metadata"]["name"]},
+            },
+        },
+    }
+
+
 def test_only_the_api_server_may_post_reviews_to_the_webhook(
     cluster: Cluster, namespace: str
 ) -> None:
@@ -683,23 +704,7 @@ def test_only_the_api_server_may_post_reviews_to_the_webhook(
     target = cluster.wait(lambda: ready_pods(cluster, namespace, "target", 1), what="the pod")[0]
     port = next(c.port for c in cluster.local.running() if c.name == "berth-webhook")
     base = f"https://127.0.0.1:{port}"
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": secrets.token_hex(8),
-            "name": target["metadata"]["name"],
-            "namespace": namespace,
-            "subResource": "eviction",
-            "operation": "CREATE",
-            "userInfo": {"username": "whoever-i-like", "groups": ["system:authenticated"]},
-            "object": {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": target["metadata"]["name"]},
-            },
-        },
-    }
+    review = forged_eviction_review(target, secrets.token_hex(8))
     anonymous = ssl.create_default_context(cafile=cluster.local.serving_ca)
     a_user = ssl.create_default_context(cafile=cluster.local.serving_ca)
     a_user.load_cert_chain(cluster.local.pki / "admin.crt", cluster.local.pki / "admin.key")
@@ -741,23 +746,7 @@ def test_an_eviction_review_on_the_labelled_path_is_checked_against_the_namespac
     target = cluster.wait(lambda: ready_pods(cluster, namespace, "target", 1), what="the pod")[0]
     port = next(c.port for c in cluster.local.running() if c.name == "berth-webhook")
     uid = secrets.token_hex(8)
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "name": target["metadata"]["name"],
-            "namespace": namespace,
-            "subResource": "eviction",
-            "operation": "CREATE",
-            "userInfo": {"username": "whoever-i-like", "groups": ["system:authenticated"]},
-            "object": {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": target["metadata"]["name"]},
-            },
-        },
-    }
+    review = forged_eviction_review(target, uid)
     as_the_api_server = ssl.create_default_context(cafile=cluster.local.serving_ca)
     as_the_api_server.load_cert_chain(*cluster.local.webhook_client)
 

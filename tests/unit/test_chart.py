@@ -94,39 +94,40 @@ def test_without_cert_manager_renders_the_objects_of_that_overlay(
     )
 
 
-def test_strict_scope_renders_manifests_with_the_strict_component(
-    helm: Path, kubectl: Path, tmp_path: Path
-) -> None:
+def with_component(tmp_path: Path, component: str) -> Path:
+    """A kustomization of manifests/ with one of its Components added."""
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [os.path.relpath(MANIFESTS, tmp_path)],
-                "components": [os.path.relpath(MANIFESTS / "strict", tmp_path)],
+                "components": [os.path.relpath(MANIFESTS / component, tmp_path)],
             }
         )
     )
+    return tmp_path
+
+
+def test_strict_scope_renders_manifests_with_the_strict_component(
+    helm: Path, kubectl: Path, tmp_path: Path
+) -> None:
     assert_same(
-        kustomize(kubectl, tmp_path), helm_template(helm, values=["scope=strict"]), "scope=strict"
+        kustomize(kubectl, with_component(tmp_path, "strict")),
+        helm_template(helm, values=["scope=strict"]),
+        "scope=strict",
     )
 
 
 def test_the_pod_policy_renders_manifests_with_the_pod_policy_component(
     helm: Path, kubectl: Path, tmp_path: Path
 ) -> None:
-    (tmp_path / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(MANIFESTS, tmp_path)],
-                "components": [os.path.relpath(MANIFESTS / "pod-policy", tmp_path)],
-            }
-        )
-    )
     values = ["controller.podPolicy.enabled=true"]
-    assert_same(kustomize(kubectl, tmp_path), helm_template(helm, values=values), values[0])
+    assert_same(
+        kustomize(kubectl, with_component(tmp_path, "pod-policy")),
+        helm_template(helm, values=values),
+        values[0],
+    )
     names = {o["metadata"]["name"] for o in helm_template(helm, values=values)}
     assert {"berth-controller-pods", "berth-controller-namespaces"} <= names
     assert "berth-controller-pods" not in {o["metadata"]["name"] for o in helm_template(helm)}
