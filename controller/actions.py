@@ -75,6 +75,10 @@ class Evict:
     uid: str
     policy: str
     delete_options: Object | None = None
+    reserved_node: str | None = None
+    """The node where the job's Reservation holds the replacement's place: read from the
+    API server just before the eviction, which is not sent if it is gone (the caches may
+    not show a deletion of moments ago)."""
 
 
 @dataclass(frozen=True)

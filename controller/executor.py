@@ -21,7 +21,7 @@ from typing import Any
 
 from berth import metrics, protocol
 from berth.api import keys
-from berth.kube.client import JSON_PATCH, PODS, Kube, KubeError, Object, Resource
+from berth.kube.client import JSON_PATCH, NODES, PODS, Kube, KubeError, Object, Resource
 from berth.kube.events import Recorder
 from berth.settings import EvictionPolicy
 from controller.actions import Action, Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
@@ -73,6 +73,8 @@ class Executor:
                 log.warning("not leading any more: %s and what follows not done", _describe(action))
                 return Outcome(done=False)
             try:
+                if isinstance(action, Evict) and not await self._place_still_there(action):
+                    return Outcome(done=False)
                 await self._one(action, versions)
             except KubeError as error:
                 if isinstance(action, Evict):
@@ -85,6 +87,24 @@ class Executor:
                     return Outcome(done=False, create_refused=error)
                 return Outcome(done=False)
         return Outcome()
+
+    async def _place_still_there(self, action: Evict) -> bool:
+        """Whether the node of the Reservation that holds the replacement's place is there,
+        as the API server says now (True when there is none to ask about): a node deleted
+        moments ago may not be in the caches the plan was made from. Not evicted when it
+        is gone, or when the API server cannot say; the job's next pass decides again."""
+        if action.reserved_node is None:
+            return True
+        try:
+            await self.kube.get(NODES, action.reserved_node)
+        except KubeError as error:
+            why = "was deleted" if error.not_found else f"could not be read: {error}"
+            log.warning(
+                "not evicting %s/%s: node %s, where its Reservation holds the place, %s",
+                action.namespace, action.name, action.reserved_node, why,
+            )  # fmt: skip
+            return False
+        return True
 
     async def _one(self, action: Action, versions: Versions) -> None:
         if isinstance(action, Create):

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from berth.api import PodMigrationJobPhase, keys
+from berth import protocol
+from berth.api import PodMigrationJobMode, PodMigrationJobPhase, keys
 from berth.kube.client import PODMIGRATIONJOBS
 from berth.settings import MigrationControllerArgs
 from controller.actions import Action, Event, Evict, Plan, UpdateStatus
@@ -156,10 +157,16 @@ def evict(view: JobView) -> Evict:
     options = delete_options(
         view.job["spec"].get("deleteOptions") or view.args.default_delete_options, view.pod
     )
+    reserved = (
+        view.reservation
+        if view.job["spec"].get("mode") != PodMigrationJobMode.EVICT_DIRECTLY
+        else None
+    )
     return Evict(
         pod["namespace"],
         pod["name"],
         pod["uid"],
         policy=view.args.eviction_policy,
         delete_options=options,
+        reserved_node=protocol.node_of(reserved) if reserved is not None else None,
     )

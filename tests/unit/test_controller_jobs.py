@@ -254,6 +254,8 @@ def test_available_reservation_opens_it_then_records_evicting_before_evicting() 
     assert isinstance(evict, Evict)
     assert evict.uid == "uid-web-1"
     assert evict.policy == "Eviction"
+    # Read again just before the eviction: the caches may lag a deletion.
+    assert evict.reserved_node == "node-1"
 
 
 def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> None:

@@ -7,9 +7,9 @@ from typing import cast
 
 import pytest
 
-from berth.kube.client import PODS, RESERVATIONS, Kube, KubeError
+from berth.kube.client import NODES, PODS, RESERVATIONS, Kube, KubeError
 from berth.kube.events import Recorder
-from controller.actions import Create, Event, Plan
+from controller.actions import Create, Event, Evict, Plan
 from controller.executor import Executor, _another_pod
 
 
@@ -95,3 +95,38 @@ async def test_a_refused_pod_create_is_handed_back_to_be_said_on_its_object() ->
     assert outcome.create_refused.status == 403
     other = await executor.run(Plan().then(Create(RESERVATIONS, {"metadata": {"name": "r"}})))
     assert other.create_refused is None
+
+
+class _NodeGone:
+    """An API server where the node was deleted moments ago, and evictions are recorded."""
+
+    def __init__(self, nodes: set[str]) -> None:
+        self.nodes = nodes
+        self.evicted: list[str] = []
+
+    async def get(self, resource: object, name: str, *_: object) -> object:
+        assert resource is NODES
+        if name not in self.nodes:
+            raise KubeError(404, {"message": f'nodes "{name}" not found', "reason": "NotFound"})
+        return {"metadata": {"name": name}}
+
+    async def evict(self, namespace: str, name: str, **_: object) -> None:
+        self.evicted.append(f"{namespace}/{name}")
+
+
+@pytest.mark.parametrize(
+    ("reserved_node", "evicted"),
+    [("node-1", ["ns/web-1"]), ("node-9", []), (None, ["ns/web-1"])],
+)
+async def test_a_pod_is_not_evicted_into_a_place_on_a_node_deleted_moments_ago(
+    reserved_node: str | None, evicted: list[str]
+) -> None:
+    """The plan was made from caches that may not show a node deleted moments ago: the
+    Reservation's node is read again just before the eviction (EvictDirectly: none)."""
+    kube = _NodeGone({"node-1"})
+    executor = Executor(cast(Kube, kube), cast(Recorder, None))
+    eviction = Evict("ns", "web-1", "uid-1", policy="Eviction", reserved_node=reserved_node)
+    outcome = await executor.run(Plan().then(eviction))
+    assert kube.evicted == evicted
+    assert outcome.done == bool(evicted)
+    assert outcome.eviction_refused is None
