@@ -35,6 +35,14 @@ from extender.decide import VERBS, Placement, answer
 
 log = logging.getLogger(__name__)
 
+POD_GATHER = 0.05
+"""Seconds the events of a burst of pod changes may wait, to be taken in one read (the
+pods' watch, `Kube.watch`): taken one by one, they cost the extender several times the
+CPU it spends answering kube-scheduler, on the cores kube-scheduler needs (bench/
+PROFILE.md). The ledger may see a pod bound moments ago up to this much later; where
+that pod and a handover's replacement would not both fit, the replacement's nomination
+keeps the place (`controller.reservations`, the scheduler counts nominated pods)."""
+
 
 def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.Application:
     async def verb(request: web.Request) -> web.Response:
@@ -110,10 +118,14 @@ async def _serve(
     cancel_on_signals()
     kube = await Kube.connect(kubeconfig)
     ledger = Ledger()
+    # The ledger keeps what it needs of nodes and pods; the caches only who they are.
+    pods = Informer(kube, PODS, handler=ledger.on_pod, keep=identity_only)
+    # Pods change in bursts (a scheduler binding hundreds a second, then the kubelets
+    # starting them), taken a burst at a time.
+    pods.gather = POD_GATHER
     informers = [
-        # The ledger keeps what it needs of nodes and pods; the caches only who they are.
         Informer(kube, NODES, handler=ledger.on_node, keep=identity_only),
-        Informer(kube, PODS, handler=ledger.on_pod, keep=identity_only),
+        pods,
         Informer(kube, RESERVATIONS, handler=ledger.on_reservation),
     ]
     tasks = [asyncio.create_task(informer.run()) for informer in informers]

@@ -97,6 +97,9 @@ class Informer(Store):
     ) -> None:
         self.kube = kube
         self.keep = keep
+        self.gather = 0.0
+        """Passed to `Kube.watch`: how long a burst's events may wait to be taken together
+        (none unless set)."""
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -207,6 +210,7 @@ class Informer(Store):
             resource_version=self.resource_version,
             namespace=self.namespace,
             label_selector=self.label_selector,
+            gather=self.gather,
         ):
             kind, obj = event.get("type"), event.get("object", {})
             if kind == "ERROR":
