@@ -149,6 +149,47 @@ def taints_tolerated(spec: Object, node: Object) -> bool:
     )
 
 
+UNSCHEDULABLE_TAINT: Object = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+"""What a cordon means to the scheduler (its NodeUnschedulable plugin): a pod that
+tolerates this taint may still go to a cordoned node."""
+
+
+def node_refusal(node: Object, spec: Object) -> str | None:
+    """Why the scheduler places no new pod of `spec` on `node`, however much room it has:
+    the node is cordoned, or has a NoSchedule or NoExecute taint the pod does not
+    tolerate (a node going NotReady gets such taints); None when it would."""
+    name = (node.get("metadata") or {}).get("name")
+    tolerations = spec.get("tolerations") or ()
+    node_spec = node.get("spec") or {}
+    if node_spec.get("unschedulable") and not _tolerated(UNSCHEDULABLE_TAINT, tolerations):
+        return f"node {name} is cordoned"
+    for taint in node_spec.get("taints") or ():
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
+            taint, tolerations
+        ):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return (
+                f"node {name} has the taint {taint.get('key')}{value}:{taint['effect']}, "
+                "which the pod does not tolerate"
+            )
+    return None
+
+
+def node_gates(node: Object) -> tuple[bool, tuple[tuple[str, str, str], ...]]:
+    """What of a node `node_refusal` reads: its cordon and its taints that keep pods away.
+    Compared between two versions of a node, to tell whether anything decided on it is
+    to be decided again."""
+    spec = node.get("spec") or {}
+    taints = tuple(
+        sorted(
+            (str(t.get("key")), str(t.get("value") or ""), str(t.get("effect")))
+            for t in spec.get("taints") or ()
+            if t.get("effect") in ("NoSchedule", "NoExecute")
+        )
+    )
+    return bool(spec.get("unschedulable")), taints
+
+
 def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
     for toleration in tolerations:
         if toleration.get("effect") and toleration["effect"] != taint.get("effect"):

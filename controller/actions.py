@@ -77,8 +77,10 @@ class Evict:
     delete_options: Object | None = None
     reserved_node: str | None = None
     """The node where the job's Reservation holds the replacement's place: read from the
-    API server just before the eviction, which is not sent if it is gone (the caches may
-    not show a deletion of moments ago)."""
+    API server just before the eviction, which is not sent if it is gone, or takes no new
+    pod with the evicted one's `tolerations` (the caches may not show a deletion, a
+    cordon or a taint of moments ago)."""
+    tolerations: tuple[Object, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from berth.kube.client import (
 from berth.kube.informer import IndexFunc, Informer, Store, object_key, without_managed_fields
 from berth.ledger import Ledger
 from berth.resources import Resources
-from berth.scheduling import selector_matches
+from berth.scheduling import node_gates, node_refusal, selector_matches
 from berth.settings import MigrationControllerArgs
 from controller import build, jobs, namespaces, reservations
 from controller.actions import Plan
@@ -201,6 +201,8 @@ class Caches:
         """Add a key in so many seconds: a key whose view names a node not seen yet
         comes back when that node would count as gone. None: nothing comes back."""
         self.absences = Absences(clock)
+        self.node_gates: dict[str, tuple[object, ...]] = {}
+        """Each node's cordon and taints as last seen (`scheduling.node_gates`)."""
         self.admission_key = b""
         """The key of the admission marks (`controller.signing`), set before any job is
         reconciled or admitted; empty, no job counts as admitted."""
@@ -303,17 +305,23 @@ class Caches:
         name = node["metadata"]["name"]
         if kind != "DELETED":
             self.absences.seen(name)
+            gates = node_gates(node)
+            if self.node_gates.setdefault(name, gates) == gates:
+                return
+            self.node_gates[name] = gates
         else:
             self.absences.deleted(name)
-            # A placeholder there holds nothing any more: its Reservation must know (and
-            # its job). Reservations are few (one per migration) and nodes rarely go.
-            for reservation in self.reservations.values():
-                uid = reservation["metadata"].get("uid", "")
-                placeholders = self.pods.by_index("placeholder", uid)
-                if protocol.node_of(reservation) == name or any(
-                    p["spec"].get("nodeName") == name for p in placeholders
-                ):
-                    self._enqueue_reservation(reservation)
+            self.node_gates.pop(name, None)
+        # Deleted, cordoned or tainted: a placeholder there may hold nothing any more (or
+        # again), and its Reservation must know, and its job. Reservations are few (one
+        # per migration), and nodes rarely go or change their cordon and taints.
+        for reservation in self.reservations.values():
+            uid = reservation["metadata"].get("uid", "")
+            placeholders = self.pods.by_index("placeholder", uid)
+            if protocol.node_of(reservation) == name or any(
+                p["spec"].get("nodeName") == name for p in placeholders
+            ):
+                self._enqueue_reservation(reservation)
 
     def _on_reservation(self, kind: str, reservation: Object) -> None:
         if self.ledger is not None:
@@ -492,6 +500,9 @@ class Caches:
             node_gone=self._node_gone(
                 (placeholder or {}).get("spec", {}).get("nodeName"), again=key
             ),
+            node_refuses=self.refusal(
+                (placeholder or {}).get("spec", {}).get("nodeName"), placeholder
+            ),
             stranded=self._stranded((owner, *accepted), again=key),
         )
 
@@ -521,6 +532,15 @@ class Caches:
             if self._node_gone(node)
             for pod in self.pods.by_index("tied", node)
         ]
+
+    def refusal(self, node: str | None, pod: Object | None) -> str | None:
+        """Why `node`, as the cache holds it, takes no new pod like `pod` (cordoned, or a
+        taint the pod does not tolerate: `scheduling.node_refusal`); None when it would,
+        or when either is missing."""
+        found = self.nodes.get(node) if node else None
+        if found is None or pod is None:
+            return None
+        return node_refusal(found, pod.get("spec") or {})
 
     def _node_gone(self, node: str | None, *, again: str | None = None) -> bool:
         """Whether `node` names a node that is gone (`_missing`)."""
@@ -594,6 +614,9 @@ class Caches:
             ),
             reserved_node_gone=missing is Missing.GONE,
             reserved_node_unseen=missing is Missing.UNSEEN,
+            reserved_node_refuses=self.refusal(
+                protocol.node_of(reservation) if reservation else None, pod
+            ),
             exhausted_pdb=(
                 self.exhausted_pdb(pod)
                 if reservation is not None and protocol.is_closed(reservation)

@@ -23,6 +23,7 @@ from berth import metrics, protocol
 from berth.api import keys
 from berth.kube.client import JSON_PATCH, NODES, PODS, Kube, KubeError, Object, Resource
 from berth.kube.events import Recorder
+from berth.scheduling import node_refusal
 from berth.settings import EvictionPolicy
 from controller.actions import Action, Create, Delete, Event, Evict, Patch, Plan, UpdateStatus
 
@@ -89,22 +90,25 @@ class Executor:
         return Outcome()
 
     async def _place_still_there(self, action: Evict) -> bool:
-        """Whether the node of the Reservation that holds the replacement's place is there,
-        as the API server says now (True when there is none to ask about): a node deleted
-        moments ago may not be in the caches the plan was made from. Not evicted when it
-        is gone, or when the API server cannot say; the job's next pass decides again."""
+        """Whether the node of the Reservation that holds the replacement's place is there
+        and takes the replacement, as the API server says now (True when there is none to
+        ask about): a node deleted, cordoned or tainted moments ago may not show so in the
+        caches the plan was made from. Not evicted when it is gone or refuses, or when the
+        API server cannot say; the job's next pass decides again."""
         if action.reserved_node is None:
             return True
         try:
-            await self.kube.get(NODES, action.reserved_node)
+            node = await self.kube.get(NODES, action.reserved_node)
         except KubeError as error:
             why = "was deleted" if error.not_found else f"could not be read: {error}"
-            log.warning(
-                "not evicting %s/%s: node %s, where its Reservation holds the place, %s",
-                action.namespace, action.name, action.reserved_node, why,
-            )  # fmt: skip
-            return False
-        return True
+            why = f"node {action.reserved_node}, where its Reservation holds the place, {why}"
+        else:
+            refusal = node_refusal(node, {"tolerations": list(action.tolerations)})
+            if refusal is None:
+                return True
+            why = f"{refusal}, and its Reservation holds the place there"
+        log.warning("not evicting %s/%s: %s", action.namespace, action.name, why)
+        return False
 
     async def _one(self, action: Action, versions: Versions) -> None:
         if isinstance(action, Create):

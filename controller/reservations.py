@@ -101,6 +101,9 @@ class ReservationView:
     (`build.non_preempting_class`); None keeps the pod's own class."""
     node_gone: bool = False
     """The placeholder is bound to a node the node cache no longer holds: deleted."""
+    node_refuses: str | None = None
+    """Why the placeholder's node takes no new pod like it (cordoned, a taint it does not
+    tolerate: `scheduling.node_refusal`): a replacement could not take the place there."""
     stranded: tuple[Object, ...] = ()
     """Of its owner and `accepted`, those not bound nor terminating whose required
     affinity ties them to a node the node cache no longer holds (`protocol.tied_node`):
@@ -352,6 +355,7 @@ def _holds_place(view: ReservationView) -> bool:
         and not protocol.is_terminal_pod(placeholder)
         and placeholder["spec"].get("nodeName") == protocol.node_of(view.reservation)
         and not view.node_gone
+        and view.node_refuses is None
     )
 
 
@@ -396,7 +400,17 @@ def _hold(view: ReservationView, status: Object, plan: Plan) -> Plan:
         return _replace_placeholder(view, status, plan, lost=lost)
     node = placeholder["spec"].get("nodeName")
     if node and view.node_gone:
-        return _node_gone(view, status, plan, node=node)
+        return _place_lost(
+            view, status, plan, why=f"node {node} of the placeholder pod was deleted"
+        )
+    if node and view.node_refuses is not None:
+        return _place_lost(
+            view,
+            status,
+            plan,
+            why=f"{view.node_refuses}: a replacement could not be scheduled there, so the "
+            "placeholder pod is deleted and placed again",
+        )
     if node and (not available or node != held_on):
         status.update(
             phase=ReservationPhase.AVAILABLE, nodeName=node, allocatable=allocatable_of(reservation)
@@ -535,11 +549,12 @@ def _refuse_class(view: ReservationView, status: Object, plan: Plan, message: st
     return plan.again_in(min(CLASS_POLL, _seconds_until(view)))
 
 
-def _node_gone(view: ReservationView, status: Object, plan: Plan, *, node: str) -> Plan:
-    """The placeholder's node was deleted: it holds no place (nothing will run there, and
-    the pod garbage collector removes it only later). Delete it, so that a new one is
-    placed elsewhere, and never let the Reservation count as Available meanwhile: a job
-    evicting on the strength of it would send its replacement to a node that is gone."""
+def _place_lost(view: ReservationView, status: Object, plan: Plan, *, why: str) -> Plan:
+    """The placeholder's node was deleted (nothing will run there, and the pod garbage
+    collector removes it only later), or takes no new pod like it: its place cannot be
+    handed over. Delete it, so that a new one is placed elsewhere, and never let the
+    Reservation count as Available meanwhile: a job evicting on the strength of it would
+    send its replacement where it cannot go."""
     assert view.placeholder is not None
     plan.then(delete_placeholder(view.placeholder))
     if protocol.phase(view.reservation) == ReservationPhase.AVAILABLE:
@@ -549,7 +564,7 @@ def _node_gone(view: ReservationView, status: Object, plan: Plan, *, node: str) 
             kind=Condition.SCHEDULED,
             state="False",
             reason=Reason.LOST,
-            message=f"node {node} of the placeholder pod was deleted",
+            message=why,
             now=view.now,
         )
         plan.then(_status(view, status))

@@ -77,7 +77,7 @@ def _not_open_elsewhere(view: JobView) -> tuple[Reason, str] | None:
 
 def _place_lost(view: JobView) -> str | None:
     """Why the pod is not to be evicted again yet, if its Reservation was opened for it and
-    has since lost its place (its node was deleted: `reservations._node_gone`) while the
+    has since lost its place (its node was deleted: `reservations._place_lost`) while the
     pod was still there: the Reservation waits for a new placeholder to be bound. The open
     mark is Berth's word that the eviction was Berth's (Reservations are written only by
     Berth), so this is no forged Eviction condition."""
@@ -134,11 +134,14 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
 
 def _held_back(view: JobView) -> bool:
     """Whether the eviction is not to be tried again now, as it would not be tried the
-    first time: the job is paused, or the Reservation's node is gone or not seen yet (the
-    Reservation goes back to Pending, or the node comes into the cache, within moments).
-    Nothing is reopened meanwhile."""
+    first time: the job is paused, or the Reservation's node is gone, not seen yet or
+    takes no replacement (the Reservation goes back to Pending, or the node comes into the
+    cache, within moments). Nothing is reopened meanwhile."""
     return bool(
-        view.job["spec"].get("paused") or view.reserved_node_gone or view.reserved_node_unseen
+        view.job["spec"].get("paused")
+        or view.reserved_node_gone
+        or view.reserved_node_unseen
+        or view.reserved_node_refuses is not None
     )
 
 

@@ -72,9 +72,9 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     node = protocol.node_of(reservation)
     if phase != ReservationPhase.AVAILABLE or node is None or view.reserved_node_gone:
         return _wait_for_place(view, status, reservation)
-    if view.reserved_node_unseen:
-        # The node comes into the cache, or counts as gone, within moments: wait quietly.
-        return step(view, status).again_in(WAIT_POLL)
+    waiting = _node_not_ready(view, status, reservation)
+    if waiting is not None:
+        return waiting
     if node == view.pod["spec"].get("nodeName"):
         return fail(
             view,
@@ -89,6 +89,25 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     if view.job["spec"].get("paused"):
         return step(view, status, *news).again_in(WAIT_POLL)
     return _open_then_evict(view, status, news)
+
+
+def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan | None:
+    """The wait while the Reservation's node is not in the cache yet, or takes no
+    replacement; None if neither."""
+    if view.reserved_node_unseen:
+        # The node comes into the cache, or counts as gone, within moments: wait quietly.
+        return step(view, status).again_in(WAIT_POLL)
+    if view.reserved_node_refuses is not None:
+        # The replacement could not be scheduled there: the Reservation places its
+        # placeholder again (`reservations._place_lost`), and nothing is evicted until then.
+        return _wait_for_place(
+            view,
+            status,
+            reservation,
+            message=f"Reservation {reservation['metadata']['name']!r}: "
+            f"{view.reserved_node_refuses}; waiting for its placeholder to be placed again",
+        )
+    return None
 
 
 def _unusable(view: JobView, status: Object, reservation: Object) -> Plan | None:
@@ -247,12 +266,15 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
     )
 
 
-def _wait_for_place(view: JobView, status: Object, reservation: Object) -> Plan:
-    """The Reservation is not placed yet: report the scheduler's message, and the pods it
-    preempts for the placeholder, while it waits."""
+def _wait_for_place(
+    view: JobView, status: Object, reservation: Object, *, message: str | None = None
+) -> Plan:
+    """The Reservation is not placed yet: report the scheduler's message (or `message`),
+    and the pods it preempts for the placeholder, while it waits."""
     status, news = preempt.record(view, status, placed=False)
-    scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
-    message = str((scheduled or {}).get("message") or "waiting for the scheduler")
+    if message is None:
+        scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
+        message = str((scheduled or {}).get("message") or "waiting for the scheduler")
     unschedulable = {
         "kind": Type.RESERVATION_SCHEDULED,
         "state": "False",

@@ -66,6 +66,11 @@ class JobView:
     """The Reservation's node is missing from the node cache but not counted as gone yet
     (added moments ago, or deleted while the controller was away): nothing is evicted on
     the strength of a place there until the cache knows which."""
+    reserved_node_refuses: str | None = None
+    """Why the Reservation's node takes no new pod like this one (cordoned, a taint it
+    does not tolerate: `scheduling.node_refusal`): a replacement sent there would stay
+    Pending. Nothing is evicted while it says so; the Reservation moves its placeholder
+    (`reservations._place_lost`)."""
     workload: Object | None = None
     """The controller the Reservation was made for (its one owner by controller
     reference, a ReplicaSet or StatefulSet), as the caches hold it."""
@@ -169,4 +174,5 @@ def evict(view: JobView) -> Evict:
         policy=view.args.eviction_policy,
         delete_options=options,
         reserved_node=protocol.node_of(reserved) if reserved is not None else None,
+        tolerations=tuple(view.pod["spec"].get("tolerations") or ()),
     )

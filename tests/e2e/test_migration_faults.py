@@ -277,6 +277,48 @@ def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
     assert not any(leftovers(cluster, namespace).values())
 
 
+def test_a_place_on_a_node_cordoned_before_the_eviction_moves_before_anything_is_evicted(
+    cluster: Cluster, namespace: str, cordoned: list[str]
+) -> None:
+    """The reserved node is cordoned before the eviction: a replacement sent there would
+    stay Pending. The Reservation places its placeholder again on a node that takes it,
+    and the job evicts into that place; the replacement runs there."""
+    cluster.apply(deployment("web"), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name, manifest = job_manifest(old, ttl="5m")
+    nodes = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]]
+    # No node takes the placeholder until the job is paused: nothing is evicted before.
+    cluster.kubectl("cordon", *nodes)
+    try:
+        cluster.apply(manifest)
+        cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job admitted")
+        cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    finally:
+        cluster.kubectl("uncordon", *nodes)
+
+    def placed(other_than: str | None = None) -> str | None:
+        status = reservation_of(cluster, job_of(cluster, name)).get("status") or {}
+        node = status.get("nodeName")
+        return node if status.get("phase") == "Available" and node != other_than else None
+
+    first = cluster.wait(placed, what="the place reserved")
+    cordoned.append(first)
+    cluster.kubectl("cordon", first)
+    second = cluster.wait(lambda: placed(other_than=first), what="the place to move")
+    assert second != old["spec"]["nodeName"]
+    assert (
+        cluster.get("pods", "-n", namespace, old["metadata"]["name"])["metadata"]["uid"]
+        == (old["metadata"]["uid"])
+    )
+    cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    done = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job")
+    assert done["status"]["phase"] == "Succeed", done["status"]
+    [new] = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the replacement")
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert new["spec"]["nodeName"] == second
+    assert not any(leftovers(cluster, namespace).values())
+
+
 def gated_only_by_the_test(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     """Pods of `web` still waiting for the test, with no other gate."""
     return [

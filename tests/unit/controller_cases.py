@@ -81,6 +81,7 @@ def view(
     labelled: bool = True,
     node_gone: bool = False,
     node_unseen: bool = False,
+    node_refuses: str | None = None,
     workload: dict[str, Any] | None = None,
     deployment: dict[str, Any] | None = None,
     exhausted_pdb: str | None = None,
@@ -98,6 +99,7 @@ def view(
         admission_key=ADMISSION_KEY,
         reserved_node_gone=node_gone,
         reserved_node_unseen=node_unseen,
+        reserved_node_refuses=node_refuses,
         workload=workload,
         deployment=deployment,
         exhausted_pdb=exhausted_pdb,
@@ -122,6 +124,7 @@ def rsv_plan(
     priority_class: dict[str, Any] | None = None,
     priority_class_found: dict[str, Any] | None = None,
     node_gone: bool = False,
+    node_refuses: str | None = None,
     stranded: tuple[dict[str, Any], ...] = (),
 ) -> Plan:
     return reservations.decide(
@@ -138,6 +141,7 @@ def rsv_plan(
             priority_class=priority_class,
             priority_class_found=priority_class_found,
             node_gone=node_gone,
+            node_refuses=node_refuses,
             stranded=stranded,
         )
     )

@@ -432,3 +432,38 @@ async def test_a_reservation_template_of_an_odd_shape_ends_it_once(
     plan = reservations.decide(cache.reservation_view(made))
     statuses = [a.obj["status"] for a in plan.actions if isinstance(a, UpdateStatus)]
     assert [status["phase"] for status in statuses] == ["Failed"]
+
+
+async def test_a_cordon_or_taint_on_a_placeholders_node_brings_its_reservation_and_job_back() -> (
+    None
+):
+    """The views say why the node takes no replacement; only a change of the node's cordon
+    or of its taints that keep pods away brings the Reservation and its job back."""
+    cache, added = caches()
+    rsv = reservation(phase="Available", node="node-1")
+    await watch(cache.nodes, "ADDED", node("node-1"))
+    await watch(cache.reservations, "ADDED", rsv)
+    await watch(cache.pods, "ADDED", placeholder(node="node-1"))
+    await watch(cache.pods, "ADDED", pod(node="node-2"))
+    assert cache.reservation_view(rsv).node_refuses is None
+    assert cache.job_view(job()).reserved_node_refuses is None
+    expected = {reservation_key(rsv["metadata"]["name"]), job_key("job-1")}
+
+    added.clear()
+    await watch(cache.nodes, "MODIFIED", node("node-1", labels={"zone": "b"}))
+    assert added == []
+    await watch(cache.nodes, "MODIFIED", node("node-1", unschedulable=True))
+    assert set(added) == expected
+    assert cache.reservation_view(rsv).node_refuses == "node node-1 is cordoned"
+    assert cache.job_view(job()).reserved_node_refuses == "node node-1 is cordoned"
+
+    added.clear()
+    tainted = node("node-1", taints=[{"key": "maintenance", "effect": "NoSchedule"}])
+    await watch(cache.nodes, "MODIFIED", tainted)
+    assert set(added) == expected
+    assert "maintenance:NoSchedule" in str(cache.reservation_view(rsv).node_refuses)
+
+    added.clear()
+    await watch(cache.nodes, "MODIFIED", node("node-1"))
+    assert set(added) == expected
+    assert cache.reservation_view(rsv).node_refuses is None

@@ -295,6 +295,25 @@ def test_nothing_is_evicted_while_the_reserved_node_is_not_in_the_cache() -> Non
         assert [a for a in seen.actions if not isinstance(a, UpdateStatus)], kinds(seen)
 
 
+def test_nothing_is_evicted_into_a_place_on_a_node_that_takes_no_replacement() -> None:
+    """A cordon, or a taint the pod does not tolerate: the replacement would stay Pending
+    there. The job says why and waits for the Reservation to place its placeholder again;
+    a refused eviction is not tried again meanwhile either."""
+    why = "node node-1 is cordoned"
+    for rsv in (
+        reservation(phase="Available", node="node-1"),
+        reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+    ):
+        plan = view_plan(
+            job_obj=job(conditions=[SCHEDULED]), pod_obj=pod(), rsv=rsv, node_refuses=why
+        )
+        assert not [a for a in plan.actions if not isinstance(a, UpdateStatus)], kinds(plan)
+        scheduled = cond(status_of(plan), "ReservationScheduled")
+        assert scheduled["status"] == "False"
+        assert why in scheduled["message"]
+        assert plan.requeue_after is not None
+
+
 SCHEDULED = {
     "type": "ReservationScheduled",
     "status": "True",
@@ -1401,6 +1420,9 @@ def taken_reservation() -> dict[str, Any]:
         pytest.param({"paused": True}, closed_reservation(), {}, id="paused, closed: not reopened"),
         pytest.param({}, open_reservation(), {"node_gone": True}, id="its node gone"),
         pytest.param({}, open_reservation(), {"node_unseen": True}, id="its node not seen yet"),
+        pytest.param(
+            {}, open_reservation(), {"node_refuses": "node node-1 is cordoned"}, id="cordoned"
+        ),
         pytest.param({}, taken_reservation(), {}, id="taken by another pod of the workload"),
     ],
 )

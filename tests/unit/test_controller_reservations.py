@@ -13,6 +13,7 @@ from controller import build, reservations
 from controller.actions import Create, Delete, Event, Patch, Record, UpdateStatus
 from tests.unit.builders import T0, later, placeholder, pod, reservation, ts
 from tests.unit.controller_cases import (
+    cond,
     kinds,
     rsv_plan,
     status_of,
@@ -180,15 +181,16 @@ def finished(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("ph", "node_gone"),
+    ("ph", "node_gone", "node_refuses"),
     [
-        pytest.param(None, False, id="placeholder gone (preempted, deleted)"),
-        pytest.param(finished(placeholder()), False, id="placeholder finished"),
-        pytest.param(placeholder(), True, id="its node deleted"),
+        pytest.param(None, False, None, id="placeholder gone (preempted, deleted)"),
+        pytest.param(finished(placeholder()), False, None, id="placeholder finished"),
+        pytest.param(placeholder(), True, None, id="its node deleted"),
+        pytest.param(placeholder(), False, "node node-1 is cordoned", id="its node cordoned"),
     ],
 )
 def test_a_claim_on_a_place_lost_before_this_pass_is_never_handed_over(
-    ph: dict[str, Any] | None, node_gone: bool
+    ph: dict[str, Any] | None, node_gone: bool, node_refuses: str | None
 ) -> None:
     """Still Available as last written, but nothing holds the place now: the claimer is
     not recorded (a handover would send it to a node where nothing waits for it); the
@@ -199,7 +201,7 @@ def test_a_claim_on_a_place_lost_before_this_pass_is_never_handed_over(
     claimer = pod(
         "web-2", node=None, gates=[keys.RESERVATION_GATE], annotations={keys.CLAIM: "tok"}
     )
-    plan = rsv_plan(rsv, ph=ph, claimer=claimer, node_gone=node_gone)
+    plan = rsv_plan(rsv, ph=ph, claimer=claimer, node_gone=node_gone, node_refuses=node_refuses)
     assert "UpdateStatus:reservations" in kinds(plan)
     assert "Event:ReservationClaimed" not in kinds(plan)
     status = status_of(plan)
@@ -653,3 +655,21 @@ def test_a_pod_a_user_tied_to_a_node_is_never_deleted_for_being_refused() -> Non
     """No claim: the tie is the user's, not Berth's."""
     users = refused_since(tied("web-9"), 0)
     assert kinds(reservations.stray(users, holders=[], node_gone=False, now=later(600))) == []
+
+
+def test_a_placeholder_on_a_node_that_takes_no_replacement_is_placed_again() -> None:
+    """Cordoned, or tainted against the pod: a replacement sent there would stay Pending.
+    The placeholder goes, so that a new one is placed elsewhere, and the Reservation is
+    Pending until then, saying why."""
+    rsv = reservation(phase="Available", node="node-1")
+    ph = placeholder()
+    plan = rsv_plan(rsv, ph=ph, node_refuses="node node-1 is cordoned")
+    deleted = [a for a in plan.actions if isinstance(a, Delete)]
+    assert [(a.name, a.uid) for a in deleted] == [(ph["metadata"]["name"], ph["metadata"]["uid"])]
+    status = status_of(plan)
+    assert (status["phase"], status.get("nodeName")) == ("Pending", None)
+    scheduled = cond(status, "Scheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Lost")
+    assert scheduled["message"].startswith("node node-1 is cordoned: a replacement could not")
+    # On a node that takes it, the same placeholder keeps the place.
+    assert not any(isinstance(a, Delete) for a in rsv_plan(rsv, ph=ph).actions)

@@ -98,17 +98,19 @@ async def test_a_refused_pod_create_is_handed_back_to_be_said_on_its_object() ->
 
 
 class _NodeGone:
-    """An API server where the node was deleted moments ago, and evictions are recorded."""
+    """An API server where the node was deleted moments ago (or cordoned: `cordoned`), and
+    evictions are recorded."""
 
-    def __init__(self, nodes: set[str]) -> None:
+    def __init__(self, nodes: set[str], *, cordoned: bool = False) -> None:
         self.nodes = nodes
+        self.cordoned = cordoned
         self.evicted: list[str] = []
 
     async def get(self, resource: object, name: str, *_: object) -> object:
         assert resource is NODES
         if name not in self.nodes:
             raise KubeError(404, {"message": f'nodes "{name}" not found', "reason": "NotFound"})
-        return {"metadata": {"name": name}}
+        return {"metadata": {"name": name}, "spec": {"unschedulable": self.cordoned}}
 
     async def evict(self, namespace: str, name: str, **_: object) -> None:
         self.evicted.append(f"{namespace}/{name}")
@@ -130,3 +132,25 @@ async def test_a_pod_is_not_evicted_into_a_place_on_a_node_deleted_moments_ago(
     assert kube.evicted == evicted
     assert outcome.done == bool(evicted)
     assert outcome.eviction_refused is None
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "evicted"),
+    [
+        ((), []),
+        (({"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},), ["ns/web-1"]),
+    ],
+)
+async def test_a_pod_is_not_evicted_into_a_place_on_a_node_cordoned_moments_ago(
+    tolerations: tuple[dict[str, str], ...], evicted: list[str]
+) -> None:
+    """A replacement would stay Pending on a cordoned node, unless it tolerates the cordon
+    (as the evicted pod does)."""
+    kube = _NodeGone({"node-1"}, cordoned=True)
+    executor = Executor(cast(Kube, kube), cast(Recorder, None))
+    eviction = Evict(
+        "ns", "web-1", "uid-1", policy="Eviction", reserved_node="node-1", tolerations=tolerations
+    )
+    outcome = await executor.run(Plan().then(eviction))
+    assert kube.evicted == evicted
+    assert outcome.done == bool(evicted)

@@ -9,6 +9,8 @@ import pytest
 
 from berth.scheduling import (
     node_affinity_matches,
+    node_gates,
+    node_refusal,
     node_schedulable,
     parse_selector,
     qos_class,
@@ -127,6 +129,38 @@ def test_node_affinity_matches(spec: Object, labels: dict[str, str], matches: bo
 )  # fmt: skip
 def test_taints_tolerated(taints: list[Object], tolerations: list[Object], tolerated: bool) -> None:
     assert taints_tolerated({"tolerations": tolerations}, node(taints=taints)) is tolerated
+
+
+CORDON_TOLERATED = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}
+
+
+@pytest.mark.parametrize(
+    ("target", "tolerations", "refusal"),
+    [
+        (node(), [], None),
+        (node(unschedulable=True), [], "node node-1 is cordoned"),
+        (node(unschedulable=True), [CORDON_TOLERATED], None),
+        (node(taints=[{"key": "gpu", "value": "a", "effect": "NoSchedule"}]), [],
+         "node node-1 has the taint gpu=a:NoSchedule, which the pod does not tolerate"),
+        (node(taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]), [],
+         "node node-1 has the taint node.kubernetes.io/not-ready:NoExecute, which the pod "
+         "does not tolerate"),
+        (node(taints=[{"key": "gpu", "effect": "NoSchedule"}]), [{"operator": "Exists"}], None),
+        (node(taints=[{"key": "gpu", "effect": "PreferNoSchedule"}]), [], None),
+    ],
+)  # fmt: skip
+def test_node_refusal_names_the_cordon_or_the_taint_that_keeps_the_pod_away(
+    target: Object, tolerations: list[Object], refusal: str | None
+) -> None:
+    assert node_refusal(target, {"tolerations": tolerations}) == refusal
+
+
+def test_node_gates_change_with_the_cordon_and_the_taints_that_keep_pods_away_only() -> None:
+    plain = node_gates(node())
+    assert node_gates(node(labels={"zone": "b"})) == plain
+    assert node_gates(node(taints=[{"key": "k", "effect": "PreferNoSchedule"}])) == plain
+    assert node_gates(node(unschedulable=True)) != plain
+    assert node_gates(node(taints=[{"key": "k", "effect": "NoSchedule"}])) != plain
 
 
 # ----- QoS --------------------------------------------------------------------------------
