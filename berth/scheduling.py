@@ -191,10 +191,18 @@ def node_gates(node: Object) -> tuple[bool, tuple[tuple[str, str, str], ...]]:
 
 
 def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
+    """Whether a toleration matches the taint. One whose operator this reading does not
+    know (`Lt`, `Gt`: an alpha feature of the scheduler) counts as matching when its key
+    does, so that no node the scheduler might accept is ever refused here."""
     for toleration in tolerations:
         if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
             continue
-        if toleration.get("operator") == "Exists":
+        operator = toleration.get("operator") or "Equal"
+        if operator not in ("Exists", "Equal"):
+            if toleration.get("key") == taint.get("key"):
+                return True
+            continue
+        if operator == "Exists":
             if not toleration.get("key") or toleration["key"] == taint.get("key"):
                 return True
         elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (

@@ -614,8 +614,11 @@ class Caches:
             ),
             reserved_node_gone=missing is Missing.GONE,
             reserved_node_unseen=missing is Missing.UNSEEN,
+            # Before the eviction, what the pod tolerates; after it, what its
+            # replacement does.
             reserved_node_refuses=self.refusal(
-                protocol.node_of(reservation) if reservation else None, pod
+                protocol.node_of(reservation) if reservation else None,
+                pod if pod is not None else self.owner(reservation),
             ),
             exhausted_pdb=(
                 self.exhausted_pdb(pod)

@@ -51,9 +51,8 @@ def job_deadline(job: Mapping[str, Any]) -> datetime | None:
     ttl of 0, as in Koordinator (`defaultJobTTL` is the ttl of the jobs Berth writes
     itself: evictions it intercepts)."""
     ttl = job["spec"].get("ttl")
-    if not ttl or parse_duration(ttl) == timedelta(0):
-        return None
-    return created_at(job) + parse_duration(ttl)
+    length = parse_duration(ttl) if ttl else timedelta(0)
+    return created_at(job) + length if length else None
 
 
 def condition(status: Mapping[str, Any], kind: str) -> Object | None:

@@ -28,6 +28,9 @@ WATCH_IDLE = 120.0
 """Seconds a watch may stay silent: the API server sends a bookmark about once a minute
 (its watch cache's default), so a healthy watch is never silent this long."""
 
+GATHER_BELOW = 64 * 2**10
+"""A read of a watch this large or larger is taken as a backlog (`Kube.watch`)."""
+
 MAX_EVENT = 16 * 2**20
 """Bytes one watch event may take: far above the largest object etcd stores by default
 (1.5 MiB), so that a large object never stops a watch, while a stream that never ends
@@ -345,11 +348,12 @@ class Kube:
     ) -> AsyncIterator[Object]:
         """Watch events from `resource_version`, bookmarks included, until the server ends.
 
-        With `gather` (seconds), the connection is not read for that long after each
-        read: the events that come meanwhile wait in the socket and are then read,
-        decrypted and parsed in one go. A lone event is taken at once; in a burst, each
-        waits at most `gather`. Taking a burst's events one read at a time costs a
-        process several times the CPU, on a machine whose cores are busy."""
+        With `gather` (seconds), the connection is left unread for that long after a
+        small read: the events that come meanwhile are then read, decrypted and parsed
+        in one go. An event after a quiet spell is taken at once. A read of `GATHER_BELOW`
+        bytes or more means a backlog, and the next read follows at once: the pause
+        never caps how fast a watch is drained. Taking a burst's events one read at a
+        time costs a process several times the CPU, on a machine whose cores are busy."""
         query = {
             "watch": "true",
             "resourceVersion": resource_version,
@@ -367,29 +371,51 @@ class Kube:
         async with response:
             connection = response.connection
             transport = connection.transport if gather and connection is not None else None
-            rest = b""
+            lines = Lines()
             while chunk := await response.content.readany():
-                lines, rest = split_lines(rest + chunk)
-                for line in lines:
+                for line in lines.feed(chunk):
                     yield orjson.loads(line)
-                if transport is not None:
+                # At the end of the stream aiohttp may have handed the connection on.
+                if (
+                    transport is not None
+                    and len(chunk) < GATHER_BELOW
+                    and not response.content.is_eof()
+                ):
                     transport.pause_reading()
                     try:
                         await asyncio.sleep(gather)
                     finally:
                         transport.resume_reading()
-            if rest.strip():
-                yield orjson.loads(rest)
+            last = lines.rest()
+            if last.strip():
+                yield orjson.loads(last)
 
 
-def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
-    """The complete, non-blank lines of `data`, and what follows the last newline (the
-    start of an event still coming). ValueError when that start is already longer than
-    an event may be (`MAX_EVENT`)."""
-    *lines, rest = data.split(b"\n")
-    if len(rest) > MAX_EVENT:
-        raise ValueError(f"a watch event longer than {MAX_EVENT} bytes")
-    return [line for line in lines if line.strip()], rest
+class Lines:
+    """The lines of a stream fed in chunks: each complete, non-blank line once its
+    newline has come. A line is joined once, when complete, however many chunks it took;
+    one longer than `MAX_EVENT` is refused (ValueError)."""
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes] = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        if b"\n" not in chunk:
+            self._pieces.append(chunk)
+            self._size += len(chunk)
+            if self._size > MAX_EVENT:
+                raise ValueError(f"a watch event longer than {MAX_EVENT} bytes")
+            return []
+        first, *middle, tail = chunk.split(b"\n")
+        lines = [b"".join((*self._pieces, first)), *middle]
+        self._pieces, self._size = [], 0
+        self.feed(tail)
+        return [line for line in lines if line.strip()]
+
+    def rest(self) -> bytes:
+        """What came after the last newline."""
+        return b"".join(self._pieces)
 
 
 def _body(raw: Any) -> Mapping[str, Any]:

@@ -36,6 +36,7 @@ from controller.jobs.view import (
     source_uid,
     step,
 )
+from controller.reservations import STRAY_GRACE, unschedulable_since
 from controller.status import (
     condition,
     reference,
@@ -184,18 +185,11 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         return _node_lost(view, status, owner, rsv=rsv)
     elif (unused := _not_to_be_bound(view, status, rsv=rsv)) is not None:
         return unused
+    elif owner is not None and _node_keeps_refusing(view, owner):
+        return _node_refuses(view, status, owner, rsv=rsv)
     else:
-        node = protocol.node_of(reservation) if reservation else None
         kind, reason = Type.POD_BOUND_RESERVATION, Reason.WAIT_FOR_POD_BIND_RESERVATION
-        waiting = f"waiting for a replacement pod to bind Reservation {rsv!r} on {node}"
-        refused = _refused(owner) if owner is not None else None
-        if owner is not None and refused:
-            # Handed over, yet the scheduler does not place it: e.g. a pod of higher
-            # priority took the place once the placeholder was gone (README, "Scope").
-            waiting = (
-                f"replacement pod {owner['metadata']['name']} does not fit on {node}, "
-                f"where Reservation {rsv!r} held its place: {refused}"
-            )
+        waiting = _waiting_to_bind(view, owner, rsv=rsv)
     if expired:
         return fail(
             view,
@@ -227,6 +221,46 @@ def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str)
             f", and replacement pod {owner['metadata']['name']}, tied to {node}, is deleted "
             "so that its workload creates one that can run elsewhere"
         )
+    return fail(view, status, reason=Reason.RESERVATION_LOST, message=message)
+
+
+def _waiting_to_bind(view: JobView, owner: Object | None, *, rsv: str) -> str:
+    """What the job waits for while no replacement is bound to its Reservation's node."""
+    node = protocol.node_of(view.reservation) if view.reservation else None
+    refused = _refused(owner) if owner is not None else None
+    if owner is None or not refused:
+        return f"waiting for a replacement pod to bind Reservation {rsv!r} on {node}"
+    # Handed over, yet the scheduler does not place it: e.g. a pod of higher priority
+    # took the place once the placeholder was gone (README, "Scope").
+    return (
+        f"replacement pod {owner['metadata']['name']} does not fit on {node}, "
+        f"where Reservation {rsv!r} held its place: {refused}"
+    )
+
+
+def _node_keeps_refusing(view: JobView, owner: Object) -> bool:
+    """Whether the Reservation's node was cordoned, or tainted against the replacement,
+    after the handover, and the scheduler has refused the replacement for `STRAY_GRACE`:
+    a cordon of moments (a node's readiness flapping) does not end the job."""
+    since = unschedulable_since(owner) if _refused(owner) else None
+    return (
+        view.reserved_node_refuses is not None
+        and since is not None
+        and view.now - since >= STRAY_GRACE
+    )
+
+
+def _node_refuses(view: JobView, status: Object, owner: Object, *, rsv: str) -> Plan:
+    """The replacement cannot go where its place was held, and nothing will change that
+    before the TTL (which a job may not have): the job ends, its Reservation is released,
+    and the replacement, tied to that node by its affinity, is then deleted as a pod no
+    live Reservation holds (`reservations.stray`), so that its workload creates one
+    scheduled anywhere."""
+    message = (
+        f"{view.reserved_node_refuses} after the pod was evicted, where Reservation {rsv!r} "
+        f"held the place; replacement pod {owner['metadata']['name']}, tied to that node, "
+        "is deleted so that its workload creates one that can run elsewhere"
+    )
     return fail(view, status, reason=Reason.RESERVATION_LOST, message=message)
 
 

@@ -105,7 +105,8 @@ def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan 
             status,
             reservation,
             message=f"Reservation {reservation['metadata']['name']!r}: "
-            f"{view.reserved_node_refuses}; waiting for its placeholder to be placed again",
+            f"{view.reserved_node_refuses}; nothing is evicted while it does (a placeholder "
+            "that does not tolerate it either is placed again)",
         )
     return None
 

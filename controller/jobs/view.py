@@ -67,10 +67,11 @@ class JobView:
     (added moments ago, or deleted while the controller was away): nothing is evicted on
     the strength of a place there until the cache knows which."""
     reserved_node_refuses: str | None = None
-    """Why the Reservation's node takes no new pod like this one (cordoned, a taint it
-    does not tolerate: `scheduling.node_refusal`): a replacement sent there would stay
-    Pending. Nothing is evicted while it says so; the Reservation moves its placeholder
-    (`reservations._place_lost`)."""
+    """Why the Reservation's node takes no new pod like this one (or, once it is gone,
+    like the replacement recorded as the Reservation's owner): cordoned, a taint it does
+    not tolerate (`scheduling.node_refusal`). Before the eviction nothing is evicted while
+    it says so, and the Reservation moves its placeholder (`reservations._place_lost`);
+    after it, a replacement the scheduler keeps refusing there is let go."""
     workload: Object | None = None
     """The controller the Reservation was made for (its one owner by controller
     reference, a ReplicaSet or StatefulSet), as the caches hold it."""

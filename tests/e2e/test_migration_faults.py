@@ -19,7 +19,6 @@ from tests.e2e.kube import Cluster
 from tests.e2e.migrate import (
     condition,
     deployment,
-    expire,
     job_manifest,
     job_of,
     leftovers,
@@ -216,10 +215,11 @@ def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
     cluster: Cluster, namespace: str, cordoned: list[str]
 ) -> None:
     """The webhook ties a replacement to the reserved node by a required affinity, which
-    can only be narrowed. If that node refuses it after the handover (cordoned here; a pod
-    of higher priority that took the place, in the default scope), the job waits until
-    its TTL and fails. The replacement would then wait for that node for ever: once no
-    live Reservation holds its claim and the scheduler has refused it for the grace period,
+    can only be narrowed. If that node is cordoned after the handover, the job ends once
+    the scheduler has refused the replacement there for 30 s (a job may have no TTL; a
+    pod of higher priority that took the place, in the default scope, is left to the
+    TTL). The replacement would then wait for that node for ever: once no live
+    Reservation holds its claim and the scheduler has refused it for the grace period,
     Berth deletes it (it never ran), and the workload makes one that runs elsewhere."""
     held = {"schedulingGates": [{"name": TEST_GATE}]}  # each pod waits for the test
     cluster.apply(deployment("web", spec_extra=held), namespace)
@@ -255,9 +255,11 @@ def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
         ),
         what="the job to report the replacement refused",
     )
-    expire(cluster, name)
-    ended = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the TTL")
-    assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "Timeout")
+    ended = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end", timeout=90
+    )
+    assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "ReservationLost")
+    assert f"node {node} is cordoned after the pod was evicted" in ended["status"]["message"]
 
     def let_go() -> list[dict[str, Any]] | None:
         events = cluster.get(

@@ -345,6 +345,22 @@ def as_controller(cluster: Cluster, *args: str, input: str | None = None) -> str
             {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, False, id="hostPath"
         ),
         pytest.param({"hostNetwork": True}, False, id="host network"),
+        pytest.param(
+            {
+                "containers": [
+                    {
+                        "name": "reserve",
+                        "image": "busybox",
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ]
+            },
+            False,
+            id="another image",
+        ),
         pytest.param({"automountServiceAccountToken": True}, False, id="a token"),
         pytest.param(
             {"containers": [{"name": "x", "image": "busybox", "command": ["sh"]}]},

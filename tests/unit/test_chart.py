@@ -133,6 +133,20 @@ def test_the_pod_policy_renders_manifests_with_the_pod_policy_component(
     assert "berth-controller-pods" not in {o["metadata"]["name"] for o in helm_template(helm)}
 
 
+def test_the_pod_policy_allows_the_configured_placeholder_image_only(helm: Path) -> None:
+    values = ["controller.podPolicy.enabled=true", "controller.config.placeholderImage=my/pause:1"]
+    [policy] = [
+        o
+        for o in helm_template(helm, values=values)
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and o["metadata"]["name"] == "berth-controller-pods"
+    ]
+    create = policy["spec"]["validations"][0]["expression"]
+    assert 'object.spec.containers[0].image == "my/pause:1"' in create
+    assert 'startsWith("my/pause:1" + "@")' in create
+    assert "registry.k8s.io/pause" not in create
+
+
 def test_the_chart_crds_are_the_generated_ones() -> None:
     rendered = {name: text for name, text in render_crds().items() if name != "kustomization.yaml"}
     committed = {path.name: path.read_text() for path in (CHART / "crds").iterdir()}

@@ -1021,6 +1021,45 @@ def test_a_replacement_the_scheduler_refuses_is_reported_until_the_ttl() -> None
     assert "waiting for a replacement pod" in cond(plain, "PodBoundReservation")["message"]
 
 
+def test_a_node_cordoned_after_the_handover_ends_the_job_once_it_keeps_refusing() -> None:
+    """The replacement was handed the place, then its node was cordoned (or tainted
+    against it): its affinity ties it there. Refused for a moment, the job waits (a node's
+    readiness may flap); refused for 30 s, the job ends at once rather than at its TTL,
+    which it may not have, and the released replacement is then let go."""
+    owner = pod("web-2", node=None)
+    owner["status"] = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 1 node(s) were unschedulable.",
+                "lastTransitionTime": ts(T0),
+            }
+        ],
+    }
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    cordoned = "node node-1 is cordoned"
+
+    def decided(seconds: float, refuses: str | None) -> dict[str, Any]:
+        return status_of(
+            view_plan(
+                job_obj=job(conditions=EVICTING),
+                rsv=rsv,
+                owner=owner,
+                now=later(seconds),
+                node_refuses=refuses,
+            )
+        )
+
+    assert decided(10, cordoned).get("phase") != "Failed"
+    assert decided(40, None).get("phase") != "Failed"  # full, say: the TTL decides
+    ended = decided(40, cordoned)
+    assert (ended["phase"], ended["reason"]) == ("Failed", "ReservationLost")
+    assert ended["message"].startswith("node node-1 is cordoned after the pod was evicted")
+    assert "web-2" in ended["message"]
+
+
 def test_a_node_deleted_after_the_eviction_frees_the_replacement_tied_to_it() -> None:
     owner = pod("web-2", node=None)
     rsv = reservation(phase="Available", node="node-1", owners=["web-2"])

@@ -125,6 +125,10 @@ def test_node_affinity_matches(spec: Object, labels: dict[str, str], matches: bo
          False),
         ([{"key": "gpu", "effect": "NoSchedule"}],
          [{"key": "gpu", "operator": "Exists", "effect": "NoExecute"}], False),
+        ([{"key": "slots", "value": "4", "effect": "NoSchedule"}],
+         [{"key": "slots", "operator": "Gt", "value": "2"}], True),
+        ([{"key": "slots", "value": "4", "effect": "NoSchedule"}],
+         [{"key": "other", "operator": "Gt", "value": "2"}], False),
     ],
 )  # fmt: skip
 def test_taints_tolerated(taints: list[Object], tolerations: list[Object], tolerated: bool) -> None:

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from kubernetes_asyncio import client
 
-from berth.kube.client import MAX_EVENT, PODS, Kube, split_lines
+from berth.kube.client import MAX_EVENT, PODS, Kube, Lines
 
 Writer = Callable[[asyncio.StreamWriter], Awaitable[None]]
 
@@ -51,16 +51,22 @@ async def streaming(write: Writer) -> AsyncIterator[Kube]:
         await kube.close()
 
 
-def test_lines_are_split_whole_and_the_start_of_the_next_is_kept() -> None:
-    lines, rest = split_lines(b'{"a":1}\n\n{"b":2}\n{"c"')
-    assert lines == [b'{"a":1}', b'{"b":2}']
-    assert rest == b'{"c"'
-    assert split_lines(b"") == ([], b"")
+def test_lines_come_whole_once_their_newline_has_come() -> None:
+    lines = Lines()
+    assert lines.feed(b'{"a":1}\n\n{"b"') == [b'{"a":1}']
+    assert lines.feed(b":2") == []
+    assert lines.feed(b'}\n{"c"') == [b'{"b":2}']
+    assert lines.rest() == b'{"c"'
 
 
-def test_an_event_longer_than_any_object_is_refused_by_name() -> None:
+@pytest.mark.parametrize(
+    ("start", "last"), [(b"", b"x" * (MAX_EVENT + 1)), (b"{}\n" + b"x" * MAX_EVENT, b"x")]
+)
+def test_an_event_longer_than_any_object_is_refused_by_name(start: bytes, last: bytes) -> None:
+    lines = Lines()
+    assert lines.feed(start) == ([b"{}"] if start else [])
     with pytest.raises(ValueError, match="a watch event longer than"):
-        split_lines(b"x" * (MAX_EVENT + 1))
+        lines.feed(last)
 
 
 async def test_events_come_whole_whatever_pieces_the_stream_is_cut_in() -> None:
@@ -115,3 +121,24 @@ async def test_with_gather_the_events_of_a_burst_are_taken_in_one_read() -> None
     assert [name for name, _ in seen] == ["first", *(f"burst-{i}" for i in range(5))]
     assert len({tick for name, tick in seen if name.startswith("burst")}) == 1
     assert seen[0][1] != seen[1][1]
+
+
+async def test_a_backlog_is_read_without_resting_between_reads() -> None:
+    """4 MiB of events written at once take some 16 reads; resting 2 s after each, as
+    after a lone event, would take over 30 s. A large read means more is waiting."""
+    stream = b"".join(event(f"p{i}", padding=4_000) for i in range(1_000))
+
+    async def write(writer: asyncio.StreamWriter) -> None:
+        writer.write(chunk(stream))
+        await writer.drain()
+
+    async with streaming(write) as kube:
+
+        async def names() -> list[str]:
+            return [
+                e["object"]["metadata"]["name"]
+                async for e in kube.watch(PODS, resource_version="1", gather=2.0)
+            ]
+
+        seen = await asyncio.wait_for(names(), 30)
+    assert seen == [f"p{i}" for i in range(1_000)]
