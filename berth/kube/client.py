@@ -349,8 +349,8 @@ class Kube:
         """Watch events from `resource_version`, bookmarks included, until the server ends.
 
         With `gather` (seconds), the connection is left unread for that long after a
-        small read: the events that come meanwhile are then read, decrypted and parsed
-        in one go. An event after a quiet spell is taken at once. A read of `GATHER_BELOW`
+        small read: the events that come meanwhile are then decrypted, parsed and handed
+        on in one go. An event after a quiet spell is taken at once. A read of `GATHER_BELOW`
         bytes or more means a backlog, and the next read follows at once: the pause
         never caps how fast a watch is drained. Taking a burst's events one read at a
         time costs a process several times the CPU, on a machine whose cores are busy."""

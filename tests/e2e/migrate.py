@@ -86,6 +86,19 @@ def job_manifest(
     return name, json.dumps(body)
 
 
+def admit_paused(cluster: Cluster, name: str, manifest: str) -> None:
+    """Create job `name` and pause it once arbitration admits it, before its placeholder
+    can be placed: every node is cordoned meanwhile, so nothing is evicted before."""
+    nodes = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]]
+    cluster.kubectl("cordon", *nodes)
+    try:
+        cluster.apply(manifest)
+        cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job admitted")
+        cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    finally:
+        cluster.kubectl("uncordon", *nodes)
+
+
 def job_of(cluster: Cluster, name: str) -> dict[str, Any]:
     return cluster.get("pmj", name)
 

@@ -13,6 +13,7 @@ from berth.api import keys
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
     LONG_TTL,
+    admit_paused,
     condition,
     deployment,
     events,
@@ -318,15 +319,7 @@ def blocked_by_pdb(
     admits no job whose PDB allows no disruption, so the PDB tightens once it is paused.)"""
     pdb_allows(cluster, namespace, app, min_available=len(pods) - 1)
     name, manifest = job_manifest(pods[0], ttl=LONG_TTL)
-    nodes = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]]
-    # No node takes the placeholder until the job is paused: nothing is evicted before.
-    cluster.kubectl("cordon", *nodes)
-    try:
-        cluster.apply(manifest)
-        cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job admitted")
-        cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":true}}')
-    finally:
-        cluster.kubectl("uncordon", *nodes)
+    admit_paused(cluster, name, manifest)
     job = cluster.wait(
         lambda: (
             (j := job_of(cluster, name))

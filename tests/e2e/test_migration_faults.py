@@ -17,6 +17,7 @@ from devtools.processes import Component
 from tests.e2e.capacity import TEST_GATE
 from tests.e2e.kube import Cluster
 from tests.e2e.migrate import (
+    admit_paused,
     condition,
     deployment,
     job_manifest,
@@ -288,15 +289,7 @@ def test_a_place_on_a_node_cordoned_before_the_eviction_moves_before_anything_is
     cluster.apply(deployment("web"), namespace)
     old = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
     name, manifest = job_manifest(old, ttl="5m")
-    nodes = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]]
-    # No node takes the placeholder until the job is paused: nothing is evicted before.
-    cluster.kubectl("cordon", *nodes)
-    try:
-        cluster.apply(manifest)
-        cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job admitted")
-        cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":true}}')
-    finally:
-        cluster.kubectl("uncordon", *nodes)
+    admit_paused(cluster, name, manifest)
 
     def placed(other_than: str | None = None) -> str | None:
         status = reservation_of(cluster, job_of(cluster, name)).get("status") or {}

@@ -279,39 +279,35 @@ def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> 
     assert cond(status_of(plan), "ReservationScheduled")["status"] == "False"
 
 
-def test_nothing_is_evicted_while_the_reserved_node_is_not_in_the_cache() -> None:
-    """Placed on a node the node watch has not shown: added moments ago, or deleted while
-    the controller was away. The job neither opens the place nor evicts until it knows."""
+@pytest.mark.parametrize(
+    ("node", "said"),
+    [
+        # Placed on a node the node watch has not shown: added moments ago, or deleted
+        # while the controller was away.
+        pytest.param({"node_unseen": True}, None, id="not in the cache"),
+        # A cordon, or a taint the pod does not tolerate: the replacement would stay
+        # Pending there; the Reservation places its placeholder again.
+        pytest.param(
+            {"node_refuses": "node node-1 is cordoned"}, "node node-1 is cordoned", id="cordoned"
+        ),
+    ],
+)
+def test_nothing_is_evicted_into_a_place_on_a_node_not_known_to_take_the_replacement(
+    node: dict[str, Any], said: str | None
+) -> None:
+    """The job neither opens the place nor evicts, and says why when it knows."""
     for rsv in (
         reservation(phase="Available", node="node-1"),
         reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
     ):
-        plan = view_plan(
-            job_obj=job(conditions=[SCHEDULED]), pod_obj=pod(), rsv=rsv, node_unseen=True
-        )
+        plan = view_plan(job_obj=job(conditions=[SCHEDULED]), pod_obj=pod(), rsv=rsv, **node)
         assert not [a for a in plan.actions if not isinstance(a, UpdateStatus)], kinds(plan)
         assert plan.requeue_after is not None
+        if said is not None:
+            scheduled = cond(status_of(plan), "ReservationScheduled")
+            assert (scheduled["status"], said in scheduled["message"]) == ("False", True)
         seen = view_plan(job_obj=job(conditions=[SCHEDULED]), pod_obj=pod(), rsv=rsv)
         assert [a for a in seen.actions if not isinstance(a, UpdateStatus)], kinds(seen)
-
-
-def test_nothing_is_evicted_into_a_place_on_a_node_that_takes_no_replacement() -> None:
-    """A cordon, or a taint the pod does not tolerate: the replacement would stay Pending
-    there. The job says why and waits for the Reservation to place its placeholder again;
-    a refused eviction is not tried again meanwhile either."""
-    why = "node node-1 is cordoned"
-    for rsv in (
-        reservation(phase="Available", node="node-1"),
-        reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
-    ):
-        plan = view_plan(
-            job_obj=job(conditions=[SCHEDULED]), pod_obj=pod(), rsv=rsv, node_refuses=why
-        )
-        assert not [a for a in plan.actions if not isinstance(a, UpdateStatus)], kinds(plan)
-        scheduled = cond(status_of(plan), "ReservationScheduled")
-        assert scheduled["status"] == "False"
-        assert why in scheduled["message"]
-        assert plan.requeue_after is not None
 
 
 SCHEDULED = {
