@@ -467,3 +467,26 @@ async def test_a_cordon_or_taint_on_a_placeholders_node_brings_its_reservation_a
     await watch(cache.nodes, "MODIFIED", node("node-1"))
     assert set(added) == expected
     assert cache.reservation_view(rsv).node_refuses is None
+
+
+async def test_after_the_eviction_a_job_view_judges_the_node_by_its_replacement() -> None:
+    """The evicted pod is gone: what its replacement (the Reservation's recorded owner)
+    tolerates decides whether the node still takes it."""
+    cache, _ = caches()
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    taint = {"key": "maintenance", "effect": "NoSchedule"}
+    await watch(cache.nodes, "ADDED", node("node-1", taints=[taint]))
+    await watch(cache.reservations, "ADDED", rsv)
+    owner = pod("web-2", node=None)
+    await watch(cache.pods, "ADDED", owner)
+    assert "maintenance:NoSchedule" in str(cache.job_view(job()).reserved_node_refuses)
+    tolerant = {
+        **owner,
+        "spec": {**owner["spec"], "tolerations": [{**taint, "operator": "Exists"}]},
+    }
+    await watch(
+        cache.pods,
+        "MODIFIED",
+        {**tolerant, "metadata": {**owner["metadata"], "resourceVersion": "9"}},
+    )
+    assert cache.job_view(job()).reserved_node_refuses is None
