@@ -141,12 +141,7 @@ def _term_matches(term: Object, name: str, labels: Mapping[str, str]) -> bool:
 def taints_tolerated(spec: Object, node: Object) -> bool:
     """The pod tolerates every NoSchedule and NoExecute taint of the node (a
     PreferNoSchedule taint keeps no pod away)."""
-    tolerations = spec.get("tolerations") or ()
-    return all(
-        _tolerated(taint, tolerations)
-        for taint in (node.get("spec") or {}).get("taints") or ()
-        if taint.get("effect") in ("NoSchedule", "NoExecute")
-    )
+    return _untolerated(spec, node) is None
 
 
 UNSCHEDULABLE_TAINT: Object = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -159,35 +154,43 @@ def node_refusal(node: Object, spec: Object) -> str | None:
     the node is cordoned, or has a NoSchedule or NoExecute taint the pod does not
     tolerate (a node going NotReady gets such taints); None when it would."""
     name = (node.get("metadata") or {}).get("name")
-    tolerations = spec.get("tolerations") or ()
-    node_spec = node.get("spec") or {}
-    if node_spec.get("unschedulable") and not _tolerated(UNSCHEDULABLE_TAINT, tolerations):
+    cordoned = (node.get("spec") or {}).get("unschedulable")
+    if cordoned and not _tolerated(UNSCHEDULABLE_TAINT, spec.get("tolerations") or ()):
         return f"node {name} is cordoned"
-    for taint in node_spec.get("taints") or ():
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
-            taint, tolerations
-        ):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return (
-                f"node {name} has the taint {taint.get('key')}{value}:{taint['effect']}, "
-                "which the pod does not tolerate"
-            )
-    return None
+    taint = _untolerated(spec, node)
+    if taint is None:
+        return None
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return (
+        f"node {name} has the taint {taint.get('key')}{value}:{taint.get('effect')}, "
+        "which the pod does not tolerate"
+    )
 
 
 def node_gates(node: Object) -> tuple[bool, tuple[tuple[str, str, str], ...]]:
     """What of a node `node_refusal` reads: its cordon and its taints that keep pods away.
     Compared between two versions of a node, to tell whether anything decided on it is
     to be decided again."""
-    spec = node.get("spec") or {}
-    taints = tuple(
-        sorted(
-            (str(t.get("key")), str(t.get("value") or ""), str(t.get("effect")))
-            for t in spec.get("taints") or ()
-            if t.get("effect") in ("NoSchedule", "NoExecute")
-        )
+    taints = sorted(
+        (str(t.get("key")), str(t.get("value") or ""), str(t.get("effect")))
+        for t in _keeping_away(node)
     )
-    return bool(spec.get("unschedulable")), taints
+    return bool((node.get("spec") or {}).get("unschedulable")), tuple(taints)
+
+
+def _keeping_away(node: Object) -> list[Object]:
+    """The node's NoSchedule and NoExecute taints: a PreferNoSchedule one keeps no pod away."""
+    return [
+        taint
+        for taint in (node.get("spec") or {}).get("taints") or ()
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    ]
+
+
+def _untolerated(spec: Object, node: Object) -> Object | None:
+    """The first of the node's taints that keep pods away which the pod does not tolerate."""
+    tolerations = spec.get("tolerations") or ()
+    return next((t for t in _keeping_away(node) if not _tolerated(t, tolerations)), None)
 
 
 def _tolerated(taint: Object, tolerations: Sequence[Object]) -> bool:
