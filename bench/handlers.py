@@ -1,7 +1,7 @@
 """The extender's and the webhook's handlers alone: requests per second and p99.
 
 Each app runs in a process of its own (`python -m bench.handlers serve ...`), the real
-aiohttp app served by `berth.server.serve` over TLS, with its caches filled as the
+app served by `berth.server.serve` over TLS, with its caches filled as the
 informers would fill them at that cluster size. The bench sends it one request at a
 time on one kept-alive connection, as kube-scheduler calls an extender, and times each
 round trip:
@@ -54,7 +54,7 @@ PODS_PER_NODE = 10
 WARMUP = 20
 
 METHOD = (
-    "Each app in a process of its own (the real aiohttp app and `berth.server.serve`, "
+    "Each app in a process of its own (the real app and `berth.server.serve`, "
     "TLS), its caches filled as at that cluster size; one client sends one request at a "
     "time on a kept-alive connection and times each round trip. Extender: the "
     "ExtenderArgs kube-scheduler sends (a ReplicaSet's pod asking for 100m CPU) with N "

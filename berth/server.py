@@ -1,36 +1,30 @@
-"""Serving an aiohttp app: HTTPS, health and metrics, and limits that hold against
+"""Serving an app (`berth.web`): HTTPS, health and metrics, and limits that hold against
 clients that are slow, many or anonymous on purpose.
 
-The webhook and the extender are both thin aiohttp apps; this is the one place that
-decides how they listen, so TLS, client authentication, limits, readiness and `/metrics`
-behave the same for both (and for the controller's health port).
+The webhook and the extender are both thin apps; this is the one place that decides how
+they listen, so TLS, client authentication, limits, readiness and `/metrics` behave the
+same for both (and for the controller's health port).
 
-aiohttp closes a connection that stays idle between requests (its keep-alive timer) and
-caps a body's size (`client_max_size`). Nothing bounds how long a client may take to send
-a request's headers or its body, nor how many connections it holds, and asyncio gives a
-TLS handshake 60 s. So every accepted socket gets a `_Connection` first: an asyncio
-protocol that stays between the transport and aiohttp's `RequestHandler` for the whole
-connection and passes every callback on to it.
+Every accepted socket is a `_Connection`, an asyncio protocol that does all of it, from
+accept to close, with nothing between the socket and the app but asyncio's TLS: a
+review is one read, one handler call and one write. (An HTTP library's server cost a
+review three times the CPU of the handler's own work: bench/PROFILE.md.)
 
 - It counts itself among the open connections from accept to close. A socket past
   `max_connections` is aborted at once, before any TLS work.
-- It runs the TLS handshake itself (`loop.start_tls`). With `create_server(ssl=...)` the
-  app protocol only exists once a handshake succeeds, so connections still in (or stuck
-  in, or failing) their handshake could be neither counted nor timed out.
-- The header deadline: armed when the connection opens, and again when bytes arrive while
-  no request is in progress; disarmed by a middleware when aiohttp hands it a request,
-  which it does once the request line and headers are parsed. When it passes, the socket
-  is aborted. An idle or half-finished TLS connection, a partial request line or header,
-  all end there. The deadline lives on the connection, not in aiohttp's parser, because
-  the parser's state is private.
-- The same middleware reads a request's body under the body deadline (and aborts the
-  connection when it passes), decodes it (gzip or deflate: `decoded`; a body that is not
-  what its Content-Encoding says is a 400 naming the problem), requires `application/json` on
-  POST (415), and with a client CA requires a verified client certificate on everything
-  but the probes. aiohttp's own refusals of requests it cannot parse are logged as one
-  warning line, not as the traceback of a crash.
-
-A connection between requests is left to aiohttp's keep-alive timer (the idle timeout).
+- It runs the TLS handshake itself (`loop.start_tls`), so a connection still in (or
+  stuck in, or failing) its handshake is counted and timed out like any other.
+- One deadline at a time (looked at every `SWEEP_INTERVAL`): the header deadline, from
+  the connection's start (TLS handshake included) or a request's first byte until its
+  head is in; the body deadline, until its body is in; the idle timeout between
+  requests. When one passes, the socket is aborted.
+- Requests are read (`berth.web.parse_head`) and answered one at a time. A request that
+  cannot be read is answered with the problem (400, 411, 413, 431), logged as one
+  warning line, and the connection closed. The guard before the app: with a client CA, a
+  verified client certificate on everything but the probes (401); a route (404, 405);
+  `application/json` on POST (415); the body decoded (gzip or deflate, `web.decoded`).
+- On shutdown the requests in flight are answered (for up to `SHUTDOWN_GRACE`), then
+  every connection is dropped.
 
 The serving certificate is renewed in place: cert-manager writes a new one into the
 Secret and the kubelet swaps the mounted files (a new directory behind the `..data`
@@ -50,29 +44,20 @@ import os
 import signal
 import ssl
 import time
-import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
-from aiohttp.typedefs import Middleware
-from aiohttp.web_protocol import RequestHandler
 from cryptography import x509
-from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client import REGISTRY
+from prometheus_client.exposition import choose_encoder
 
-from berth import metrics
+from berth import metrics, web
 
 log = logging.getLogger(__name__)
 
 Readiness = Callable[[], bool]
-
-MAX_BODY = 8 * 1024 * 1024
-"""The largest request body the apps read. etcd stores a pod of up to 1.5 MiB (protobuf);
-its JSON is larger, and an AdmissionReview or the scheduler's ExtenderArgs carry it with
-more around it (node names, user info). A pod refused for its size would pass the webhook
-unbound and skip the (ignorable) extender, so the limit must sit well above any pod."""
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Served without a client certificate: kubelet probes and metrics scrapers present none."""
@@ -306,25 +291,30 @@ def limits_from(args: argparse.Namespace) -> Limits:
 # ----- the app's common routes --------------------------------------------------------------
 
 
-def add_health(app: web.Application, ready: Readiness) -> None:
+def add_health(app: web.App, ready: Readiness) -> None:
     """`/healthz` answers while the process serves; `/readyz` once `ready()` says so."""
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
+        return web.text("ok")
 
     async def readyz(_: web.Request) -> web.Response:
         if ready():
-            return web.Response(text="ok")
-        return web.Response(status=503, text="not ready: caches not synced or no leader known")
+            return web.text("ok")
+        return web.text("not ready: caches not synced or no leader known", status=503)
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    app.get("/healthz", healthz)
+    app.get("/readyz", readyz)
 
 
-def add_metrics(app: web.Application) -> None:
+def add_metrics(app: web.App) -> None:
     """`/metrics`: the process's metrics (`berth.metrics`) in the Prometheus text format,
     or OpenMetrics when the scraper asks for it."""
-    app.router.add_get("/metrics", make_aiohttp_handler())
+
+    async def scrape(request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return web.Response(body=encoder(REGISTRY), content_type=content_type)
+
+    app.get("/metrics", scrape)
 
 
 def cancel_on_signals() -> None:
@@ -340,21 +330,35 @@ def cancel_on_signals() -> None:
 # ----- connections ------------------------------------------------------------------------
 
 
+def _content_type(head: web.Head) -> str:
+    return head.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
 class _Connection(asyncio.Protocol):
-    """One accepted socket, from accept to close: counted, TLS, the header deadline, and
-    aiohttp's handler behind it (see the module docstring)."""
+    """One accepted socket, from accept to close: counted, TLS, the deadlines, and the
+    HTTP/1.1 exchange (see the module docstring). Requests are read and answered one at
+    a time; bytes of a next request wait in the buffer while one is served."""
 
     def __init__(self, site: _Site) -> None:
         self.site = site
         self.loop = asyncio.get_running_loop()
         self.raw: asyncio.Transport | None = None
-        self.handler: RequestHandler | None = None
-        self.early = bytearray()
-        """Bytes that came between the TLS handshake and the handler taking over."""
-        self.deadline: asyncio.TimerHandle | None = None
-        self.in_request = False
+        """The socket's transport, under any TLS: what a deadline aborts."""
+        self.transport: asyncio.Transport | None = None
+        """Where requests are read and answers written, once TLS is up."""
+        self.certified = False
+        self.buffer = bytearray()
+        self.head: web.Head | None = None
+        """The request whose body is being read."""
+        self.serving: asyncio.Task[None] | None = None
+        self.closing = False
+        """Answered for the last time: what the client still sends is dropped."""
+        self.paused = False
+        self.deadline: float | None = None
+        """When the connection is aborted (the loop's clock), unless something comes:
+        `_Site.sweep` looks."""
 
-    # -- asyncio callbacks, passed on to aiohttp's handler once it has the connection
+    # -- asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -362,10 +366,10 @@ class _Connection(asyncio.Protocol):
         if not self.site.admit(self):
             transport.abort()
             return
-        self.arm()
+        self.arm(self.site.limits.header_timeout)
         context = self.site.context
         if context is None:
-            self.hand_over(transport)
+            self.transport = transport
             return
         # No byte reaches this protocol before start_tls takes the transport over.
         transport.pause_reading()
@@ -374,33 +378,26 @@ class _Connection(asyncio.Protocol):
         task.add_done_callback(self.site.handshakes.discard)
 
     def data_received(self, data: bytes) -> None:
-        if self.handler is None:
-            self.early += data
+        if self.closing:
             return
-        if not self.in_request and self.deadline is None:
-            self.arm()  # the first bytes of a next request
-        self.handler.data_received(data)
+        if not self.buffer and self.head is None and self.serving is None:
+            self.arm(self.site.limits.header_timeout)  # the first bytes of a request
+        self.buffer += data
+        if self.serving is not None and len(self.buffer) > web.MAX_HEAD + web.MAX_BODY:
+            self.pause()  # a client that sends on while it is being answered
+        self.advance()
 
     def eof_received(self) -> None:
-        # Returning None lets the transport close once the peer is done sending, as
-        # aiohttp's handler would have it.
-        if self.handler is not None:
-            self.handler.eof_received()
+        # Returning None closes the transport: a client that is done sending is done.
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            log.debug("connection lost: %s", exc)
+        self.transport = None
         self.forget()
-        if self.handler is not None:
-            self.handler.connection_lost(exc)
 
-    def pause_writing(self) -> None:
-        if self.handler is not None:
-            self.handler.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.handler is not None:
-            self.handler.resume_writing()
-
-    # -- TLS and the hand-over
+    # -- TLS
 
     async def start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
         timeout = self.site.limits.header_timeout
@@ -421,25 +418,136 @@ class _Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             self.forget()  # aborted (the header deadline) while shaking hands
             return
-        self.hand_over(transport)
+        self.transport = transport
+        self.certified = bool(transport.get_extra_info("peercert"))
+        self.advance()
 
-    def hand_over(self, transport: asyncio.Transport) -> None:
-        self.handler = self.site.handler()
-        self.handler.connection_made(transport)
-        if self.early:
-            data, self.early = bytes(self.early), bytearray()
-            self.data_received(data)
+    # -- reading requests
 
-    # -- deadlines and the count
+    def advance(self) -> None:
+        """Read the requests the buffer holds, one at a time: start serving the next one
+        that is whole."""
+        while self.serving is None and not self.closing and self.transport is not None:
+            if self.site.stopping:
+                return
+            if self.head is None and not self.read_head():
+                return
+            assert self.head is not None
+            length = self.head.length
+            if len(self.buffer) < length:
+                return
+            head, body = self.head, bytes(self.buffer[:length])
+            del self.buffer[:length]
+            self.head = None
+            self.disarm()
+            self.serving = self.loop.create_task(self.serve(head, body))
 
-    def arm(self) -> None:
-        self.disarm()
-        self.deadline = self.loop.call_later(self.site.limits.header_timeout, self.abort)
+    def read_head(self) -> bool:
+        """Take a request's head off the buffer, if it is there whole."""
+        end = self.buffer.find(web.HEAD_END)
+        if end < 0:
+            if len(self.buffer) > web.MAX_HEAD:
+                self.refuse(web.Refused(431, f"the request's head is over {web.MAX_HEAD} bytes"))
+            return False
+        raw = bytes(self.buffer[:end])
+        del self.buffer[: end + len(web.HEAD_END)]
+        try:
+            head = web.parse_head(raw)
+        except web.Refused as refused:
+            self.refuse(refused)
+            return False
+        self.head = head
+        if len(self.buffer) < head.length:
+            self.arm(self.site.limits.body_timeout)
+            if head.expects_continue:
+                self.write(web.CONTINUE)
+        return True
+
+    def refuse(self, refused: web.Refused) -> None:
+        """Answer a request that cannot be read, and close."""
+        log.warning("refused a request that cannot be parsed: %s", refused.message)
+        self.write(web.encode(refused.response(), close=True))
+        self.close()
+
+    # -- serving
+
+    async def serve(self, head: web.Head, body: bytes) -> None:
+        close = not head.keep_alive
+        sent = False
+
+        async def deliver(response: web.Response) -> None:
+            nonlocal sent
+            if not sent:
+                sent = True
+                if self.transport is None or self.transport.is_closing():
+                    raise ConnectionResetError("the client closed the connection")
+                self.write(web.encode(response, close=close))
+
+        try:
+            response = await self.respond(head, body, deliver)
+        except Exception:
+            log.exception("error handling %s %s", head.method, head.path)
+            response = web.text("internal error", status=500)
+        if not sent and self.transport is not None and not self.transport.is_closing():
+            self.write(web.encode(response, close=close))
+        self.serving = None
+        if close:
+            self.close()
+            return
+        self.resume()
+        self.arm(self.site.limits.header_timeout if self.buffer else self.site.limits.idle_timeout)
+        self.advance()
+
+    async def respond(
+        self,
+        head: web.Head,
+        body: bytes,
+        deliver: Callable[[web.Response], Awaitable[None]],
+    ) -> web.Response:
+        """The guard, then the route's handler."""
+        try:
+            if self.site.client_auth and head.path not in OPEN_PATHS and not self.certified:
+                return web.text("a client certificate is required", status=401)
+            handler = self.site.app.handler(head)
+            if head.method == "POST" and _content_type(head) != "application/json":
+                return web.text("the body must be application/json", status=415)
+            body = web.decoded(body, head.headers.get("content-encoding"))
+        except web.Refused as refused:
+            return refused.response()
+        return await handler(web.Request(head, body, self.certified, deliver))
+
+    # -- writing, closing, deadlines
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        """Close once what was written is sent; a client that does not read it within
+        the body deadline is dropped."""
+        self.closing = True
+        self.buffer.clear()
+        self.arm(self.site.limits.body_timeout)
+        if self.transport is not None:
+            self.transport.close()
+        else:
+            self.abort()  # still in its TLS handshake
+
+    def pause(self) -> None:
+        if not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def arm(self, seconds: float) -> None:
+        self.deadline = self.loop.time() + seconds
 
     def disarm(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
-            self.deadline = None
+        self.deadline = None
 
     def abort(self) -> None:
         """Drop the connection: the socket itself, under any TLS."""
@@ -451,45 +559,38 @@ class _Connection(asyncio.Protocol):
         self.disarm()
         self.site.connections.discard(self)
 
-    def request_started(self) -> None:
-        self.in_request = True
-        self.disarm()
 
-    def request_finished(self) -> None:
-        self.in_request = False
+SHUTDOWN_GRACE = 10.0
+"""Seconds the requests in flight get to be answered when a server stops."""
+
+SWEEP_INTERVAL = 0.25
+"""Seconds between two looks at the connections' deadlines. One look for all of them,
+rather than a timer per connection set and cancelled at every request."""
 
 
-class _Site(web.BaseSite):
-    """A TCP site whose sockets go through `_Connection` first."""
+class _Site:
+    """What the connections of one listening socket share."""
 
     def __init__(
         self,
-        runner: web.AppRunner,
+        app: web.App,
         *,
-        host: str,
-        port: int,
         certificate: ServingCertificate | None,
         limits: Limits,
     ) -> None:
-        super().__init__(runner, ssl_context=certificate.context if certificate else None)
-        self.host, self.port, self.certificate, self.limits = host, port, certificate, limits
+        self.app, self.certificate, self.limits = app, certificate, limits
+        self.client_auth = certificate is not None and certificate.tls.client_ca_file is not None
         self.connections: set[_Connection] = set()
         self.handshakes: set[asyncio.Task[None]] = set()
         self.full = False
+        self.stopping = False
+        """No new request is started: the server stops."""
+        self.port = 0
 
     @property
     def context(self) -> ssl.SSLContext | None:
         """The TLS context for a connection accepted now: the latest certificate."""
         return self.certificate.context if self.certificate else None
-
-    @property
-    def name(self) -> str:
-        return f"{'https' if self.certificate else 'http'}://{self.host}:{self.port}"
-
-    def handler(self) -> RequestHandler:
-        server = self._runner.server
-        assert server is not None
-        return server()
 
     def admit(self, connection: _Connection) -> bool:
         """Count `connection` in, unless the cap is reached (said once each time)."""
@@ -505,141 +606,58 @@ class _Site(web.BaseSite):
         self.connections.add(connection)
         return True
 
-    async def start(self) -> None:
-        await super().start()
+    async def sweep(self) -> None:
+        """Abort the connections whose deadline has passed, until cancelled."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self.port, reuse_address=True
-        )
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            now = loop.time()
+            for connection in [c for c in self.connections if (c.deadline or now) < now]:
+                connection.abort()
 
     async def stop(self) -> None:
-        await super().stop()
+        """Answer the requests in flight (for up to `SHUTDOWN_GRACE`), start no other,
+        then close every connection."""
+        self.stopping = True
         for task in self.handshakes:
             task.cancel()
+        serving = {c.serving for c in self.connections if c.serving is not None}
+        if serving:
+            await asyncio.wait(serving, timeout=SHUTDOWN_GRACE)
+        for connection in list(self.connections):
+            connection.close()
 
 
-# ----- the middleware -----------------------------------------------------------------------
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _connection_of(request: web.Request) -> _Connection | None:
-    transport = request.transport
-    protocol = transport.get_protocol() if transport is not None else None
-    return protocol if isinstance(protocol, _Connection) else None
-
-
-def _refusal(request: web.Request, *, client_auth: bool) -> web.Response | None:
-    """Why `request` is not served, as the answer to give; None when it is."""
-    if client_auth and request.path not in OPEN_PATHS:
-        transport = request.transport
-        if transport is None or not transport.get_extra_info("peercert"):
-            return web.Response(status=401, text="a client certificate is required")
-    if request.method == "POST" and request.content_type != "application/json":
-        return web.Response(status=415, text="the body must be application/json")
-    return None
-
-
-def _problem(error: BadHttpMessage | web.RequestPayloadError) -> str:
-    """aiohttp's words for what it could not parse, on one line."""
-    problem = error.message if isinstance(error, BadHttpMessage) else str(error)
-    return " ".join(str(problem).split()).removeprefix("400, message: ")
-
-
-_BODY = web.RequestKey("berth.body", bytes)
-"""Where the guard keeps a request's body, decoded."""
-
-_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-"""The Content-Encodings the servers read (zlib's window bits for each)."""
-
-
-def decoded(raw: bytes, encoding: str | None) -> bytes | web.Response:
-    """The body as its sender wrote it, before its Content-Encoding; or the answer that
-    refuses it, naming the problem. Decoded here rather than by aiohttp, whose parser,
-    meeting a body that is not in its encoding, can leave the request waiting for the
-    rest of a body it will never deliver."""
-    name = (encoding or "identity").strip().lower()
-    if name == "identity":
-        return raw
-    if name not in _WBITS:
-        return web.Response(
-            status=415,
-            text=f"Content-Encoding {encoding} is not read: send gzip, deflate or none",
-        )
-    decompressor = zlib.decompressobj(_WBITS[name])
+@asynccontextmanager
+async def listening(
+    app: web.App,
+    *,
+    host: str,
+    port: int,
+    tls: Tls | None = None,
+    limits: Limits | None = None,
+) -> AsyncIterator[_Site]:
+    """`app` served on `host:port` (port 0: a free one, `site.port`) while in the block:
+    HTTPS with `tls`, else plain HTTP."""
+    certificate = ServingCertificate(tls) if tls is not None else None
+    site = _Site(app, certificate=certificate, limits=limits or Limits())
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Connection(site), host, port, reuse_address=True)
+    site.port = server.sockets[0].getsockname()[1]
+    tasks = [asyncio.create_task(site.sweep())]
+    if certificate is not None:
+        tasks.append(asyncio.create_task(certificate.watch()))
     try:
-        body = decompressor.decompress(raw, MAX_BODY + 1)
-    except zlib.error as error:
-        return web.Response(status=400, text=f"the body is not {name}: {error}")
-    if len(body) > MAX_BODY:
-        return web.Response(status=413, text=f"the body is over {MAX_BODY} bytes once decoded")
-    if not decompressor.eof:
-        return web.Response(status=400, text=f"the body is not {name}: it is cut short")
-    return body
-
-
-async def body(request: web.Request) -> bytes:
-    """A request's body before its Content-Encoding: as the guard of `serve` decoded it,
-    or aiohttp's own reading for an app served otherwise (a test's server)."""
-    kept = request.get(_BODY)
-    return kept if kept is not None else await request.read()
-
-
-def _guard(limits: Limits, *, client_auth: bool) -> Middleware:
-    @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        connection = _connection_of(request)
-        if connection is not None:
-            connection.request_started()
-        try:
-            refusal = _refusal(request, client_auth=client_auth)
-            if refusal is not None:
-                return refusal
-            if request.can_read_body:
-                try:
-                    async with asyncio.timeout(limits.body_timeout):
-                        raw = await request.read()
-                except TimeoutError:
-                    if connection is not None:
-                        connection.abort()
-                    return web.Response(status=408)  # not delivered: the socket is gone
-                found = decoded(raw, request.headers.get("Content-Encoding"))
-                if isinstance(found, web.Response):
-                    return found
-                request[_BODY] = found
-            return await handler(request)
-        finally:
-            if connection is not None:
-                connection.request_finished()
-
-    return guard
-
-
-class _RefusedRequests(logging.Filter):
-    """aiohttp logs a request it cannot parse (a header it refuses, a Content-Encoding
-    it cannot decode) with a traceback, though it answers the client a 400 and nothing
-    on the server failed; and so it logs the same problem found while it drains the body
-    of a request answered without reading it (a 415). Such a record becomes one warning
-    line naming the problem."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, BadHttpMessage | web.RequestPayloadError):
-            record.msg = "refused a request that cannot be parsed: %s"
-            record.args = (_problem(error),)
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.exc_info, record.exc_text = None, None
-        return True
-
-
-def _log_refusals_in_one_line() -> None:
-    server_log = logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, _RefusedRequests) for f in server_log.filters):
-        server_log.addFilter(_RefusedRequests())
+        yield site
+    finally:
+        for task in tasks:
+            task.cancel()
+        server.close()
+        await site.stop()
 
 
 async def serve(
-    app: web.Application,
+    app: web.App,
     *,
     host: str,
     port: int,
@@ -647,27 +665,5 @@ async def serve(
     limits: Limits | None = None,
 ) -> None:
     """Serve until cancelled: HTTPS with `tls`, else plain HTTP."""
-    limits = limits or Limits()
-    _log_refusals_in_one_line()
-    client_auth = tls is not None and tls.client_ca_file is not None
-    app.middlewares.append(_guard(limits, client_auth=client_auth))
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        keepalive_timeout=limits.idle_timeout,
-        # A body left unread (a refused request) is drained for at most this long.
-        lingering_time=limits.body_timeout,
-        auto_decompress=False,  # the guard decodes (`decoded`)
-    )
-    await runner.setup()
-    watch: asyncio.Task[None] | None = None
-    try:
-        certificate = ServingCertificate(tls) if tls is not None else None
-        if certificate is not None:
-            watch = asyncio.create_task(certificate.watch())
-        await _Site(runner, host=host, port=port, certificate=certificate, limits=limits).start()
+    async with listening(app, host=host, port=port, tls=tls, limits=limits):
         await asyncio.Event().wait()
-    finally:
-        if watch is not None:
-            watch.cancel()
-        await runner.cleanup()

@@ -16,9 +16,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from aiohttp import web
-
-from berth import metrics
+from berth import metrics, web
 from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.kube.lease import LeaderElector
@@ -101,7 +99,7 @@ async def run(
     controller = Controller(kube, args, identity=identity)
     controller.caches.admission_key = await admission_key(kube, namespace=lease_namespace)
     elector = LeaderElector(kube, namespace=lease_namespace, name=COMPONENT, identity=identity)
-    app = web.Application()
+    app = web.App()
     # Ready once the caches are synced and the leader is known: this replica leads, or
     # stands by behind a live holder of the Lease.
     add_health(app, lambda: controller.caches.synced() and elector.holder is not None)

@@ -13,24 +13,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import orjson
-from aiohttp import web
-
-from berth import metrics
+from berth import metrics, web
 from berth.kube.client import NODES, PODS, RESERVATIONS, Kube
 from berth.kube.informer import Informer, identity_only
 from berth.ledger import Ledger
-from berth.server import (
-    MAX_BODY,
-    Limits,
-    Readiness,
-    Tls,
-    add_health,
-    add_metrics,
-    body,
-    cancel_on_signals,
-    serve,
-)
+from berth.server import Limits, Readiness, Tls, add_health, add_metrics, cancel_on_signals, serve
 from extender.decide import VERBS, Placement, answer
 
 log = logging.getLogger(__name__)
@@ -44,24 +31,26 @@ that pod and a handover's replacement would not both fit, the replacement's nomi
 keeps the place (`controller.reservations`, the scheduler counts nominated pods)."""
 
 
-def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.Application:
-    async def verb(request: web.Request) -> web.Response:
-        name = request.match_info["verb"]
-        synced = ready()
-        with metrics.EXTENDER_REQUEST_DURATION.labels(verb=name).time():
-            status, result = answer(
-                ledger, name, await body(request), placement=placement, ready=synced
-            )
-        outcome = _outcome(status, result, ready=synced)
-        metrics.EXTENDER_REQUESTS.labels(verb=name, result=outcome).inc()
-        return web.Response(
-            status=status, body=orjson.dumps(result), content_type="application/json"
-        )
+def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.App:
+    def verb(name: str) -> web.Handler:
+        async def handle(request: web.Request) -> web.Response:
+            synced = ready()
+            with metrics.EXTENDER_REQUEST_DURATION.labels(verb=name).time():
+                status, result = answer(
+                    ledger, name, request.body, placement=placement, ready=synced
+                )
+            outcome = _outcome(status, result, ready=synced)
+            metrics.EXTENDER_REQUESTS.labels(verb=name, result=outcome).inc()
+            return web.json(result, status=status)
+
+        return handle
 
     # kube-scheduler sends the whole pod: a pod refused for its size would be scheduled
-    # without the extender (it is ignorable), past the capacity a handover holds.
-    app = web.Application(client_max_size=MAX_BODY)
-    app.router.add_post(f"/{{verb:{'|'.join(VERBS)}}}", verb)
+    # without the extender (it is ignorable), past the capacity a handover holds
+    # (`berth.web.MAX_BODY` is well above any pod).
+    app = web.App()
+    for name in VERBS:
+        app.post(f"/{name}", verb(name))
     add_health(app, ready)
     add_metrics(app)
     return app

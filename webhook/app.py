@@ -29,10 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
-from aiohttp import web
 
-from berth import metrics
+from berth import metrics, web
 from berth.api import ReservationPhase, keys
 from berth.kube.client import RESERVATIONS, Kube, KubeError
 from berth.kube.informer import Informer
@@ -49,16 +47,7 @@ from berth.protocol import (
     placeholder_namespace,
     top_level_workload,
 )
-from berth.server import (
-    MAX_BODY,
-    Limits,
-    Tls,
-    add_health,
-    add_metrics,
-    body,
-    cancel_on_signals,
-    serve,
-)
+from berth.server import Limits, Tls, add_health, add_metrics, cancel_on_signals, serve
 from webhook import review
 from webhook.decide import (
     Claim,
@@ -120,11 +109,17 @@ class Webhook:
     async def answer(self, request: web.Request) -> tuple[metrics.WebhookResult, web.Response]:
         """The response to one admission review, and what became of the pod."""
         try:
-            admission = review.parse(await body(request))
+            admission = review.parse(request.body)
         except review.MalformedReview as error:
             log.warning("refused an admission review: %s", error)
-            return "malformed", web.Response(status=400, text=str(error))
+            return "malformed", web.text(str(error), status=400)
         pod = pod_of(admission)
+        if not self.reservations.by_index(LIVE, pod["metadata"].get("namespace") or ""):
+            # Nothing to claim, and no API call to make: the answer of almost every review,
+            # given without a deadline to arm.
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("pod %s: no live reservation in its namespace", describe(pod))
+            return "skipped", _allowed(admission["uid"], [])
         attempt = Attempt()
         try:
             async with asyncio.timeout(self.deadline):
@@ -139,9 +134,8 @@ class Webhook:
         response = _allowed(admission["uid"], patch)
         if result == "claimed":
             try:
-                # Sent here rather than by aiohttp, to know whether it went out.
-                await response.prepare(request)
-                await response.write_eof()
+                # Sent now rather than on return, to know whether it went out.
+                await request.deliver(response)
             except ConnectionError as error:
                 log.warning(
                     "pod %s: the answer could not be delivered (%s); the caller is gone",
@@ -365,9 +359,7 @@ def describe(pod: Object) -> str:
 
 
 def _allowed(uid: str, patch: Patch) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(review.response(uid, patch)), content_type="application/json"
-    )
+    return web.json(review.response(uid, patch))
 
 
 EVICTION_PATH = "/validate-eviction"
@@ -376,12 +368,12 @@ UNLABELLED_EVICTION_PATH = "/validate-eviction/unlabelled"
 """Evictions in the other namespaces (intercepted only with `allNamespaces`)."""
 
 
-def make_app(webhook: Webhook, interceptor: Interceptor | None = None) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
-    app.router.add_post("/mutate-pod", webhook.mutate)
+def make_app(webhook: Webhook, interceptor: Interceptor | None = None) -> web.App:
+    app = web.App()
+    app.post("/mutate-pod", webhook.mutate)
     if interceptor is not None:
-        app.router.add_post(EVICTION_PATH, interceptor.labelled)
-        app.router.add_post(UNLABELLED_EVICTION_PATH, interceptor.unlabelled)
+        app.post(EVICTION_PATH, interceptor.labelled)
+        app.post(UNLABELLED_EVICTION_PATH, interceptor.unlabelled)
     add_health(app, webhook.ready)
     add_metrics(app)
     return app

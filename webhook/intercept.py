@@ -17,14 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import aiohttp
-import orjson
-from aiohttp import web
 
-from berth import metrics
+from berth import metrics, web
 from berth.kube.client import NAMESPACES, NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
-from berth.server import body
 from berth.settings import MigrationControllerArgs
 from webhook import evictions, review
 from webhook.evictions import Answer, Deny, Eviction, Gone, Pass
@@ -73,11 +70,11 @@ class Interceptor:
 
     async def review(self, request: web.Request, *, labelled: bool) -> web.Response:
         try:
-            eviction = review.parse_eviction(await body(request))
+            eviction = review.parse_eviction(request.body)
         except review.MalformedReview as error:
             log.warning("refused an eviction review: %s", error)
             _count("malformed", "")
-            return web.Response(status=400, text=str(error))
+            return web.text(str(error), status=400)
         made: list[str] = []
         try:
             async with asyncio.timeout(self.deadline):
@@ -100,7 +97,7 @@ class Interceptor:
                 failed,
             )
             _count("error", "")
-            return _json(review.response(eviction.uid, []))
+            return web.json(review.response(eviction.uid, []))
         return self.respond(eviction, answer)
 
     def respond(self, eviction: Eviction, answer: Answer) -> web.Response:
@@ -114,16 +111,16 @@ class Interceptor:
                 answer.message,
             )
             _count("passed", answer.reason)
-            return _json(review.response(eviction.uid, []))
+            return web.json(review.response(eviction.uid, []))
         if isinstance(answer, Gone):
             log.info("eviction of %s: answered not found (%s)", where, answer.message)
             _count("gone", answer.reason)
-            return _json(
+            return web.json(
                 review.refusal(eviction.uid, code=404, reason="NotFound", message=answer.message)
             )
         log.info("eviction of %s: retry later, job %s (%s)", where, answer.job, answer.reason)
         _count("intercepted", answer.reason)
-        return _json(
+        return web.json(
             review.refusal(eviction.uid, code=429, reason="TooManyRequests", message=answer.message)
         )
 
@@ -250,7 +247,3 @@ class Interceptor:
 
 def _count(result: metrics.EvictionResult, reason: str) -> None:
     metrics.EVICTION_REVIEWS.labels(result=result, reason=reason).inc()
-
-
-def _json(body: object) -> web.Response:
-    return web.Response(body=orjson.dumps(body), content_type="application/json")

@@ -1,11 +1,11 @@
 """A server of Berth's in a thread of its own, and a client that posts any bytes to it.
 
-The fuzz tests drive the real HTTP stack: `berth.server.serve` with its middleware and
-TLS, aiohttp's parser, the app's handler, the decision behind it. The server runs on its
+The fuzz tests drive the real HTTP stack: `berth.server.serve` with its guard and TLS,
+`berth.web`'s parser, the app's handler, the decision behind it. The server runs on its
 own event loop in a background thread on a free localhost port, so that hypothesis (which
 calls its tests synchronously) can post to it over one kept-alive HTTPS connection.
 
-A crash is whatever aiohttp or Berth logs with a traceback, or any 5xx: both are recorded
+A crash is whatever Berth logs with a traceback, or any 5xx: both are recorded
 by `Crashes` and checked after every case.
 """
 
@@ -24,28 +24,30 @@ from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
 from kubernetes_asyncio import client
 
 from berth import tls as berth_tls
+from berth import web
 from berth.kube.client import Kube
-from berth.server import MAX_BODY, Limits, Tls, serve
+from berth.server import Limits, Tls, serve
+from berth.web import MAX_BODY
 from devtools.processes import free_port
 
 REFUSED_EARLY = MAX_BODY
-"""A body above this size may meet a closed connection instead of an answer: aiohttp
-refuses a body past the limit from its Content-Length, and closes the connection
-without reading the rest (the client's send fails before it reads the 413)."""
+"""A body above this size may meet a closed connection instead of an answer: the server
+refuses a body past the limit from its Content-Length, answers 413 and closes the
+connection without reading all of the rest (the client's send may fail before it reads
+the 413)."""
 
-MakeApp = Callable[[AsyncExitStack], Awaitable[web.Application]]
+MakeApp = Callable[[AsyncExitStack], Awaitable[web.App]]
 
 TIMEOUT = 30.0
 """Seconds a client waits for an answer: far beyond any answer, short of a hang."""
 
 
 class Crashes(logging.Handler):
-    """Log records that carry a traceback (aiohttp's "Error handling request", an
-    unexpected exception in a handler)."""
+    """Log records that carry a traceback (the server's "error handling", an unexpected
+    exception in a handler)."""
 
     def __init__(self) -> None:
         super().__init__(level=logging.ERROR)

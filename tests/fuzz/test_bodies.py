@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 
+from berth import web
 from berth.ledger import Ledger
-from berth.server import MAX_BODY
 from berth.settings import MigrationControllerArgs
+from berth.web import MAX_BODY
 from extender.app import make_app
 from extender.decide import Placement
 from tests.fuzz.harness import Client, Crashes, crash_log, running, unreachable_kube
@@ -28,7 +28,7 @@ from webhook.intercept import CONTROLLER_USER, Interception, Interceptor
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Crashes]]:
-    async def make(_: AsyncExitStack) -> web.Application:
+    async def make(_: AsyncExitStack) -> web.App:
         return make_app(Ledger(), placement=Placement.SPREAD, ready=lambda: True)
 
     with crash_log() as crashes, running(make, tmp_path_factory.mktemp("tls")) as http:
@@ -110,7 +110,7 @@ EVICTION = {
 
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Crashes]]:
-    async def make(stack: AsyncExitStack) -> web.Application:
+    async def make(stack: AsyncExitStack) -> web.App:
         kube = unreachable_kube(stack)
         interception = Interception(MigrationControllerArgs())
         interceptor = Interceptor(kube, interception=interception, reservations={}, deadline=2)

@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 from hypothesis import given
 
+from berth import web
 from berth.ledger import Ledger
 from extender.app import make_app
 from extender.decide import MAX_SCORE, Placement
@@ -85,7 +85,7 @@ PREEMPTION_ARGS = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Crashes]]:
-    async def make(_: AsyncExitStack) -> web.Application:
+    async def make(_: AsyncExitStack) -> web.App:
         return make_app(_ledger(), placement=Placement.SPREAD, ready=lambda: True)
 
     with crash_log() as crashes, running(make, tmp_path_factory.mktemp("tls")) as http:

@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 from hypothesis import given
 
+from berth import web
 from berth.api import keys
 from tests.fuzz.bodies import Request, requests
 from tests.fuzz.harness import REFUSED_EARLY, Client, Crashes, crash_log, running, unreachable_kube
@@ -62,7 +62,7 @@ def _statefulset_reservation() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Crashes]]:
-    async def make(stack: AsyncExitStack) -> web.Application:
+    async def make(stack: AsyncExitStack) -> web.App:
         kube = unreachable_kube(stack)
         webhook = Webhook(kube)
         webhook.reservations.put(reservation("claimed", claim=TOKEN))

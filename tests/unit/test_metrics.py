@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
 from berth import metrics
 from berth.ledger import Ledger
 from extender.app import make_app as extender_app
 from extender.decide import Placement
+from tests.served import served
 from tests.unit.builders import job, later, reservation, ts, with_status
 from tests.unit.test_extender import FILTER_ARGS, PRIORITIZE_ARGS
 from tests.unit.webhook_cases import claimed_by, request, review_body
@@ -173,8 +174,8 @@ def test_record_job_status(
 
 
 @pytest.fixture
-async def webhook_http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
-    async with TestClient(TestServer(webhook_app(webhook))) as test_client:
+async def webhook_http(webhook: Webhook) -> AsyncIterator[aiohttp.ClientSession]:
+    async with served(webhook_app(webhook)) as test_client:
         yield test_client
 
 
@@ -194,7 +195,7 @@ async def webhook_http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
 )
 async def test_webhook_counts_and_times_every_review(
     webhook: Webhook,
-    webhook_http: TestClient[Any, Any],
+    webhook_http: aiohttp.ClientSession,
     store: dict[str, Any],
     body: bytes,
     result: str,
@@ -208,7 +209,7 @@ async def test_webhook_counts_and_times_every_review(
     assert sample("berth_webhook_request_duration_seconds_count") == timed + 1
 
 
-async def test_webhook_serves_metrics(webhook_http: TestClient[Any, Any]) -> None:
+async def test_webhook_serves_metrics(webhook_http: aiohttp.ClientSession) -> None:
     await webhook_http.post("/mutate-pod", data=review_body())
     response = await webhook_http.get("/metrics")
     assert response.status == 200
@@ -235,7 +236,7 @@ async def test_extender_counts_and_times_every_request_by_verb(
     app = extender_app(Ledger(), placement=Placement.SPREAD, ready=lambda: ready)
     requests = sample("berth_extender_requests_total", verb=verb, result=result)
     timed = sample("berth_extender_request_duration_seconds_count", verb=verb)
-    async with TestClient(TestServer(app)) as http:
+    async with served(app) as http:
         await http.post(f"/{verb}", data=orjson.dumps(body))
         scraped = await (await http.get("/metrics")).text()
     assert sample("berth_extender_requests_total", verb=verb, result=result) == requests + 1

@@ -9,12 +9,12 @@ from typing import Any, cast
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
+from berth import web
 from berth.api import ALREADY_MIGRATING, keys
 from berth.kube.client import NAMESPACES, Kube
 from berth.settings import MigrationControllerArgs
+from tests.served import served
 from tests.unit.builders import T0, job, later, pod, reservation, with_status
 from webhook import review
 from webhook.evictions import (
@@ -467,9 +467,9 @@ async def test_an_eviction_whose_job_may_exist_is_not_let_through() -> None:
         reservations={},
         deadline=0.2,
     )
-    app = web.Application()
-    app.router.add_post("/", interceptor.labelled)
-    async with TestClient(TestServer(app)) as client:
+    app = web.App()
+    app.post("/", interceptor.labelled)
+    async with served(app) as client:
         answer = await client.post("/", data=eviction_review())
         result = (await answer.json())["response"]
     assert kube.created == ["eviction-uid-web-1"]

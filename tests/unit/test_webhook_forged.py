@@ -8,12 +8,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from berth.protocol import fingerprint
+from tests.served import served
 from tests.unit.webhook_cases import (
     REVIEW,
     TOKEN,
@@ -72,8 +73,8 @@ def put(req: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
-    async with TestClient(TestServer(make_app(webhook))) as test_client:
+async def http(webhook: Webhook) -> AsyncIterator[aiohttp.ClientSession]:
+    async with served(make_app(webhook)) as test_client:
         yield test_client
 
 
@@ -84,7 +85,7 @@ async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
 )
 @given(path=st.sampled_from(READ_FIELDS), value=json_values)
 async def test_any_value_anywhere_is_answered_never_failed(
-    http: TestClient[Any, Any], webhook: Webhook, path: str, value: Any
+    http: aiohttp.ClientSession, webhook: Webhook, path: str, value: Any
 ) -> None:
     """A pod that carries its claim on a Reservation waiting for it is decided and
     patched from the cache alone: every field reaches the patch code."""

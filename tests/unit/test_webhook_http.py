@@ -7,10 +7,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from berth.api import keys
+from tests.served import served
 from tests.unit.webhook_cases import (
     REVIEW,
     TOKEN,
@@ -24,8 +25,8 @@ from webhook.app import Webhook, make_app
 
 
 @pytest.fixture
-async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
-    async with TestClient(TestServer(make_app(webhook))) as test_client:
+async def http(webhook: Webhook) -> AsyncIterator[aiohttp.ClientSession]:
+    async with served(make_app(webhook)) as test_client:
         yield test_client
 
 
@@ -94,7 +95,7 @@ async def http(webhook: Webhook) -> AsyncIterator[TestClient[Any, Any]]:
     ],
 )
 async def test_malformed_review_is_refused_with_the_problem(
-    http: TestClient[Any, Any], body: bytes, problem: str
+    http: aiohttp.ClientSession, body: bytes, problem: str
 ) -> None:
     response = await http.post(
         "/mutate-pod", data=body, headers={"Content-Type": "application/json"}
@@ -105,7 +106,7 @@ async def test_malformed_review_is_refused_with_the_problem(
     assert "Traceback" not in text
 
 
-async def test_pod_without_reservation_is_allowed_unpatched(http: TestClient[Any, Any]) -> None:
+async def test_pod_without_reservation_is_allowed_unpatched(http: aiohttp.ClientSession) -> None:
     response = await http.post("/mutate-pod", data=review_body())
     assert response.status == 200
     assert await response.json() == {
@@ -116,7 +117,7 @@ async def test_pod_without_reservation_is_allowed_unpatched(http: TestClient[Any
 
 
 async def test_api_server_failure_lets_the_pod_through(
-    http: TestClient[Any, Any], webhook: Webhook, caplog: pytest.LogCaptureFixture
+    http: aiohttp.ClientSession, webhook: Webhook, caplog: pytest.LogCaptureFixture
 ) -> None:
     webhook.reservations.put(reservation("r1"))
     response = await http.post("/mutate-pod", data=review_body())
@@ -136,7 +137,7 @@ async def test_api_server_failure_lets_the_pod_through(
     ],
 )
 async def test_a_reservation_no_pod_here_can_take_costs_no_api_call(
-    http: TestClient[Any, Any],
+    http: aiohttp.ClientSession,
     webhook: Webhook,
     caplog: pytest.LogCaptureFixture,
     cached: dict[str, Any],
@@ -153,7 +154,7 @@ async def test_a_reservation_no_pod_here_can_take_costs_no_api_call(
 
 
 async def test_reinvocation_answers_from_the_cache_alone(
-    http: TestClient[Any, Any], webhook: Webhook
+    http: aiohttp.ClientSession, webhook: Webhook
 ) -> None:
     """A reinvocation claims nothing: the API server (a closed port) is never needed."""
     webhook.reservations.put(reservation("r1", claim=TOKEN))
@@ -165,7 +166,7 @@ async def test_reinvocation_answers_from_the_cache_alone(
     assert patched["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
 
 
-async def test_health_and_readiness(http: TestClient[Any, Any], webhook: Webhook) -> None:
+async def test_health_and_readiness(http: aiohttp.ClientSession, webhook: Webhook) -> None:
     assert (await http.get("/healthz")).status == 200
     assert (await http.get("/readyz")).status == 503
     webhook.reservations.synced.set()

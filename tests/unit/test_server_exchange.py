@@ -1,0 +1,230 @@
+"""How `berth.server` reads requests off a connection and answers them, over a real local
+socket (plain HTTP: TLS, the deadlines and the connection cap are tests/e2e/test_serving.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from berth import web
+from berth.server import Limits, listening
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Echo:
+    """An app that answers a POST with its body, and counts what it served."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.release = asyncio.Event()
+        self.release.set()
+        self.delivered: list[str] = []
+
+    def app(self) -> web.App:
+        app = web.App()
+        app.post("/echo", self.echo)
+        app.post("/slow", self.slow)
+        app.post("/deliver", self.deliver)
+        app.get("/fail", self.fail)
+        return app
+
+    async def echo(self, request: web.Request) -> web.Response:
+        self.served += 1
+        return web.Response(body=request.body, content_type="application/json")
+
+    async def slow(self, request: web.Request) -> web.Response:
+        await self.release.wait()
+        return await self.echo(request)
+
+    async def deliver(self, request: web.Request) -> web.Response:
+        await self.release.wait()
+        response = web.text("sent early")
+        try:
+            await request.deliver(response)
+        except ConnectionError as error:
+            self.delivered.append(f"failed: {error}")
+        else:
+            self.delivered.append("sent")
+        return response
+
+    async def fail(self, _: web.Request) -> web.Response:
+        raise RuntimeError("a bug")
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[tuple[Echo, int]]:
+    served = Echo()
+    async with listening(served.app(), host="127.0.0.1", port=0, limits=Limits()) as site:
+        yield served, site.port
+
+
+def post(path: str, body: bytes, *headers: str) -> bytes:
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        *headers,
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status_line, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(status_line.split()[1]), headers, body
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    return await asyncio.wait_for(reader.read(), 5) == b""
+
+
+async def test_requests_on_one_connection_are_answered_in_order(echo: tuple[Echo, int]) -> None:
+    served, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/echo", b'{"n":1}'))
+    assert await answer(reader) == (200, answer_headers(7), b'{"n":1}')
+    # Two at once, the second cut in the middle of its head.
+    both = post("/echo", b'{"n":2}') + post("/echo", b'{"n":3}')
+    writer.write(both[:40])
+    await writer.drain()
+    writer.write(both[40:])
+    assert (await answer(reader))[2] == b'{"n":2}'
+    assert (await answer(reader))[2] == b'{"n":3}'
+    assert served.served == 3
+    writer.close()
+
+
+def answer_headers(length: int) -> dict[str, str]:
+    return {"content-type": "application/json", "content-length": str(length)}
+
+
+async def test_a_client_that_says_close_is_answered_then_closed(echo: tuple[Echo, int]) -> None:
+    _, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/echo", b"{}", "Connection: close"))
+    status, headers, _ = await answer(reader)
+    assert (status, headers["connection"]) == (200, "close")
+    assert await closed(reader)
+    writer.close()
+
+
+async def test_a_client_that_expects_continue_is_told_to(echo: tuple[Echo, int]) -> None:
+    _, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = post("/echo", b'{"a":1}', "Expect: 100-continue")
+    head, _, body = request.partition(b"\r\n\r\n")
+    writer.write(head + b"\r\n\r\n")
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == web.CONTINUE
+    writer.write(body)
+    assert (await answer(reader))[2] == b'{"a":1}'
+    writer.close()
+
+
+async def test_a_request_that_cannot_be_read_is_answered_with_the_problem_then_closed(
+    echo: tuple[Echo, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    served, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    with caplog.at_level(logging.WARNING, logger="berth.server"):
+        writer.write(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n")
+        status, headers, body = await answer(reader)
+        assert await closed(reader)
+    assert (status, headers["connection"]) == (411, "close")
+    assert b"Content-Length" in body
+    assert served.served == 0
+    [record] = caplog.records
+    assert record.getMessage().startswith("refused a request that cannot be parsed: send the")
+    assert record.exc_info is None
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("request_", "status"),
+    [
+        (b"GET /echo HTTP/1.1\r\n\r\n", 405),
+        (b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
+        (post("/echo", b"{}", "Content-Encoding: br"), 415),
+        (post("/echo", b"{}").replace(b"application/json", b"text/plain"), 415),
+    ],
+)
+async def test_a_request_not_served_is_answered_and_the_connection_kept(
+    echo: tuple[Echo, int], request_: bytes, status: int
+) -> None:
+    served, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_)
+    assert (await answer(reader))[0] == status
+    writer.write(post("/echo", b"{}"))
+    assert (await answer(reader))[0] == 200
+    assert served.served == 1
+    writer.close()
+
+
+async def test_a_handler_that_fails_is_a_500_logged_with_its_traceback(
+    echo: tuple[Echo, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    with caplog.at_level(logging.ERROR, logger="berth.server"):
+        writer.write(b"GET /fail HTTP/1.1\r\n\r\n")
+        assert (await answer(reader))[0] == 500
+    [record] = caplog.records
+    assert record.exc_info is not None
+    assert "GET /fail" in record.getMessage()
+    writer.close()
+
+
+async def test_an_answer_delivered_early_is_sent_once(echo: tuple[Echo, int]) -> None:
+    served, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/deliver", b"{}") + post("/echo", b"{}"))
+    assert (await answer(reader))[2] == b"sent early"
+    assert (await answer(reader))[2] == b"{}"
+    assert served.delivered == ["sent"]
+    writer.close()
+
+
+async def test_an_answer_to_a_client_gone_cannot_be_delivered() -> None:
+    served = Echo()
+    served.release.clear()
+    async with listening(served.app(), host="127.0.0.1", port=0) as site:
+        _, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(post("/deliver", b"{}"))
+        await writer.drain()
+        await until(lambda: any(c.serving for c in site.connections))
+        writer.close()
+        await writer.wait_closed()
+        await until(lambda: not site.connections)  # the server saw the connection end
+        served.release.set()
+        await until(lambda: bool(served.delivered))
+    assert served.delivered == ["failed: the client closed the connection"]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Look at the server's state (in this process) until `condition` holds, for 5 s."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("not within 5 s")
+
+
+async def test_a_stopping_server_answers_the_request_in_flight() -> None:
+    served = Echo()
+    served.release.clear()
+    async with listening(served.app(), host="127.0.0.1", port=0) as site:
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(post("/slow", b'{"late":1}'))
+        await writer.drain()
+        await until(lambda: any(c.serving for c in site.connections))
+        asyncio.get_running_loop().call_later(0.1, served.release.set)
+    # Left the block: the server stopped, after answering.
+    assert (await answer(reader))[2] == b'{"late":1}'
+    assert await closed(reader)
+    writer.close()
