@@ -20,11 +20,18 @@ review three times the CPU of the handler's own work: bench/PROFILE.md.)
   requests. When one passes, the socket is aborted.
 - Requests are read (`berth.web.parse_head`) and answered one at a time. A request that
   cannot be read is answered with the problem (400, 411, 413, 431), logged as one
-  warning line, and the connection closed. The guard before the app: with a client CA, a
-  verified client certificate on everything but the probes (401); a route (404, 405);
-  `application/json` on POST (415); the body decoded (gzip or deflate, `web.decoded`).
-- On shutdown the requests in flight are answered (for up to `SHUTDOWN_GRACE`), then
-  every connection is dropped.
+  warning line, and the connection closed. The guard looks at a request's head before
+  its body is read: with a client CA, a verified client certificate on everything but
+  the probes (401); a route (404, 405); `application/json` on POST (415); no `Expect`
+  but 100-continue (417). A request it refuses whose body is not all there yet closes
+  the connection. The body is then decoded (gzip or deflate, `web.decoded`).
+- A client that does not read its answers is not read from (and past the body deadline
+  dropped), so nothing piles up. One that is done sending (even a half-close) is taken as
+  gone, as kube-apiserver closes a review it gave up on. What a client sends after a
+  refusal that closes is read and dropped until it is done, so that it reads the answer
+  rather than a reset.
+- On shutdown the idle connections are closed at once, the requests in flight answered
+  (for up to `SHUTDOWN_GRACE`, saying `Connection: close`), then every connection closed.
 
 The serving certificate is renewed in place: cert-manager writes a new one into the
 Secret and the kubelet swaps the mounted files (a new directory behind the `..data`
@@ -348,12 +355,17 @@ class _Connection(asyncio.Protocol):
         """Where requests are read and answers written, once TLS is up."""
         self.certified = False
         self.buffer = bytearray()
+        self.scanned = 0
+        """How much of the buffer is known to hold no end of a head."""
         self.head: web.Head | None = None
-        """The request whose body is being read."""
+        self.handler: web.Handler | None = None
+        """The request whose body is being read, and the handler the guard found for it."""
         self.serving: asyncio.Task[None] | None = None
         self.closing = False
         """Answered for the last time: what the client still sends is dropped."""
         self.paused = False
+        self.writable = asyncio.Event()
+        self.writable.set()
         self.deadline: float | None = None
         """When the connection is aborted (the loop's clock), unless something comes:
         `_Site.sweep` looks."""
@@ -383,19 +395,29 @@ class _Connection(asyncio.Protocol):
         if not self.buffer and self.head is None and self.serving is None:
             self.arm(self.site.limits.header_timeout)  # the first bytes of a request
         self.buffer += data
-        if self.serving is not None and len(self.buffer) > web.MAX_HEAD + web.MAX_BODY:
+        if self.serving is not None and len(self.buffer) > web.MAX_HEAD:
             self.pause()  # a client that sends on while it is being answered
         self.advance()
 
     def eof_received(self) -> None:
-        # Returning None closes the transport: a client that is done sending is done.
+        # Returning None closes the transport. A client that is done sending is taken as
+        # gone, even one that only half-closed: kube-apiserver closes the connection of
+        # a review it gave up on, and the webhook must then learn that its answer cannot
+        # be delivered (`Request.deliver` raises; a claim is released).
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
             log.debug("connection lost: %s", exc)
         self.transport = None
+        self.writable.set()  # nothing is waiting to be sent any more
         self.forget()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
 
     # -- TLS
 
@@ -430,50 +452,84 @@ class _Connection(asyncio.Protocol):
         while self.serving is None and not self.closing and self.transport is not None:
             if self.site.stopping:
                 return
-            if self.head is None and not self.read_head():
-                return
-            assert self.head is not None
+            if self.head is None:
+                if not self.read_head():
+                    return
+                if self.head is None:
+                    continue  # refused and answered: the next one
             length = self.head.length
             if len(self.buffer) < length:
                 return
-            head, body = self.head, bytes(self.buffer[:length])
+            head, handler, body = self.head, self.handler, bytes(self.buffer[:length])
+            assert handler is not None
             del self.buffer[:length]
-            self.head = None
+            self.head = self.handler = None
             self.disarm()
-            self.serving = self.loop.create_task(self.serve(head, body))
+            self.serving = self.loop.create_task(self.serve(head, handler, body))
 
     def read_head(self) -> bool:
-        """Take a request's head off the buffer, if it is there whole."""
-        end = self.buffer.find(web.HEAD_END)
+        """Take a request's head off the buffer if it is there whole, and look at it
+        before its body is read. False: more is needed, or the connection closes."""
+        end = self.buffer.find(web.HEAD_END, max(0, self.scanned - len(web.HEAD_END) + 1))
         if end < 0:
-            if len(self.buffer) > web.MAX_HEAD:
+            self.scanned = len(self.buffer)
+            if self.scanned > web.MAX_HEAD:
                 self.refuse(web.Refused(431, f"the request's head is over {web.MAX_HEAD} bytes"))
             return False
-        raw = bytes(self.buffer[:end])
+        self.scanned = 0
+        raw = bytes(self.buffer[:end]).lstrip(b"\r\n")  # RFC 9112: empty lines before
         del self.buffer[: end + len(web.HEAD_END)]
         try:
             head = web.parse_head(raw)
         except web.Refused as refused:
+            log.warning("refused a request that cannot be parsed: %s", refused.message)
             self.refuse(refused)
             return False
+        try:
+            self.handler = self.guard(head)
+        except web.Refused as refused:
+            return self.turn_away(head, refused)
         self.head = head
         if len(self.buffer) < head.length:
             self.arm(self.site.limits.body_timeout)
-            if head.expects_continue:
+            if head.expects_continue and head.version == "HTTP/1.1":
                 self.write(web.CONTINUE)
         return True
 
+    def guard(self, head: web.Head) -> web.Handler:
+        """The handler of a request, or Refused: looked at before its body is read."""
+        if self.site.client_auth and head.path not in OPEN_PATHS and not self.certified:
+            raise web.Refused(401, "a client certificate is required", close=False)
+        handler = self.site.app.handler(head)
+        if head.method == "POST" and _content_type(head) != "application/json":
+            raise web.Refused(415, "the body must be application/json", close=False)
+        expect = head.headers.get("expect")
+        if expect is not None and expect.lower() != "100-continue":
+            raise web.Refused(417, f"Expect {expect[:40]!r} is not met", close=False)
+        return handler
+
+    def turn_away(self, head: web.Head, refused: web.Refused) -> bool:
+        """Answer a request the guard refused. Its body is not read: the connection goes
+        on if the body is already here whole, else it closes."""
+        if len(self.buffer) >= head.length and head.keep_alive:
+            del self.buffer[: head.length]
+            self.write(web.encode(refused.response(), close=False, body=head.method != "HEAD"))
+            return True
+        self.refuse(refused)
+        return False
+
     def refuse(self, refused: web.Refused) -> None:
-        """Answer a request that cannot be read, and close."""
-        log.warning("refused a request that cannot be parsed: %s", refused.message)
+        """Answer a request that is not read, and close."""
         self.write(web.encode(refused.response(), close=True))
-        self.close()
+        self.close(linger=True)
 
     # -- serving
 
-    async def serve(self, head: web.Head, body: bytes) -> None:
-        close = not head.keep_alive
+    async def serve(self, head: web.Head, handler: web.Handler, body: bytes) -> None:
         sent = False
+
+        def closes() -> bool:
+            return not head.keep_alive or self.site.stopping
 
         async def deliver(response: web.Response) -> None:
             nonlocal sent
@@ -481,17 +537,18 @@ class _Connection(asyncio.Protocol):
                 sent = True
                 if self.transport is None or self.transport.is_closing():
                     raise ConnectionResetError("the client closed the connection")
-                self.write(web.encode(response, close=close))
+                self.write(web.encode(response, close=closes(), body=head.method != "HEAD"))
 
         try:
-            response = await self.respond(head, body, deliver)
+            response = await self.respond(head, handler, body, deliver)
         except Exception:
             log.exception("error handling %s %s", head.method, head.path)
             response = web.text("internal error", status=500)
-        if not sent and self.transport is not None and not self.transport.is_closing():
-            self.write(web.encode(response, close=close))
+        if not sent:
+            self.write(web.encode(response, close=closes(), body=head.method != "HEAD"))
+        await self.drained()
         self.serving = None
-        if close:
+        if closes():
             self.close()
             return
         self.resume()
@@ -501,37 +558,48 @@ class _Connection(asyncio.Protocol):
     async def respond(
         self,
         head: web.Head,
+        handler: web.Handler,
         body: bytes,
         deliver: Callable[[web.Response], Awaitable[None]],
     ) -> web.Response:
-        """The guard, then the route's handler."""
         try:
-            if self.site.client_auth and head.path not in OPEN_PATHS and not self.certified:
-                return web.text("a client certificate is required", status=401)
-            handler = self.site.app.handler(head)
-            if head.method == "POST" and _content_type(head) != "application/json":
-                return web.text("the body must be application/json", status=415)
             body = web.decoded(body, head.headers.get("content-encoding"))
         except web.Refused as refused:
             return refused.response()
         return await handler(web.Request(head, body, self.certified, deliver))
 
+    async def drained(self) -> None:
+        """Wait while the client does not read what it was sent (nothing more is read
+        from it meanwhile); past the body deadline it is dropped."""
+        if not self.writable.is_set():
+            self.pause()
+            self.arm(self.site.limits.body_timeout)
+            await self.writable.wait()
+
     # -- writing, closing, deadlines
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None:
+        if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
-    def close(self) -> None:
+    def close(self, *, linger: bool = False) -> None:
         """Close once what was written is sent; a client that does not read it within
-        the body deadline is dropped."""
+        the body deadline is dropped. `linger`: the client may still be sending (a body
+        not read), so what it sends is read and dropped until it is done, and it reads
+        the answer rather than a reset."""
+        if self.closing:
+            return
         self.closing = True
         self.buffer.clear()
         self.arm(self.site.limits.body_timeout)
-        if self.transport is not None:
-            self.transport.close()
-        else:
+        if self.transport is None:
             self.abort()  # still in its TLS handshake
+        elif linger:
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.resume()  # closed at the client's end of input (`eof_received`)
+        else:
+            self.transport.close()
 
     def pause(self) -> None:
         if not self.paused and self.transport is not None:
@@ -613,14 +681,19 @@ class _Site:
             await asyncio.sleep(SWEEP_INTERVAL)
             now = loop.time()
             for connection in [c for c in self.connections if (c.deadline or now) < now]:
-                connection.abort()
+                try:
+                    connection.abort()
+                except Exception:  # one connection's failure must not end the sweeps
+                    log.exception("could not abort a connection past its deadline")
 
     async def stop(self) -> None:
-        """Answer the requests in flight (for up to `SHUTDOWN_GRACE`), start no other,
-        then close every connection."""
+        """Close the idle connections, answer the requests in flight (for up to
+        `SHUTDOWN_GRACE`, with `Connection: close`), start no other, then close the rest."""
         self.stopping = True
         for task in self.handshakes:
             task.cancel()
+        for connection in [c for c in self.connections if c.serving is None]:
+            connection.close()
         serving = {c.serving for c in self.connections if c.serving is not None}
         if serving:
             await asyncio.wait(serving, timeout=SHUTDOWN_GRACE)
@@ -650,10 +723,12 @@ async def listening(
     try:
         yield site
     finally:
-        for task in tasks:
-            task.cancel()
         server.close()
-        await site.stop()
+        try:
+            await site.stop()
+        finally:
+            for task in tasks:
+                task.cancel()
 
 
 async def serve(

@@ -78,12 +78,19 @@ class Refused(Exception):
     """A request that is answered `status` with `message` and not served; the connection
     is closed after the answer when `close`."""
 
-    def __init__(self, status: int, message: str, *, close: bool = True) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        close: bool = True,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.close = status, message, close
+        self.status, self.message, self.close, self.headers = status, message, close, headers
 
     def response(self) -> Response:
-        return text(self.message, status=self.status)
+        return Response(status=self.status, body=self.message.encode(), headers=self.headers)
 
 
 @dataclass(frozen=True)
@@ -96,11 +103,8 @@ class Head:
     version: str
     headers: Mapping[str, str]
     """By lower-case name; a header given more than once, its values joined by ", "."""
-
-    @property
-    def length(self) -> int:
-        """The body's length in bytes (`parse_head` checked Content-Length)."""
-        return int(self.headers.get("content-length", "0"))
+    length: int = 0
+    """The body's length in bytes."""
 
     @property
     def keep_alive(self) -> bool:
@@ -128,15 +132,19 @@ def parse_head(raw: bytes) -> Head:
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
     if "transfer-encoding" in headers:
         raise Refused(411, "send the body with a Content-Length: Transfer-Encoding is not read")
-    length = headers.get("content-length")
-    if length is not None:
-        values = {v.strip() for v in length.split(",")}
-        if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
-            raise Refused(400, f"Content-Length {length[:40]!r} is not a number of bytes")
-        if int(value) > MAX_BODY:
-            raise Refused(413, f"the body is over {MAX_BODY} bytes")
-        headers["content-length"] = value
-    return Head(method, path, query, version, headers)
+    return Head(method, path, query, version, headers, _length(headers.get("content-length")))
+
+
+def _length(given: str | None) -> int:
+    """The body's length a Content-Length gives (its value repeated counts once)."""
+    if given is None:
+        return 0
+    values = {v.strip() for v in given.split(",")}
+    if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
+        raise Refused(400, f"Content-Length {given[:40]!r} is not a number of bytes")
+    if len(value) > len(str(MAX_BODY)) or int(value) > MAX_BODY:
+        raise Refused(413, f"the body is over {MAX_BODY} bytes")
+    return int(value)
 
 
 def _request_line(line: bytes) -> tuple[str, str, str, str]:
@@ -214,10 +222,15 @@ class App:
         methods = self.routes.get(head.path)
         if methods is None:
             raise Refused(404, f"{head.path[:100]} is not served", close=False)
-        found = methods.get(head.method)
+        found = methods.get("GET" if head.method == "HEAD" else head.method)
         if found is None:
-            allowed = ", ".join(sorted(methods))
-            raise Refused(405, f"{head.method} is not served on this path: {allowed}", close=False)
+            allowed = ", ".join(sorted({*methods, *(["HEAD"] if "GET" in methods else [])}))
+            raise Refused(
+                405,
+                f"{head.method} is not served on this path: {allowed}",
+                close=False,
+                headers=(("Allow", allowed),),
+            )
         return found
 
 
@@ -249,8 +262,9 @@ def decoded(raw: bytes, encoding: str | None) -> bytes:
     return body
 
 
-def encode(response: Response, *, close: bool) -> bytes:
-    """The bytes of an answer: status line, headers, body."""
+def encode(response: Response, *, close: bool, body: bool = True) -> bytes:
+    """The bytes of an answer: status line, headers, body (not to a HEAD request:
+    `body` False)."""
     try:
         reason = HTTPStatus(response.status).phrase
     except ValueError:
@@ -263,7 +277,8 @@ def encode(response: Response, *, close: bool) -> bytes:
     ]
     if close:
         lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head + response.body if body else head
 
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from berth import web
-from berth.server import Limits, listening
+from berth.server import Limits, _Site, listening
 
-Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+BIG = 32 * 1024 * 1024
+"""An answer larger than any socket's buffers."""
 
 
 class Echo:
@@ -30,7 +31,11 @@ class Echo:
         app.post("/slow", self.slow)
         app.post("/deliver", self.deliver)
         app.get("/fail", self.fail)
+        app.get("/big", self.big)
         return app
+
+    async def big(self, _: web.Request) -> web.Response:
+        return web.Response(body=b"x" * BIG)
 
     async def echo(self, request: web.Request) -> web.Response:
         self.served += 1
@@ -60,6 +65,13 @@ async def echo() -> AsyncIterator[tuple[Echo, int]]:
     served = Echo()
     async with listening(served.app(), host="127.0.0.1", port=0, limits=Limits()) as site:
         yield served, site.port
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[tuple[Echo, _Site]]:
+    served = Echo()
+    async with listening(served.app(), host="127.0.0.1", port=0) as listened:
+        yield served, listened
 
 
 def post(path: str, body: bytes, *headers: str) -> bytes:
@@ -224,7 +236,62 @@ async def test_a_stopping_server_answers_the_request_in_flight() -> None:
         await writer.drain()
         await until(lambda: any(c.serving for c in site.connections))
         asyncio.get_running_loop().call_later(0.1, served.release.set)
-    # Left the block: the server stopped, after answering.
-    assert (await answer(reader))[2] == b'{"late":1}'
+    # Left the block: the server stopped, after answering (and saying it closes).
+    status, headers, body = await answer(reader)
+    assert (status, headers["connection"], body) == (200, "close", b'{"late":1}')
+    assert await closed(reader)
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("request_", "status"),
+    [
+        (post("/echo", b"{" * 100_000).replace(b"application/json", b"text/plain"), 415),
+        (post("/nowhere", b"{" * 100_000), 404),
+        (post("/echo", b"{" * 100_000, "Expect: something"), 417),
+    ],
+)
+async def test_a_request_refused_by_its_head_is_answered_before_its_body_is_read(
+    site: tuple[Echo, _Site], request_: bytes, status: int
+) -> None:
+    served, listened = site
+    reader, writer = await asyncio.open_connection("127.0.0.1", listened.port)
+    head, _, body = request_.partition(b"\r\n\r\n")
+    writer.write(head + b"\r\n\r\n" + body[:10])  # the rest of the body never comes
+    got, headers, _ = await answer(reader)
+    assert (got, headers["connection"]) == (status, "close")
+    assert await closed(reader)  # the server wrote its end, and drops what comes
+    assert served.served == 0
+    writer.close()
+
+
+async def test_head_is_answered_without_a_body(echo: tuple[Echo, int]) -> None:
+    _, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"HEAD /big HTTP/1.1\r\n\r\n" + post("/echo", b"{}"))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert f"Content-Length: {BIG}".encode() in head
+    assert (await answer(reader))[2] == b"{}"  # the next answer follows at once
+    writer.close()
+
+
+async def test_a_client_that_does_not_read_is_not_read_from(site: tuple[Echo, _Site]) -> None:
+    served, listened = site
+    reader, writer = await asyncio.open_connection("127.0.0.1", listened.port)
+    writer.write(b"GET /big HTTP/1.1\r\n\r\n" + post("/echo", b"{}"))
+    await until(lambda: any(not c.writable.is_set() for c in listened.connections))
+    assert served.served == 0  # the request after the unread answer waits
+    assert (await answer(reader))[2] == b"x" * BIG
+    assert (await answer(reader))[2] == b"{}"
+    assert served.served == 1
+    writer.close()
+
+
+async def test_a_stopping_server_closes_idle_connections() -> None:
+    served = Echo()
+    async with listening(served.app(), host="127.0.0.1", port=0) as listened:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listened.port)
+        writer.write(post("/echo", b"{}"))
+        assert (await answer(reader))[0] == 200
     assert await closed(reader)
     writer.close()

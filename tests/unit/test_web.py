@@ -65,6 +65,9 @@ def test_a_request_head_is_read() -> None:
             id="too large",
         ),
         pytest.param(
+            b"POST / HTTP/1.1\r\nContent-Length: " + b"9" * 5000, 413, "over", id="5,000 digits"
+        ),
+        pytest.param(
             b"GET / HTTP/1.1" + b"\r\nX: y" * (web.MAX_HEADERS + 1), 431, "headers", id="many"
         ),
         pytest.param(b"GET / HTTP/1.1\r\nX: " + b"y" * web.MAX_HEAD, 431, "bytes", id="long head"),
@@ -129,9 +132,19 @@ async def test_a_route_is_found_by_path_then_method() -> None:
 
     app = web.App()
     app.post("/mutate-pod", ok)
+    app.get("/healthz", ok)
     assert app.handler(web.parse_head(b"POST /mutate-pod HTTP/1.1")) is ok
+    assert app.handler(web.parse_head(b"HEAD /healthz HTTP/1.1")) is ok
     for raw, status in ((b"GET /mutate-pod HTTP/1.1", 405), (b"POST /other HTTP/1.1", 404)):
         with pytest.raises(web.Refused) as refused:
             app.handler(web.parse_head(raw))
         assert refused.value.status == status
         assert not refused.value.close
+    with pytest.raises(web.Refused) as refused:
+        app.handler(web.parse_head(b"POST /healthz HTTP/1.1"))
+    assert refused.value.response().headers == (("Allow", "GET, HEAD"),)
+
+
+def test_an_answer_to_head_has_no_body() -> None:
+    answer = web.encode(web.text("ok"), close=False, body=False)
+    assert answer.endswith(b"Content-Length: 2\r\n\r\n")
