@@ -7,7 +7,10 @@ same for both (and for the controller's health port).
 
 Every accepted socket is a `_Connection`, an asyncio protocol that does all of it, from
 accept to close, with nothing between the socket and the app but asyncio's TLS: a
-review is one read, one handler call and one write. (An HTTP library's server cost a
+review is one read, one handler call and one write. A handler that answers at once (the
+extender's verbs, a review with nothing to claim, the probes) is called from the
+protocol's callback as the request's last bytes come, with no task and no turn of the
+loop; one that must wait (an API call) runs in a task. (An HTTP library's server cost a
 review three times the CPU of the handler's own work: bench/PROFILE.md.)
 
 - It counts itself among the open connections from accept to close. A socket past
@@ -301,10 +304,10 @@ def limits_from(args: argparse.Namespace) -> Limits:
 def add_health(app: web.App, ready: Readiness) -> None:
     """`/healthz` answers while the process serves; `/readyz` once `ready()` says so."""
 
-    async def healthz(_: web.Request) -> web.Response:
+    def healthz(_: web.Request) -> web.Response:
         return web.text("ok")
 
-    async def readyz(_: web.Request) -> web.Response:
+    def readyz(_: web.Request) -> web.Response:
         if ready():
             return web.text("ok")
         return web.text("not ready: caches not synced or no leader known", status=503)
@@ -317,7 +320,7 @@ def add_metrics(app: web.App) -> None:
     """`/metrics`: the process's metrics (`berth.metrics`) in the Prometheus text format,
     or OpenMetrics when the scraper asks for it."""
 
-    async def scrape(request: web.Request) -> web.Response:
+    def scrape(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return web.Response(body=encoder(REGISTRY), content_type=content_type)
 
@@ -465,7 +468,7 @@ class _Connection(asyncio.Protocol):
             del self.buffer[:length]
             self.head = self.handler = None
             self.disarm()
-            self.serving = self.loop.create_task(self.serve(head, handler, body))
+            self.start(head, handler, body)
 
     def read_head(self) -> bool:
         """Take a request's head off the buffer if it is there whole, and look at it
@@ -525,56 +528,53 @@ class _Connection(asyncio.Protocol):
 
     # -- serving
 
-    async def serve(self, head: web.Head, handler: web.Handler, body: bytes) -> None:
-        sent = False
-
-        def closes() -> bool:
-            return not head.keep_alive or self.site.stopping
-
-        async def deliver(response: web.Response) -> None:
-            nonlocal sent
-            if not sent:
-                sent = True
-                if self.transport is None or self.transport.is_closing():
-                    raise ConnectionResetError("the client closed the connection")
-                self.write(web.encode(response, close=closes(), body=head.method != "HEAD"))
-
+    def start(self, head: web.Head, handler: web.Handler, body: bytes) -> None:
+        """Serve a request read whole. A handler that answers at once (no `await`) is
+        answered here, with no task and no turn of the loop; one that must wait (an API
+        call) is awaited by a task (`serving`)."""
+        exchange = _Exchange(self, head)
+        result: web.Response | Awaitable[web.Response]
         try:
-            response = await self.respond(head, handler, body, deliver)
-        except Exception:
-            log.exception("error handling %s %s", head.method, head.path)
-            response = web.text("internal error", status=500)
-        if not sent:
-            self.write(web.encode(response, close=closes(), body=head.method != "HEAD"))
-        await self.drained()
-        self.serving = None
-        if closes():
-            self.close()
-            return
-        self.resume()
-        self.arm(self.site.limits.header_timeout if self.buffer else self.site.limits.idle_timeout)
-        self.advance()
-
-    async def respond(
-        self,
-        head: web.Head,
-        handler: web.Handler,
-        body: bytes,
-        deliver: Callable[[web.Response], Awaitable[None]],
-    ) -> web.Response:
-        try:
-            body = web.decoded(body, head.headers.get("content-encoding"))
+            decoded = web.decoded(body, head.headers.get("content-encoding"))
+            result = handler(web.Request(head, decoded, self.certified, exchange.deliver))
         except web.Refused as refused:
-            return refused.response()
-        return await handler(web.Request(head, body, self.certified, deliver))
-
-    async def drained(self) -> None:
-        """Wait while the client does not read what it was sent (nothing more is read
-        from it meanwhile); past the body deadline it is dropped."""
+            result = refused.response()
+        except Exception:
+            result = _failed(head)
+        if not isinstance(result, web.Response):
+            self.serving = self.loop.create_task(self.finish(exchange, result))
+            return
+        exchange.answer(result)
         if not self.writable.is_set():
+            self.serving = self.loop.create_task(self.finish(exchange, None))
+            return
+        self.settle(head)
+
+    async def finish(self, exchange: _Exchange, pending: Awaitable[web.Response] | None) -> None:
+        """Await a handler's answer (if `pending`) and its sending, then go on."""
+        if pending is not None:
+            try:
+                exchange.answer(await pending)
+            except Exception:
+                exchange.answer(_failed(exchange.head))
+        if not self.writable.is_set():
+            # A client that does not read what it was sent is not read from meanwhile;
+            # past the body deadline it is dropped.
             self.pause()
             self.arm(self.site.limits.body_timeout)
             await self.writable.wait()
+        self.serving = None
+        if self.settle(exchange.head):
+            self.advance()
+
+    def settle(self, head: web.Head) -> bool:
+        """After an answer: close, or wait for the next request (True)."""
+        if not head.keep_alive or self.site.stopping:
+            self.close()
+            return False
+        self.resume()
+        self.arm(self.site.limits.header_timeout if self.buffer else self.site.limits.idle_timeout)
+        return True
 
     # -- writing, closing, deadlines
 
@@ -626,6 +626,35 @@ class _Connection(asyncio.Protocol):
     def forget(self) -> None:
         self.disarm()
         self.site.connections.discard(self)
+
+
+class _Exchange:
+    """One request's answer: sent once, by `Request.deliver` or when the handler returns."""
+
+    def __init__(self, connection: _Connection, head: web.Head) -> None:
+        self.connection, self.head = connection, head
+        self.sent = False
+
+    async def deliver(self, response: web.Response) -> None:
+        transport = self.connection.transport
+        if not self.sent and (transport is None or transport.is_closing()):
+            self.sent = True
+            raise ConnectionResetError("the client closed the connection")
+        self.answer(response)
+
+    def answer(self, response: web.Response) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        head = self.head
+        close = not head.keep_alive or self.connection.site.stopping
+        self.connection.write(web.encode(response, close=close, body=head.method != "HEAD"))
+
+
+def _failed(head: web.Head) -> web.Response:
+    """The answer when a handler raised: logged with its traceback (a bug)."""
+    log.exception("error handling %s %s", head.method, head.path)
+    return web.text("internal error", status=500)
 
 
 SHUTDOWN_GRACE = 10.0

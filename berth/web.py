@@ -202,7 +202,9 @@ class Request:
         return self.head.headers
 
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request], Response | Awaitable[Response]]
+"""A route's handler: a plain function when it answers at once, else a coroutine
+function (or a function returning an awaitable) when it must wait for something."""
 
 
 class App:

@@ -33,7 +33,7 @@ keeps the place (`controller.reservations`, the scheduler counts nominated pods)
 
 def make_app(ledger: Ledger, *, placement: Placement, ready: Readiness) -> web.App:
     def verb(name: str) -> web.Handler:
-        async def handle(request: web.Request) -> web.Response:
+        def handle(request: web.Request) -> web.Response:
             synced = ready()
             with metrics.EXTENDER_REQUEST_DURATION.labels(verb=name).time():
                 status, result = answer(

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -100,26 +101,34 @@ class Webhook:
     def ready(self) -> bool:
         return self.reservations.synced.is_set()
 
-    async def mutate(self, request: web.Request) -> web.Response:
-        with metrics.WEBHOOK_REQUEST_DURATION.time():
-            result, response = await self.answer(request)
-        metrics.WEBHOOK_REQUESTS.labels(result=result).inc()
-        return response
-
-    async def answer(self, request: web.Request) -> tuple[metrics.WebhookResult, web.Response]:
-        """The response to one admission review, and what became of the pod."""
+    def mutate(self, request: web.Request) -> web.Response | Awaitable[web.Response]:
+        """The answer to one admission review: at once when there is nothing to claim
+        (almost every pod), else once the claim is decided (API calls)."""
+        started = time.perf_counter()
         try:
             admission = review.parse(request.body)
         except review.MalformedReview as error:
             log.warning("refused an admission review: %s", error)
-            return "malformed", web.text(str(error), status=400)
+            return _counted(started, "malformed", web.text(str(error), status=400))
         pod = pod_of(admission)
         if not self.reservations.by_index(LIVE, pod["metadata"].get("namespace") or ""):
-            # Nothing to claim, and no API call to make: the answer of almost every review,
-            # given without a deadline to arm.
+            # Nothing to claim, and no API call to make.
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("pod %s: no live reservation in its namespace", describe(pod))
-            return "skipped", _allowed(admission["uid"], [])
+            return _counted(started, "skipped", _allowed(admission["uid"], []))
+        return self.mutate_later(started, request, admission)
+
+    async def mutate_later(
+        self, started: float, request: web.Request, admission: dict[str, Any]
+    ) -> web.Response:
+        result, response = await self.answer(request, admission)
+        return _counted(started, result, response)
+
+    async def answer(
+        self, request: web.Request, admission: dict[str, Any]
+    ) -> tuple[metrics.WebhookResult, web.Response]:
+        """The response to one admission review, and what became of the pod."""
+        pod = pod_of(admission)
         attempt = Attempt()
         try:
             async with asyncio.timeout(self.deadline):
@@ -356,6 +365,13 @@ def describe(pod: Object) -> str:
     metadata = pod["metadata"]
     name = metadata.get("name") or f"{metadata.get('generateName', '')}…"
     return f"{metadata.get('namespace')}/{name}"
+
+
+def _counted(started: float, result: metrics.WebhookResult, response: web.Response) -> web.Response:
+    """`response`, counted and timed (`berth_webhook_requests_total`, its histogram)."""
+    metrics.WEBHOOK_REQUEST_DURATION.observe(time.perf_counter() - started)
+    metrics.WEBHOOK_REQUESTS.labels(result=result).inc()
+    return response
 
 
 def _allowed(uid: str, patch: Patch) -> web.Response:

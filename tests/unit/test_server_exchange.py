@@ -24,6 +24,7 @@ class Echo:
         self.release = asyncio.Event()
         self.release.set()
         self.delivered: list[str] = []
+        self.tasks: list[asyncio.Task[object] | None] = []
 
     def app(self) -> web.App:
         app = web.App()
@@ -32,7 +33,12 @@ class Echo:
         app.post("/deliver", self.deliver)
         app.get("/fail", self.fail)
         app.get("/big", self.big)
+        app.post("/quick", self.quick)
         return app
+
+    def quick(self, request: web.Request) -> web.Response:
+        self.tasks.append(asyncio.current_task())
+        return web.Response(body=request.body, content_type="application/json")
 
     async def big(self, _: web.Request) -> web.Response:
         return web.Response(body=b"x" * BIG)
@@ -294,4 +300,16 @@ async def test_a_stopping_server_closes_idle_connections() -> None:
         writer.write(post("/echo", b"{}"))
         assert (await answer(reader))[0] == 200
     assert await closed(reader)
+    writer.close()
+
+
+async def test_a_handler_that_answers_at_once_is_answered_without_a_task(
+    echo: tuple[Echo, int],
+) -> None:
+    served, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/quick", b"{}") + post("/quick", b"[]"))
+    assert (await answer(reader))[2] == b"{}"
+    assert (await answer(reader))[2] == b"[]"
+    assert served.tasks == [None, None]  # called from the protocol, as the bytes came
     writer.close()
