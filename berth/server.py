@@ -513,8 +513,8 @@ class _Connection(asyncio.Protocol):
 
     def turn_away(self, head: web.Head, refused: web.Refused) -> bool:
         """Answer a request the guard refused. Its body is not read: the connection goes
-        on if the body is already here whole, else it closes."""
-        if len(self.buffer) >= head.length and head.keep_alive:
+        on if the body is already here whole (and the refusal allows), else it closes."""
+        if not refused.close and len(self.buffer) >= head.length and not self.closes(head):
             del self.buffer[: head.length]
             self.write(web.encode(refused.response(), close=False, body=head.method != "HEAD"))
             return True
@@ -536,7 +536,7 @@ class _Connection(asyncio.Protocol):
         result: web.Response | Awaitable[web.Response]
         try:
             decoded = web.decoded(body, head.headers.get("content-encoding"))
-            result = handler(web.Request(head, decoded, self.certified, exchange.deliver))
+            result = handler(web.Request(head, decoded, exchange.deliver))
         except web.Refused as refused:
             result = refused.response()
         except Exception:
@@ -567,9 +567,13 @@ class _Connection(asyncio.Protocol):
         if self.settle(exchange.head):
             self.advance()
 
+    def closes(self, head: web.Head) -> bool:
+        """Whether the connection ends with the answer to `head`."""
+        return not head.keep_alive or self.site.stopping
+
     def settle(self, head: web.Head) -> bool:
         """After an answer: close, or wait for the next request (True)."""
-        if not head.keep_alive or self.site.stopping:
+        if self.closes(head):
             self.close()
             return False
         self.resume()
@@ -647,8 +651,9 @@ class _Exchange:
             return
         self.sent = True
         head = self.head
-        close = not head.keep_alive or self.connection.site.stopping
-        self.connection.write(web.encode(response, close=close, body=head.method != "HEAD"))
+        self.connection.write(
+            web.encode(response, close=self.connection.closes(head), body=head.method != "HEAD")
+        )
 
 
 def _failed(head: web.Head) -> web.Response:

@@ -183,19 +183,9 @@ class Request:
 
     head: Head
     body: bytes
-    peer_certified: bool
-    """Whether the client presented a certificate that verified (TLS with a client CA)."""
     deliver: Callable[[Response], Awaitable[None]] = field(repr=False)
     """Send the answer now, rather than when the handler returns; ConnectionError when
     it cannot go out (the caller is gone). For a handler that must know it went out."""
-
-    @property
-    def method(self) -> str:
-        return self.head.method
-
-    @property
-    def path(self) -> str:
-        return self.head.path
 
     @property
     def headers(self) -> Mapping[str, str]:

@@ -111,28 +111,33 @@ class Webhook:
             log.warning("refused an admission review: %s", error)
             return _counted(started, "malformed", web.text(str(error), status=400))
         pod = pod_of(admission)
-        if not self.reservations.by_index(LIVE, pod["metadata"].get("namespace") or ""):
+        reservations = self.live(pod["metadata"].get("namespace") or "")
+        if not reservations:
             # Nothing to claim, and no API call to make.
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("pod %s: no live reservation in its namespace", describe(pod))
             return _counted(started, "skipped", _allowed(admission["uid"], []))
-        return self.mutate_later(started, request, admission)
+        return self.mutate_later(started, request, admission, reservations)
 
     async def mutate_later(
-        self, started: float, request: web.Request, admission: dict[str, Any]
+        self,
+        started: float,
+        request: web.Request,
+        admission: dict[str, Any],
+        reservations: dict[str, Object],
     ) -> web.Response:
-        result, response = await self.answer(request, admission)
+        result, response = await self.answer(request, admission, reservations)
         return _counted(started, result, response)
 
     async def answer(
-        self, request: web.Request, admission: dict[str, Any]
+        self, request: web.Request, admission: dict[str, Any], reservations: dict[str, Object]
     ) -> tuple[metrics.WebhookResult, web.Response]:
         """The response to one admission review, and what became of the pod."""
         pod = pod_of(admission)
         attempt = Attempt()
         try:
             async with asyncio.timeout(self.deadline):
-                result, patch = await self.patch_for(admission, attempt)
+                result, patch = await self.patch_for(admission, reservations, attempt)
         except BaseException as error:
             # Whatever failed, a claim this review sent may stand: take it back.
             await self.release(attempt, pod)
@@ -161,11 +166,11 @@ class Webhook:
         return f"the API server failed: {error}"
 
     async def patch_for(
-        self, request: Mapping[str, Any], attempt: Attempt
+        self, request: Mapping[str, Any], reservations: dict[str, Object], attempt: Attempt
     ) -> tuple[metrics.WebhookResult, Patch]:
-        """What became of the pod (for `berth_webhook_requests_total`) and its patch."""
+        """What became of the pod (for `berth_webhook_requests_total`) and its patch, given
+        the live Reservations of its namespace (`live`)."""
         pod = pod_of(request)
-        reservations = self.live(pod["metadata"].get("namespace") or "")
         # Confirming the pod's controller costs a GET (or two): only worth it while some
         # Reservation of its namespace can be claimed at all, which is rare.
         in_flight = any(is_consumable(r) or opening(r) for r in reservations.values())
