@@ -14,7 +14,10 @@ loop; one that must wait (an API call) runs in a task. (An HTTP library's server
 review three times the CPU of the handler's own work: bench/PROFILE.md.)
 
 - It counts itself among the open connections from accept to close. A socket past
-  `max_connections` is aborted at once, before any TLS work.
+  `max_connections` is aborted at once, before any TLS work. A body still arriving counts
+  its announced length against `max_pending_bytes` for all connections; a request past it
+  is answered 503 with `Retry-After` and its connection closed, so slow clients with large
+  bodies cannot take the server's memory.
 - It runs the TLS handshake itself (`loop.start_tls`), so a connection still in (or
   stuck in, or failing) its handshake is counted and timed out like any other.
 - One deadline at a time (looked at every `SWEEP_INTERVAL`): the header deadline, from
@@ -85,6 +88,12 @@ class Limits:
     idle_timeout: float = 60.0
     """Between requests on a kept-alive connection."""
     max_connections: int = 256
+    max_pending_bytes: int = 32 * 1024 * 1024
+    """Bytes of request bodies all connections may announce at once while they arrive:
+    without it, clients that send each a large body slowly could hold the connection cap
+    times `berth.web.MAX_BODY` of the server's memory. A request past it is answered 503
+    with `Retry-After` and its connection closed. kube-apiserver's reviews take a few
+    KiB each, kube-scheduler sends one request at a time."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +253,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="connections held at once; more are closed at once "
         f"(default {defaults.max_connections})",
     )
+    parser.add_argument(
+        "--max-pending-bytes",
+        type=_positive(int),
+        default=defaults.max_pending_bytes,
+        metavar="BYTES",
+        help="bytes of request bodies all clients may be sending at once; a request past "
+        f"it is answered 503 (default {defaults.max_pending_bytes})",
+    )
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser, *, plain: str) -> None:
@@ -295,6 +312,7 @@ def limits_from(args: argparse.Namespace) -> Limits:
         body_timeout=args.body_timeout,
         idle_timeout=args.idle_timeout,
         max_connections=int(args.max_connections),
+        max_pending_bytes=int(args.max_pending_bytes),
     )
 
 
@@ -363,6 +381,8 @@ class _Connection(asyncio.Protocol):
         self.head: web.Head | None = None
         self.handler: web.Handler | None = None
         """The request whose body is being read, and the handler the guard found for it."""
+        self.pending = 0
+        """Bytes of that body counted in the site's `pending` while it arrives."""
         self.serving: asyncio.Task[None] | None = None
         self.closing = False
         """Answered for the last time: what the client still sends is dropped."""
@@ -467,6 +487,7 @@ class _Connection(asyncio.Protocol):
             assert handler is not None
             del self.buffer[:length]
             self.head = self.handler = None
+            self.settle_pending()
             self.disarm()
             self.start(head, handler, body)
 
@@ -489,14 +510,20 @@ class _Connection(asyncio.Protocol):
             self.refuse(refused)
             return False
         try:
-            self.handler = self.guard(head)
+            handler = self.guard(head)
         except web.Refused as refused:
             return self.turn_away(head, refused)
-        self.head = head
-        if len(self.buffer) < head.length:
-            self.arm(self.site.limits.body_timeout)
-            if head.expects_continue and head.version == "HTTP/1.1":
-                self.write(web.CONTINUE)
+        if len(self.buffer) >= head.length:
+            self.head, self.handler = head, handler
+            return True
+        # A body still to come is counted against what all clients may be sending.
+        if not self.site.hold(head.length):
+            self.refuse(TOO_MANY_BODIES)
+            return False
+        self.head, self.handler, self.pending = head, handler, head.length
+        self.arm(self.site.limits.body_timeout)
+        if head.expects_continue and head.version == "HTTP/1.1":
+            self.write(web.CONTINUE)
         return True
 
     def guard(self, head: web.Head) -> web.Handler:
@@ -516,7 +543,14 @@ class _Connection(asyncio.Protocol):
         on if the body is already here whole (and the refusal allows), else it closes."""
         if not refused.close and len(self.buffer) >= head.length and not self.closes(head):
             del self.buffer[: head.length]
-            self.write(web.encode(refused.response(), close=False, body=head.method != "HEAD"))
+            self.write(
+                web.encode(
+                    refused.response(),
+                    close=False,
+                    body=head.method != "HEAD",
+                    version=head.version,
+                )
+            )
             return True
         self.refuse(refused)
         return False
@@ -595,6 +629,7 @@ class _Connection(asyncio.Protocol):
             return
         self.closing = True
         self.buffer.clear()
+        self.settle_pending()
         self.arm(self.site.limits.body_timeout)
         if self.transport is None:
             self.abort()  # still in its TLS handshake
@@ -627,8 +662,14 @@ class _Connection(asyncio.Protocol):
         if self.raw is not None:
             self.raw.abort()
 
+    def settle_pending(self) -> None:
+        """The body counted in the site's `pending` is in (or will never be)."""
+        self.site.pending -= self.pending
+        self.pending = 0
+
     def forget(self) -> None:
         self.disarm()
+        self.settle_pending()
         self.site.connections.discard(self)
 
 
@@ -652,7 +693,12 @@ class _Exchange:
         self.sent = True
         head = self.head
         self.connection.write(
-            web.encode(response, close=self.connection.closes(head), body=head.method != "HEAD")
+            web.encode(
+                response,
+                close=self.connection.closes(head),
+                body=head.method != "HEAD",
+                version=head.version,
+            )
         )
 
 
@@ -661,6 +707,12 @@ def _failed(head: web.Head) -> web.Response:
     log.exception("error handling %s %s", head.method, head.path)
     return web.text("internal error", status=500)
 
+
+TOO_MANY_BODIES = web.Refused(
+    503,
+    "the server is reading too many request bodies at once; try again",
+    headers=(("Retry-After", "1"),),
+)
 
 SHUTDOWN_GRACE = 10.0
 """Seconds the requests in flight get to be answered when a server stops."""
@@ -685,6 +737,9 @@ class _Site:
         self.connections: set[_Connection] = set()
         self.handshakes: set[asyncio.Task[None]] = set()
         self.full = False
+        self.swamped = False
+        self.pending = 0
+        """Bytes of the request bodies the connections are reading (`Limits.max_pending_bytes`)."""
         self.stopping = False
         """No new request is started: the server stops."""
         self.port = 0
@@ -706,6 +761,22 @@ class _Site:
             return False
         self.full = False
         self.connections.add(connection)
+        return True
+
+    def hold(self, length: int) -> bool:
+        """Count a body of `length` bytes in while it arrives, unless that would pass the
+        limit (said once each time it is reached)."""
+        if self.pending + length > self.limits.max_pending_bytes:
+            if not self.swamped:
+                log.warning(
+                    "%d bytes of request bodies arriving (--max-pending-bytes): "
+                    "answering 503 to requests with more",
+                    self.pending,
+                )
+            self.swamped = True
+            return False
+        self.swamped = False
+        self.pending += length
         return True
 
     async def sweep(self) -> None:

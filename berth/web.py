@@ -254,9 +254,12 @@ def decoded(raw: bytes, encoding: str | None) -> bytes:
     return body
 
 
-def encode(response: Response, *, close: bool, body: bool = True) -> bytes:
-    """The bytes of an answer: status line, headers, body (not to a HEAD request:
-    `body` False)."""
+def encode(
+    response: Response, *, close: bool, body: bool = True, version: str = "HTTP/1.1"
+) -> bytes:
+    """The bytes of an answer to a request of `version`: status line, headers, body (not
+    to a HEAD request: `body` False). An HTTP/1.0 client that is kept is told so: it
+    closes otherwise."""
     try:
         reason = HTTPStatus(response.status).phrase
     except ValueError:
@@ -269,6 +272,8 @@ def encode(response: Response, *, close: bool, body: bool = True) -> bytes:
     ]
     if close:
         lines.append("Connection: close")
+    elif version == "HTTP/1.0":
+        lines.append("Connection: keep-alive")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head + response.body if body else head
 

@@ -313,3 +313,57 @@ async def test_a_handler_that_answers_at_once_is_answered_without_a_task(
     assert (await answer(reader))[2] == b"[]"
     assert served.tasks == [None, None]  # called from the protocol, as the bytes came
     writer.close()
+
+
+async def test_bodies_past_what_all_clients_may_be_sending_are_refused_until_they_are_in(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    served = Echo()
+    limits = Limits(max_pending_bytes=1000)
+    async with listening(served.app(), host="127.0.0.1", port=0, limits=limits) as listened:
+        first = await asyncio.open_connection("127.0.0.1", listened.port)
+        request = post("/echo", b'"' + b"x" * 798 + b'"')  # a body of 800 bytes
+        first[1].write(request[:-700])
+        await until(lambda: listened.pending == 800)
+
+        second = await asyncio.open_connection("127.0.0.1", listened.port)
+        with caplog.at_level(logging.WARNING, logger="berth.server"):
+            second[1].write(post("/echo", b'"' + b"x" * 298 + b'"')[:-10])  # 300 bytes
+            status, headers, body = await answer(second[0])
+        assert (status, headers["retry-after"], headers["connection"]) == (503, "1", "close")
+        assert b"too many request bodies" in body
+        assert await closed(second[0])
+        assert "--max-pending-bytes" in caplog.text
+
+        # A body that is all there when its head is read is not counted.
+        third = await asyncio.open_connection("127.0.0.1", listened.port)
+        third[1].write(post("/echo", b"{}"))
+        assert (await answer(third[0]))[0] == 200
+
+        first[1].write(request[-700:])
+        assert (await answer(first[0]))[0] == 200
+        assert listened.pending == 0
+
+        # A client gone before its body is in gives its share back.
+        fourth = await asyncio.open_connection("127.0.0.1", listened.port)
+        fourth[1].write(request[:-700])
+        await until(lambda: listened.pending == 800)
+        fourth[1].close()
+        await until(lambda: listened.pending == 0)
+        for _, writer in (first, second, third):
+            writer.close()
+    assert served.served == 2
+
+
+async def test_an_http_1_0_client_that_asks_to_be_kept_is_kept(echo: tuple[Echo, int]) -> None:
+    _, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = post("/echo", b"{}", "Connection: keep-alive").replace(b"HTTP/1.1", b"HTTP/1.0")
+    for _ in range(2):
+        writer.write(request)
+        status, headers, _ = await answer(reader)
+        assert (status, headers["connection"]) == (200, "keep-alive")
+    writer.write(request.replace(b"Connection: keep-alive", b"X-Other: 1"))
+    assert (await answer(reader))[1]["connection"] == "close"
+    assert await closed(reader)
+    writer.close()

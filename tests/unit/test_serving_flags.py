@@ -70,3 +70,17 @@ def test_the_command_says_so_in_one_line_and_exits(component: str) -> None:
         f"berth {component}: give --tls-cert-file and --tls-private-key-file, "
         "or --insecure to serve plain HTTP"
     )
+
+
+def test_the_limits_come_from_their_flags() -> None:
+    args = flags("--insecure", "--max-connections=9", "--max-pending-bytes=4096")
+    assert server.limits_from(args) == server.Limits(max_connections=9, max_pending_bytes=4096)
+    assert server.limits_from(flags("--insecure")) == server.Limits()
+
+
+def test_a_limit_that_is_not_a_positive_number_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        flags("--insecure", "--max-pending-bytes=0")
+    assert "--max-pending-bytes" in capsys.readouterr().err

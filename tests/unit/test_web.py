@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,13 @@ async def test_a_route_is_found_by_path_then_method() -> None:
 def test_an_answer_to_head_has_no_body() -> None:
     answer = web.encode(web.text("ok"), close=False, body=False)
     assert answer.endswith(b"Content-Length: 2\r\n\r\n")
+
+
+def test_an_http_1_0_client_that_is_kept_is_told_so() -> None:
+    def connection(**how: Any) -> list[bytes]:
+        head = web.encode(web.text("ok"), **how).partition(b"\r\n\r\n")[0]
+        return [line for line in head.split(b"\r\n") if line.startswith(b"Connection")]
+
+    assert connection(close=False, version="HTTP/1.0") == [b"Connection: keep-alive"]
+    assert connection(close=True, version="HTTP/1.0") == [b"Connection: close"]
+    assert connection(close=False) == []  # HTTP/1.1 keeps by default
