@@ -224,6 +224,14 @@ def port(text: str) -> int:
     return value
 
 
+def add_listen_arguments(parser: argparse.ArgumentParser, *, default_port: int) -> None:
+    """Where a server listens: `--host` and `--port`."""
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument(
+        "--port", type=port, default=default_port, help=f"port (default {default_port})"
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of a server: client authentication and the limits."""
     parser.add_argument(

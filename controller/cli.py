@@ -12,19 +12,14 @@ import aiohttp
 
 from berth import log, server
 from berth.exits import CONFIG_ERRORS, bad_config
-from berth.kube.client import KubeError
+from berth.kube.client import KubeError, add_kubeconfig_argument
 from berth.settings import load_args
 from controller.app import run
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("controller", help="run the PodMigrationJob controller")
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=None,
-        help="kubeconfig (default: in-cluster, else ~/.kube/config)",
-    )
+    add_kubeconfig_argument(parser)
     parser.add_argument(
         "--config",
         type=Path,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
 from berth.exits import CONFIG_ERRORS, bad_config
+from berth.kube.client import add_kubeconfig_argument
 from extender.app import run
 from extender.decide import Placement
 
@@ -20,15 +20,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the kube-scheduler extender that keeps reserved capacity for the "
         "pods it was reserved for",
     )
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=None,
-        help="kubeconfig file (default: in-cluster service account, "
-        "else $KUBECONFIG or ~/.kube/config)",
-    )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=server.port, default=8443, help="port (default 8443)")
+    add_kubeconfig_argument(parser)
+    server.add_listen_arguments(parser, default_port=8443)
     server.add_tls_arguments(
         parser,
         plain="anyone on the network path can read and forge what kube-scheduler and the "

@@ -10,6 +10,7 @@ from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
 from berth.exits import CONFIG_ERRORS, bad_config
+from berth.kube.client import add_kubeconfig_argument
 from berth.settings import MigrationControllerArgs, load_args
 from webhook.app import DEADLINE, run
 from webhook.intercept import CONTROLLER_USER, Interception
@@ -21,15 +22,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the admission webhook: binds replacement pods to their Reservations, and turns "
         "evictions into PodMigrationJobs",
     )
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=None,
-        help="kubeconfig file (default: in-cluster service account, "
-        "else $KUBECONFIG or ~/.kube/config)",
-    )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=server.port, default=9443, help="HTTPS port (default 9443)")
+    add_kubeconfig_argument(parser)
+    server.add_listen_arguments(parser, default_port=9443)
     parser.add_argument(
         "--tls-cert-file",
         type=Path,

@@ -8,6 +8,7 @@ the hot path.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -424,3 +425,14 @@ def _body(raw: Any) -> Mapping[str, Any]:
     except orjson.JSONDecodeError:
         return {"message": str(raw)}
     return data if isinstance(data, dict) else {"message": str(data)}
+
+
+def add_kubeconfig_argument(parser: argparse.ArgumentParser) -> None:
+    """`--kubeconfig`: where a command finds the API server (`Kube.connect`)."""
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig file (default: in-cluster service account, "
+        "else $KUBECONFIG or ~/.kube/config)",
+    )
