@@ -37,6 +37,15 @@ def ratio(with_berth: float, without: float) -> float | None:
     return with_berth / without if without else None
 
 
+def added_per_event(with_berth: float, without: float) -> float | None:
+    """Seconds each event takes more with Berth than without, from the two rates: what a
+    ratio hides when the rows' baselines differ (the same added time is a lower ratio
+    against a faster baseline). None when a side has no rate."""
+    if with_berth <= 0 or without <= 0:
+        return None
+    return 1 / with_berth - 1 / without
+
+
 Buckets = dict[float, float]
 """A histogram's cumulative bucket counts by upper bound (`le`), +Inf included."""
 

@@ -51,6 +51,13 @@ def number(value: float, unit: str = "") -> str:
     return f"{text} {unit}".rstrip()
 
 
+def added(seconds: float | None, per: str) -> str:
+    """The time each event takes more with Berth, e.g. " (+1.62 ms a pod)"; "" if unknown."""
+    if seconds is None:
+        return ""
+    return f" ({seconds * 1000:+.2f} ms a {per})"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 

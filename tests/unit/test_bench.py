@@ -10,6 +10,7 @@ from bench.cluster import schedulable
 from bench.run import earlier_tables
 from bench.scheduler import order
 from bench.stats import (
+    added_per_event,
     bucket_bound,
     difference,
     histogram,
@@ -20,7 +21,7 @@ from bench.stats import (
     span_rate,
     spread,
 )
-from bench.table import Row, Table, number, render_results, render_table
+from bench.table import Row, Table, added, number, render_results, render_table
 
 METRICS = """\
 # HELP berth_webhook_request_duration_seconds Time to answer a pod admission review.
@@ -64,6 +65,15 @@ def test_rates_and_ratios() -> None:
     assert rate(100, 0.0) == 0.0
     assert ratio(50.0, 100.0) == 0.5
     assert ratio(50.0, 0.0) is None
+
+
+def test_the_time_added_to_each_event_is_the_difference_of_the_inverse_rates() -> None:
+    assert added_per_event(200.0, 250.0) == pytest.approx(0.001)
+    assert added_per_event(250.0, 200.0) == pytest.approx(-0.001)
+    assert added_per_event(0.0, 250.0) is None
+    assert added(0.00162, "pod") == " (+1.62 ms a pod)"
+    assert added(-0.0004, "pod") == " (-0.40 ms a pod)"
+    assert added(None, "pod") == ""
 
 
 def test_span_rate_starts_the_clock_at_the_first_event() -> None:
