@@ -14,10 +14,12 @@ loop; one that must wait (an API call) runs in a task. (An HTTP library's server
 review three times the CPU of the handler's own work: bench/PROFILE.md.)
 
 - It counts itself among the open connections from accept to close. A socket past
-  `max_connections` is aborted at once, before any TLS work. A body still arriving counts
-  its announced length against `max_pending_bytes` for all connections; a request past it
-  is answered 503 with `Retry-After` and its connection closed, so slow clients with large
-  bodies cannot take the server's memory.
+  `max_connections` is aborted at once, before any TLS work. The bytes of large bodies
+  still arriving (over `SMALL_BODY`) count against `max_pending_bytes` for all
+  connections; a request that would pass it is answered 503 with `Retry-After` and its
+  connection closed, so clients that send large bodies slowly hold at most that much of
+  the server's memory between them. Small bodies (kube-apiserver's reviews) are never
+  refused for it: the connection cap bounds them.
 - It runs the TLS handshake itself (`loop.start_tls`), so a connection still in (or
   stuck in, or failing) its handshake is counted and timed out like any other.
 - One deadline at a time (looked at every `SWEEP_INTERVAL`): the header deadline, from
@@ -28,9 +30,9 @@ review three times the CPU of the handler's own work: bench/PROFILE.md.)
   cannot be read is answered with the problem (400, 411, 413, 431), logged as one
   warning line, and the connection closed. The guard looks at a request's head before
   its body is read: with a client CA, a verified client certificate on everything but
-  the probes (401); a route (404, 405); `application/json` on POST (415); no `Expect`
-  but 100-continue (417). A request it refuses whose body is not all there yet closes
-  the connection. The body is then decoded (gzip or deflate, `web.decoded`).
+  the probes (401); a route (404, 405); no body on GET or HEAD (400); `application/json`
+  on POST (415); no `Expect` but 100-continue (417). A request it refuses whose body is
+  not all there yet closes the connection. The body is then decoded (gzip or deflate, `web.decoded`).
 - A client that does not read its answers is not read from (and past the body deadline
   dropped), so nothing piles up. One that is done sending (even a half-close) is taken as
   gone, as kube-apiserver closes a review it gave up on. What a client sends after a
@@ -89,11 +91,19 @@ class Limits:
     """Between requests on a kept-alive connection."""
     max_connections: int = 256
     max_pending_bytes: int = 32 * 1024 * 1024
-    """Bytes of request bodies all connections may announce at once while they arrive:
-    without it, clients that send each a large body slowly could hold the connection cap
-    times `berth.web.MAX_BODY` of the server's memory. A request past it is answered 503
-    with `Retry-After` and its connection closed. kube-apiserver's reviews take a few
-    KiB each, kube-scheduler sends one request at a time."""
+    """Bytes of large request bodies (over `SMALL_BODY`) all connections may hold while
+    they arrive: without it, clients that send each a large body slowly could hold the
+    connection cap times `berth.web.MAX_BODY` of the server's memory. A request that
+    would pass it is answered 503 with `Retry-After` and its connection closed. At least
+    `berth.web.MAX_BODY` (the flag says so), so that a body alone always fits.
+    kube-apiserver's reviews take a few KiB each; kube-scheduler sends one request at a
+    time."""
+
+
+SMALL_BODY = web.MAX_HEAD
+"""A body of at most this many bytes is not counted against `max_pending_bytes`: the
+connection cap bounds what such bodies hold (256 of 64 KiB), and an anonymous client
+filling the budget with large bodies cannot turn away kube-apiserver's reviews."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +226,19 @@ positive_seconds = _positive(float)
 """A flag's type: a finite number of seconds above zero."""
 
 
+def _at_least(least: int) -> Callable[[str], int]:
+    """A flag's type: a whole number of at least `least`."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, not {text}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
 def port(text: str) -> int:
     """A flag's type: a TCP port, 0 (any free one) to 65535."""
     value = int(text)
@@ -263,11 +286,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-pending-bytes",
-        type=_positive(int),
+        type=_at_least(web.MAX_BODY),
         default=defaults.max_pending_bytes,
         metavar="BYTES",
-        help="bytes of request bodies all clients may be sending at once; a request past "
-        f"it is answered 503 (default {defaults.max_pending_bytes})",
+        help=f"bytes of large request bodies (over {SMALL_BODY}) all clients may hold while "
+        f"they arrive, at least {web.MAX_BODY}; a request past it is answered 503 "
+        f"(default {defaults.max_pending_bytes})",
     )
 
 
@@ -390,7 +414,7 @@ class _Connection(asyncio.Protocol):
         self.handler: web.Handler | None = None
         """The request whose body is being read, and the handler the guard found for it."""
         self.pending = 0
-        """Bytes of that body counted in the site's `pending` while it arrives."""
+        """Bytes of that body (if large) counted in the site's `pending` while it arrives."""
         self.serving: asyncio.Task[None] | None = None
         self.closing = False
         """Answered for the last time: what the client still sends is dropped."""
@@ -426,6 +450,9 @@ class _Connection(asyncio.Protocol):
         if not self.buffer and self.head is None and self.serving is None:
             self.arm(self.site.limits.header_timeout)  # the first bytes of a request
         self.buffer += data
+        if self.head is not None and self.head.length > SMALL_BODY and not self.count(len(data)):
+            self.refuse(TOO_MANY_BODIES, self.head)
+            return
         if self.serving is not None and len(self.buffer) > web.MAX_HEAD:
             self.pause()  # a client that sends on while it is being answered
         self.advance()
@@ -468,6 +495,10 @@ class _Connection(asyncio.Protocol):
             raw.abort()
             self.forget()
             return
+        except asyncio.CancelledError:  # the server stops
+            raw.abort()
+            self.forget()
+            raise
         if transport is None or transport.is_closing():
             self.forget()  # aborted (the header deadline) while shaking hands
             return
@@ -524,11 +555,11 @@ class _Connection(asyncio.Protocol):
         if len(self.buffer) >= head.length:
             self.head, self.handler = head, handler
             return True
-        # A body still to come is counted against what all clients may be sending.
-        if not self.site.hold(head.length):
-            self.refuse(TOO_MANY_BODIES)
+        # A large body still to come is counted against what all clients may hold.
+        if head.length > SMALL_BODY and not self.count(len(self.buffer)):
+            self.refuse(TOO_MANY_BODIES, head)
             return False
-        self.head, self.handler, self.pending = head, handler, head.length
+        self.head, self.handler = head, handler
         self.arm(self.site.limits.body_timeout)
         if head.expects_continue and head.version == "HTTP/1.1":
             self.write(web.CONTINUE)
@@ -539,6 +570,8 @@ class _Connection(asyncio.Protocol):
         if self.site.client_auth and head.path not in OPEN_PATHS and not self.certified:
             raise web.Refused(401, "a client certificate is required", close=False)
         handler = self.site.app.handler(head)
+        if head.method in ("GET", "HEAD") and head.length:
+            raise web.Refused(400, f"a {head.method} request carries no body")
         if head.method == "POST" and _content_type(head) != "application/json":
             raise web.Refused(415, "the body must be application/json", close=False)
         expect = head.headers.get("expect")
@@ -560,12 +593,14 @@ class _Connection(asyncio.Protocol):
                 )
             )
             return True
-        self.refuse(refused)
+        self.refuse(refused, head)
         return False
 
-    def refuse(self, refused: web.Refused) -> None:
-        """Answer a request that is not read, and close."""
-        self.write(web.encode(refused.response(), close=True))
+    def refuse(self, refused: web.Refused, head: web.Head | None = None) -> None:
+        """Answer a request that is not read (whose head is `head`, if it could be read),
+        and close."""
+        body = head is None or head.method != "HEAD"
+        self.write(web.encode(refused.response(), close=True, body=body))
         self.close(linger=True)
 
     # -- serving
@@ -670,6 +705,14 @@ class _Connection(asyncio.Protocol):
         if self.raw is not None:
             self.raw.abort()
 
+    def count(self, received: int) -> bool:
+        """Count `received` bytes of a large body in, unless that would pass what all
+        connections may hold."""
+        if not self.site.hold(received):
+            return False
+        self.pending += received
+        return True
+
     def settle_pending(self) -> None:
         """The body counted in the site's `pending` is in (or will never be)."""
         self.site.pending -= self.pending
@@ -747,7 +790,8 @@ class _Site:
         self.full = False
         self.swamped = False
         self.pending = 0
-        """Bytes of the request bodies the connections are reading (`Limits.max_pending_bytes`)."""
+        """Bytes of large request bodies the connections hold while they arrive
+        (`Limits.max_pending_bytes`)."""
         self.stopping = False
         """No new request is started: the server stops."""
         self.port = 0
@@ -771,20 +815,20 @@ class _Site:
         self.connections.add(connection)
         return True
 
-    def hold(self, length: int) -> bool:
-        """Count a body of `length` bytes in while it arrives, unless that would pass the
-        limit (said once each time it is reached)."""
-        if self.pending + length > self.limits.max_pending_bytes:
+    def hold(self, received: int) -> bool:
+        """Count `received` bytes of a large body in, unless that would pass the limit
+        (said once each time it is reached)."""
+        if self.pending + received > self.limits.max_pending_bytes:
             if not self.swamped:
                 log.warning(
-                    "%d bytes of request bodies arriving (--max-pending-bytes): "
-                    "answering 503 to requests with more",
+                    "%d bytes of large request bodies arriving (--max-pending-bytes): "
+                    "answering 503 to requests that would add more",
                     self.pending,
                 )
             self.swamped = True
             return False
         self.swamped = False
-        self.pending += length
+        self.pending += received
         return True
 
     async def sweep(self) -> None:

@@ -315,44 +315,68 @@ async def test_a_handler_that_answers_at_once_is_answered_without_a_task(
     writer.close()
 
 
-async def test_bodies_past_what_all_clients_may_be_sending_are_refused_until_they_are_in(
+async def test_large_bodies_past_what_all_clients_may_hold_are_refused_small_ones_never(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     served = Echo()
-    limits = Limits(max_pending_bytes=1000)
+    kib = 1024
+    limits = Limits(max_pending_bytes=256 * kib)
     async with listening(served.app(), host="127.0.0.1", port=0, limits=limits) as listened:
         first = await asyncio.open_connection("127.0.0.1", listened.port)
-        request = post("/echo", b'"' + b"x" * 798 + b'"')  # a body of 800 bytes
-        first[1].write(request[:-700])
-        await until(lambda: listened.pending == 800)
+        large = post("/echo", b'"' + b"x" * (250 * kib - 2) + b'"')
+        first[1].write(large[: -50 * kib])  # 200 KiB of its body
+        await until(lambda: listened.pending == 200 * kib)
 
+        # Another large body would take the count past the limit as it arrives.
         second = await asyncio.open_connection("127.0.0.1", listened.port)
+        other = post("/echo", b'"' + b"y" * (100 * kib - 2) + b'"')
         with caplog.at_level(logging.WARNING, logger="berth.server"):
-            second[1].write(post("/echo", b'"' + b"x" * 298 + b'"')[:-10])  # 300 bytes
+            second[1].write(other[: -50 * kib])
+            await until(lambda: listened.pending == 250 * kib)
+            second[1].write(other[-50 * kib :])
             status, headers, body = await answer(second[0])
         assert (status, headers["retry-after"], headers["connection"]) == (503, "1", "close")
         assert b"too many request bodies" in body
         assert await closed(second[0])
         assert "--max-pending-bytes" in caplog.text
+        await until(lambda: listened.pending == 200 * kib)  # the refused one's bytes gone
 
-        # A body that is all there when its head is read is not counted.
+        # A small body is not counted, and never refused for it, however it arrives.
         third = await asyncio.open_connection("127.0.0.1", listened.port)
-        third[1].write(post("/echo", b"{}"))
+        small = post("/echo", b'"' + b"z" * 998 + b'"')
+        third[1].write(small[:-500])
+        await until(lambda: any(c.head is not None for c in listened.connections if c.pending == 0))
+        third[1].write(small[-500:])
         assert (await answer(third[0]))[0] == 200
 
-        first[1].write(request[-700:])
+        first[1].write(large[-50 * kib :])
         assert (await answer(first[0]))[0] == 200
         assert listened.pending == 0
 
         # A client gone before its body is in gives its share back.
         fourth = await asyncio.open_connection("127.0.0.1", listened.port)
-        fourth[1].write(request[:-700])
-        await until(lambda: listened.pending == 800)
+        fourth[1].write(large[: -50 * kib])
+        await until(lambda: listened.pending == 200 * kib)
         fourth[1].close()
         await until(lambda: listened.pending == 0)
         for _, writer in (first, second, third):
             writer.close()
     assert served.served == 2
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+async def test_a_body_on_a_get_or_head_is_refused_before_it_is_read(
+    echo: tuple[Echo, int], method: str
+) -> None:
+    _, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"{method} /big HTTP/1.1\r\nContent-Length: 8000000\r\n\r\n".encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert b"Connection: close" in head
+    rest = await asyncio.wait_for(reader.read(), 5)
+    assert rest == (b"" if method == "HEAD" else f"a {method} request carries no body".encode())
+    writer.close()
 
 
 async def test_an_http_1_0_client_that_asks_to_be_kept_is_kept(echo: tuple[Echo, int]) -> None:

@@ -73,14 +73,14 @@ def test_the_command_says_so_in_one_line_and_exits(component: str) -> None:
 
 
 def test_the_limits_come_from_their_flags() -> None:
-    args = flags("--insecure", "--max-connections=9", "--max-pending-bytes=4096")
-    assert server.limits_from(args) == server.Limits(max_connections=9, max_pending_bytes=4096)
+    args = flags("--insecure", "--max-connections=9", "--max-pending-bytes=9000000")
+    assert server.limits_from(args) == server.Limits(max_connections=9, max_pending_bytes=9_000_000)
     assert server.limits_from(flags("--insecure")) == server.Limits()
 
 
-def test_a_limit_that_is_not_a_positive_number_is_refused(
+def test_a_budget_that_one_body_could_not_fit_in_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit):
-        flags("--insecure", "--max-pending-bytes=0")
-    assert "--max-pending-bytes" in capsys.readouterr().err
+        flags("--insecure", "--max-pending-bytes=4096")
+    assert "--max-pending-bytes: must be at least 8388608, not 4096" in capsys.readouterr().err
