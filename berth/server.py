@@ -32,7 +32,8 @@ review three times the CPU of the handler's own work: bench/PROFILE.md.)
   its body is read: with a client CA, a verified client certificate on everything but
   the probes (401); a route (404, 405); no body on GET or HEAD (400); `application/json`
   on POST (415); no `Expect` but 100-continue (417). A request it refuses whose body is
-  not all there yet closes the connection. The body is then decoded (gzip or deflate, `web.decoded`).
+  not all there yet closes the connection. The body is then decoded (gzip or deflate,
+  `web.decoded`).
 - A client that does not read its answers is not read from (and past the body deadline
   dropped), so nothing piles up. One that is done sending (even a half-close) is taken as
   gone, as kube-apiserver closes a review it gave up on. What a client sends after a
