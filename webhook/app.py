@@ -43,6 +43,7 @@ from berth.protocol import (
     fingerprint,
     is_consumable,
     is_replicaset,
+    matches_owner,
     node_of,
     phase,
     placeholder_namespace,
@@ -186,8 +187,14 @@ class Webhook:
                     request, reservations={**reservations, **opened}, workload_uid=workload_uid
                 )
         if isinstance(decision, Skip):
+            # Why a pod was not bound is worth an INFO line only for a pod that some
+            # Reservation about to take a replacement here was made for; the namespace's
+            # other pods are said at DEBUG.
+            concerned = in_flight and any(
+                matches_owner(r, pod, workload_uid=workload_uid) for r in reservations.values()
+            )
             log.log(
-                logging.INFO if in_flight else logging.DEBUG,
+                logging.INFO if concerned else logging.DEBUG,
                 "pod %s: %s",
                 describe(pod),
                 decision.reason,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from berth.api import keys
 from tests.served import served
 from tests.unit.webhook_cases import (
+    REPLICASET_UID,
     REVIEW,
     TOKEN,
     apply_patch,
@@ -171,3 +173,29 @@ async def test_health_and_readiness(http: aiohttp.ClientSession, webhook: Webhoo
     assert (await http.get("/readyz")).status == 503
     webhook.reservations.synced.set()
     assert (await http.get("/readyz")).status == 200
+
+
+@pytest.mark.parametrize(
+    ("owner_uid", "level"),
+    [
+        pytest.param(REPLICASET_UID, logging.INFO, id="made for its controller"),
+        pytest.param("00000000-0000-4000-8000-0000000000aa", logging.DEBUG, id="for another"),
+    ],
+)
+async def test_why_a_pod_was_not_bound_is_said_at_info_only_when_the_reservation_was_its(
+    http: aiohttp.ClientSession,
+    webhook: Webhook,
+    caplog: pytest.LogCaptureFixture,
+    owner_uid: str,
+    level: int,
+) -> None:
+    """A Reservation about to open in the namespace: a pod it was made for, not bound
+    (here: made by someone else than its controller), is worth an INFO line; any other
+    pod of the namespace only a DEBUG one."""
+    webhook.reservations.put(reservation("r1", owner_uid=owner_uid, consumable=False))
+    by_someone = request(lambda r: r["userInfo"].update(username="alice"))
+    with caplog.at_level(logging.DEBUG, logger="webhook.app"):
+        response = await http.post("/mutate-pod", data=review_body(request=by_someone))
+    assert (await response.json())["response"] == {"uid": by_someone["uid"], "allowed": True}
+    [said] = [r for r in caplog.records if "pod " in r.getMessage() and "alice" in r.getMessage()]
+    assert said.levelno == level
