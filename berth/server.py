@@ -451,7 +451,7 @@ class _Connection(asyncio.Protocol):
         if not self.buffer and self.head is None and self.serving is None:
             self.arm(self.site.limits.header_timeout)  # the first bytes of a request
         self.buffer += data
-        if self.head is not None and self.head.length > SMALL_BODY and not self.count(len(data)):
+        if self.head is not None and not self.count(self.head, len(data)):
             self.refuse(TOO_MANY_BODIES, self.head)
             return
         if self.serving is not None and len(self.buffer) > web.MAX_HEAD:
@@ -556,8 +556,7 @@ class _Connection(asyncio.Protocol):
         if len(self.buffer) >= head.length:
             self.head, self.handler = head, handler
             return True
-        # A large body still to come is counted against what all clients may hold.
-        if head.length > SMALL_BODY and not self.count(len(self.buffer)):
+        if not self.count(head, len(self.buffer)):
             self.refuse(TOO_MANY_BODIES, head)
             return False
         self.head, self.handler = head, handler
@@ -706,9 +705,11 @@ class _Connection(asyncio.Protocol):
         if self.raw is not None:
             self.raw.abort()
 
-    def count(self, received: int) -> bool:
-        """Count `received` bytes of a large body in, unless that would pass what all
-        connections may hold."""
+    def count(self, head: web.Head, received: int) -> bool:
+        """Count `received` bytes of the body of `head`, if large, against what all
+        connections may hold; False if that would pass it (a small body is not counted)."""
+        if head.length <= SMALL_BODY:
+            return True
         if not self.site.hold(received):
             return False
         self.pending += received
