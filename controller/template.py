@@ -2,9 +2,11 @@
 
 The controller creates the placeholder with its own rights, so a template must never get
 a job's creator more than the pod already has: no higher priority, no toleration or node
-the pod could not use, no larger requests, no Berth keys that would open the Reservation
-early. A template that asks for more is refused (the job fails, naming the field) rather
-than silently trimmed: the user learns what they wrote is not honoured.
+the pod could not use, no other requests, no Berth keys that would open the Reservation
+early. Nor smaller requests: the webhook binds a replacement only to a place that holds
+what it asks (`berth.protocol.asks_more`). A template that asks for more, or for less
+than the pod's requests, is refused (the job fails, naming the field) rather than
+silently trimmed: the user learns what they wrote is not honoured.
 
 Pure: the objects are the API server's dicts.
 """
@@ -169,12 +171,16 @@ def _host_ports_of(spec: Mapping[str, Any]) -> set[tuple[int, str, str]]:
 def _requests(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
     if not ({"containers", "initContainers", "resources"} & set(user)):
         return None
-    mine = pod_requests(own)
-    asked = pod_requests(
-        {
-            key: user.get(key) or own.get(key)
-            for key in ("containers", "initContainers", "resources")
-        }
-    )
+    fields = ("containers", "initContainers", "resources")
+    mine = pod_requests({key: own.get(key) for key in fields})
+    asked = pod_requests({key: user.get(key) or own.get(key) for key in fields})
     above = sorted(name for name, value in asked.items() if value > mine.get(name, 0))
-    return f"resources: requests of {above[0]} exceed the pod's" if above else None
+    if above:
+        return f"resources: requests of {above[0]} exceed the pod's"
+    below = sorted(name for name, value in mine.items() if value > asked.get(name, 0))
+    if below:
+        return (
+            f"resources: requests of {below[0]} are below the pod's, and the webhook binds "
+            "a replacement only to a place that holds what it asks"
+        )
+    return None

@@ -32,6 +32,7 @@ from berth.protocol import (
     NODE_NAME_FIELD,
     Object,
     annotations_of,
+    asks_more,
     claim_of,
     controller_of,
     created_by_controller,
@@ -106,15 +107,26 @@ def decide(
             f"its controller {controller.get('kind')} {controller.get('name')} "
             f"(uid {controller.get('uid')}) is not confirmed by the API server"
         )
-    candidates = sorted(
+    return _claim(pod, consumable, workload_uid=workload_uid)
+
+
+def _claim(pod: Object, consumable: list[Object], *, workload_uid: str | None) -> Decision:
+    """The Reservations of `consumable` that `pod` may take, oldest opening first: made
+    for its controller or workload, and holding as much as the pod asks (`asks_more`)."""
+    matching = sorted(
         (r for r in consumable if matches_owner(r, pod, workload_uid=workload_uid)),
         key=opening_order,
     )
-    if not candidates:
+    if not matching:
+        controller = controller_of(pod) or {}
         return Skip(
             f"no consumable reservation for {controller.get('kind')} "
             f"{controller.get('name')} of workload {workload_uid}"
         )
+    too_small = {r["metadata"]["name"]: asks_more(pod, r) for r in matching}
+    candidates = [r for r in matching if too_small[r["metadata"]["name"]] is None]
+    if not candidates:
+        return Skip("; ".join(f"{why}" for why in too_small.values()))
     return Claim(tuple(candidates))
 
 
@@ -137,7 +149,9 @@ def worth_a_fresh_look(
     return [
         name
         for name, cached in reservations.items()
-        if opening(cached) and matches_owner(cached, pod, workload_uid=workload_uid)
+        if opening(cached)
+        and matches_owner(cached, pod, workload_uid=workload_uid)
+        and asks_more(pod, cached) is None
     ]
 
 

@@ -113,10 +113,23 @@ def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan 
 
 def _unusable(view: JobView, status: Object, reservation: Object) -> Plan | None:
     """The job's end when its Reservation holds no place for this pod's replacement:
-    another's (`_not_for_this_pod`), or ended before the eviction; None if it may."""
+    another's (`_not_for_this_pod`), smaller than the pod (`protocol.asks_more`: a
+    Reservation named in reservationRef, made by hand), or ended before the eviction;
+    None if it may."""
     elsewhere = _not_for_this_pod(view, reservation)
     if elsewhere is not None:
         return fail(view, status, reason=Reason.INVALID_SPEC, message=elsewhere)
+    assert view.pod is not None
+    too_small = protocol.asks_more(view.pod, reservation)
+    if too_small is not None:
+        return fail(
+            view,
+            status,
+            reason=Reason.INVALID_SPEC,
+            message=f"the pod {too_small}; its replacement would not be bound there "
+            "(the webhook binds a pod only to a place that holds what it asks); nothing "
+            "was evicted",
+        )
     if protocol.phase(reservation) in (ReservationPhase.FAILED, ReservationPhase.SUCCEEDED):
         return fail(
             view,

@@ -190,8 +190,11 @@ def test_seed_quick_start_verbatim(cluster: Cluster) -> None:
     assert not any(leftovers(cluster, "default").values())
 
 
-def reservation_for(pod: dict[str, Any], name: str, *, target: str, ttl: str) -> str:
-    """A Reservation made by hand on `target` for the pods of `pod`'s ReplicaSet."""
+def reservation_for(
+    pod: dict[str, Any], name: str, *, target: str, ttl: str, cpu: str = "200m"
+) -> str:
+    """A Reservation made by hand on `target` for the pods of `pod`'s ReplicaSet, holding
+    `cpu` (as much as `deployment` asks by default)."""
     namespace = pod["metadata"]["namespace"]
     rs = pod["metadata"]["ownerReferences"][0]
     return f"""
@@ -204,7 +207,7 @@ spec:
     metadata: {{namespace: {namespace}}}
     spec:
       nodeSelector: {{kubernetes.io/hostname: {target}}}
-      containers: [{{name: app, resources: {{requests: {{cpu: 200m}}}}}}]
+      containers: [{{name: app, resources: {{requests: {{cpu: {cpu}}}}}}}]
   owners:
   - controller: {{apiVersion: apps/v1, kind: ReplicaSet, name: {rs["name"]}, uid: {rs["uid"]},
                   namespace: {namespace}}}
@@ -242,6 +245,30 @@ def test_reservation_ref_uses_the_given_reservation(cluster: Cluster, namespace:
         assert job["metadata"]["uid"] not in reservations
         assert cluster.get("reservation", rsv_name)["status"]["phase"] == "Succeeded"
         assert events(cluster, name)[0] == "ReservationScheduled"
+    finally:
+        cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
+
+
+def test_a_reservation_smaller_than_the_pod_evicts_nothing(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A Reservation made by hand that holds less than the pod asks: the webhook would not
+    bind its replacement there, so the job fails before the eviction, saying why."""
+    cluster.apply(deployment("small"), namespace)
+    old = cluster.wait(lambda: ready_pods(cluster, namespace, "small", 1), what="the pod")[0]
+    target = "node-2" if old["spec"]["nodeName"] != "node-2" else "node-1"
+    rsv_name = f"rsv-{namespace}"[:60]
+    cluster.apply(reservation_for(old, rsv_name, target=target, ttl="5m", cpu="100m"))
+    try:
+        name = job_on(cluster, old, rsv_name)
+        job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the end")
+        assert job["status"]["reason"] == "InvalidSpec", job["status"]
+        assert (
+            f"the pod requests more than reservation {rsv_name} holds: cpu 200m (it holds 100m)"
+        ) in job["status"]["message"]
+        assert "nothing was evicted" in job["status"]["message"]
+        [still] = ready_pods(cluster, namespace, "small", 1)
+        assert still["metadata"]["uid"] == old["metadata"]["uid"]
     finally:
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
 

@@ -252,6 +252,40 @@ async def test_dry_run_claims_nothing(
         assert allocated_name(real) == name
 
 
+async def test_a_pod_asking_more_than_the_reservation_holds_is_not_bound(
+    cluster: Cluster, namespace: str, replicas: list[Replica], certs: Path
+) -> None:
+    """A rollout's pod of a larger template, bound to a place made for the old one, might
+    never fit that node, and its affinity there could never be lifted: it is left to the
+    scheduler, and the Reservation waits for a pod it holds enough for."""
+    owner, deployment_uid = await web_replicaset(cluster, namespace, replicas=0)
+    [name] = await make_reservations(
+        cluster, namespace, owner=owner, nodes=["node-1"], workload=deployment_uid, cpu="100m"
+    )
+
+    async def create(pod: str) -> dict[str, Any]:
+        created = await cluster.akubectl(
+            "create", AS_REPLICASET_CONTROLLER, "-n", namespace, "-o", "json", "-f", "-", input=pod
+        )
+        found: dict[str, Any] = json.loads(created.stdout)
+        return found
+
+    async with registered(cluster, namespace, replicas, certs):
+        larger = await create(owned_pod(owner, name="larger", cpu="150m"))
+        assert not is_gated(larger)
+        assert pod_claim(larger) is None
+        assert "affinity" not in larger["spec"]
+        assert claim_of(await reservation(cluster, name)) is None
+        logs = "".join(replica.log.read_text() for replica in replicas)
+        assert (
+            f"pod {namespace}/larger: requests more than reservation {name} holds: "
+            "cpu 150m (it holds 100m)"
+        ) in logs
+        fits = await create(owned_pod(owner, name="fits", cpu="100m"))
+        assert is_gated(fits)
+        assert allocated_name(fits) == name
+
+
 async def test_pod_creation_goes_on_while_the_webhook_is_down(
     cluster: Cluster, namespace: str, certs: Path, tls: ssl.SSLContext
 ) -> None:

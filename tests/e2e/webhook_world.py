@@ -151,10 +151,11 @@ async def make_reservations(
     nodes: list[str],
     workload: str | None = None,
     prefix: str = "r",
+    cpu: str | None = None,
 ) -> list[str]:
     """Consumable Reservations for the pods of `owner`, one on each of `nodes`, made as a
     migration makes them: created, held on their node by the controller's placeholder
-    (the template pins it there), then opened to claims."""
+    (the template pins it there), then opened to claims. Each holds `cpu`, if given."""
     names = [f"{namespace}-{prefix}{index}" for index in range(len(nodes))]
     annotations = {keys.WORKLOAD: workload} if workload else {}
     for name, node in zip(names, nodes, strict=True):
@@ -182,7 +183,7 @@ async def make_reservations(
                         "template": {
                             "metadata": {"namespace": namespace},
                             "spec": {
-                                "containers": [{"name": "app", "image": PAUSE}],
+                                "containers": [container(cpu)],
                                 "affinity": {"nodeAffinity": pin},
                             },
                         },
@@ -263,7 +264,7 @@ async def pods_as_admitted(
         await kube.close()
 
 
-def owned_pod(owner: dict[str, Any], *, name: str | None = None) -> str:
+def owned_pod(owner: dict[str, Any], *, name: str | None = None, cpu: str | None = None) -> str:
     metadata: dict[str, Any] = {"ownerReferences": [owner]}
     metadata.update({"name": name} if name else {"generateName": "probe-"})
     return json.dumps(
@@ -271,9 +272,15 @@ def owned_pod(owner: dict[str, Any], *, name: str | None = None) -> str:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": metadata,
-            "spec": {"containers": [{"name": "app", "image": PAUSE}]},
+            "spec": {"containers": [container(cpu)]},
         }
     )
+
+
+def container(cpu: str | None) -> dict[str, Any]:
+    """The pause container, asking `cpu` if given."""
+    asks = {"resources": {"requests": {"cpu": cpu}}} if cpu else {}
+    return {"name": "app", "image": PAUSE, **asks}
 
 
 def configuration(name: str, namespace: str, *, urls: list[str], ca: bytes) -> str:

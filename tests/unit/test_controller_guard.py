@@ -16,6 +16,9 @@ def template(**spec: Any) -> dict[str, Any]:
     return {"spec": {"template": {"spec": spec}}}
 
 
+SAME_REQUESTS = {"name": "c", "resources": {"requests": {"cpu": "200m"}}}
+"""A container asking what `pod()` asks."""
+
 PIN = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -36,6 +39,16 @@ PIN = {
         ({"nodeName": "node-0"}, "nodeName"),
         ({"schedulerName": "other"}, "schedulerName"),
         ({"containers": [{"name": "x", "resources": {"requests": {"cpu": "64"}}}]}, "resources"),
+        pytest.param(
+            {"containers": [{"name": "x", "resources": {"requests": {"cpu": "100m"}}}]},
+            "resources: requests of cpu are below the pod's",
+            id="less than the pod: its replacement would not take the place",
+        ),
+        pytest.param(
+            {"containers": [{"name": "x"}]},
+            "resources: requests of cpu are below the pod's",
+            id="nothing at all",
+        ),
         ({"affinity": {"podAntiAffinity": {}}}, "affinity"),
     ],
 )
@@ -55,7 +68,7 @@ def test_a_template_that_asks_for_more_than_the_pod_is_refused(
         ({"affinity": "x"}, "affinity: cannot be read"),
         ({"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}, "resources"),
         (
-            {"containers": [{"name": "c", "ports": [{"containerPort": 22, "hostPort": 22}]}]},
+            {"containers": [{**SAME_REQUESTS, "ports": [{"containerPort": 22, "hostPort": 22}]}]},
             "containers: hostPort 22/TCP is not one of the pod's",
         ),
     ],
@@ -89,11 +102,14 @@ def test_a_template_of_the_wrong_shape_is_refused(outer: Any) -> None:
 def test_the_pods_own_host_ports_are_kept() -> None:
     own = pod()
     own["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
-    spec = {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}
+    spec = {"containers": [{**SAME_REQUESTS, "ports": [{"containerPort": 80, "hostPort": 8080}]}]}
     assert refused(template(**spec), own) is None
 
 
-@pytest.mark.parametrize("spec", [{}, {"affinity": PIN}, {"priorityClassName": ""}])
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"affinity": PIN}, {"priorityClassName": ""}, {"containers": [SAME_REQUESTS]}],
+)
 def test_a_template_that_only_narrows_is_accepted(spec: dict[str, Any]) -> None:
     assert refused(template(**spec), pod()) is None
 

@@ -564,6 +564,11 @@ def by_hand(**changes: Any) -> dict[str, Any]:
     return found
 
 
+def smaller(found: dict[str, Any], *, cpu: str) -> dict[str, Any]:
+    found["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    return found
+
+
 @pytest.mark.parametrize(
     ("rsv", "problem"),
     [
@@ -572,11 +577,18 @@ def by_hand(**changes: Any) -> dict[str, Any]:
             "was made for PodMigrationJob 'job-2'",
             id="another job's",
         ),
+        pytest.param(
+            smaller(by_hand(), cpu="100m"),
+            "the pod requests more than reservation by-hand holds: cpu 200m (it holds 100m); "
+            "its replacement would not be bound there",
+            id="one that holds less than the pod asks",
+        ),
     ],
 )
 def test_another_jobs_reservation_named_evicts_nothing(rsv: dict[str, Any], problem: str) -> None:
     """Opening another job's Reservation for this pod would hand that job's place over
-    before its own pod has left."""
+    before its own pod has left; one smaller than the pod would be opened for a
+    replacement the webhook does not bind there."""
     plan = view_plan(job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=rsv)
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")

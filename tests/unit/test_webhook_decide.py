@@ -579,3 +579,121 @@ def test_reservations_about_to_open_are_read_again(
     assert worth_a_fresh_look(decision, pod_of(req), reservations, looked_up, workload_uid) == (
         expected
     )
+
+
+def holding(name: str, spec: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """A Reservation whose template's pod spec is `spec` (what its placeholder asked)."""
+    made = reservation(name, **options)
+    made["spec"]["template"]["spec"] = spec
+    return made
+
+
+def asking(cpu: str | None = None, **spec: Any) -> Change:
+    """The pod asks `cpu` in its one container, and has the other `spec` fields."""
+
+    def change(req: dict[str, Any]) -> None:
+        pod = req["object"]["spec"]
+        if cpu is not None:
+            pod["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+        pod.update(spec)
+
+    return change
+
+
+def requests(**values: str) -> dict[str, Any]:
+    return {"containers": [{"name": "app", "resources": {"requests": values}}]}
+
+
+@pytest.mark.parametrize(
+    ("changes", "reservations", "expected"),
+    [
+        pytest.param([asking("200m")], [holding("r1", requests(cpu="200m"))], ["r1"], id="as much"),
+        pytest.param([asking("100m")], [holding("r1", requests(cpu="0.2"))], ["r1"], id="less"),
+        pytest.param(
+            [asking("300m")],
+            [holding("r1", requests(cpu="200m"))],
+            "requests more than reservation r1 holds: cpu 300m (it holds 200m)",
+            id="a rollout's larger pod",
+        ),
+        pytest.param(
+            [
+                asking(
+                    "200m",
+                    initContainers=[{"name": "init", "resources": {"requests": {"memory": "1Gi"}}}],
+                )
+            ],
+            [holding("r1", requests(cpu="200m", memory="512Mi"))],
+            "requests more than reservation r1 holds: memory 1073741824 (it holds 536870912)",
+            id="more of another resource, in an init container",
+        ),
+        pytest.param(
+            [
+                lambda req: req["object"]["spec"]["containers"][0].update(
+                    resources={"requests": {"cpu": "200m", "nvidia.com/gpu": "1"}}
+                )
+            ],
+            [holding("r1", requests(cpu="200m"))],
+            "nvidia.com/gpu 1 (it holds 0)",
+            id="a resource the Reservation does not hold",
+        ),
+        pytest.param(
+            [asking("300m")],
+            [
+                holding("small", requests(cpu="200m")),
+                holding("large", requests(cpu="500m"), created="2026-11-22T00:00:00Z"),
+            ],
+            ["large"],
+            id="only the Reservations that hold enough",
+        ),
+        pytest.param(
+            [asking("200m", overhead={"cpu": "250m"}, runtimeClassName="kata")],
+            [holding("r1", {**requests(cpu="200m"), "runtimeClassName": "kata"})],
+            ["r1"],
+            id="the runtime class's overhead on the pod and not in the template",
+        ),
+        pytest.param(
+            [asking("2")],
+            [holding("r1", {"containers": [{"name": "app"}]})],
+            ["r1"],
+            id="a template that requests nothing is not judged",
+        ),
+        pytest.param(
+            [asking("2")],
+            [holding("r1", requests(cpu="lots"))],
+            "reservation r1 holds requests that cannot be read (invalid quantity 'lots')",
+            id="a template whose requests cannot be read",
+        ),
+        pytest.param(
+            [asking("2")],
+            [holding("r1", {"containers": "app"})],
+            "reservation r1 holds requests that cannot be read",
+            id="a template whose containers are not a list",
+        ),
+    ],
+)
+def test_a_pod_takes_only_a_reservation_that_holds_what_it_asks(
+    changes: list[Change], reservations: list[dict[str, Any]], expected: list[str] | str
+) -> None:
+    """Bound to a place smaller than it asks, a pod may never fit there, and its affinity
+    to that node could never be lifted: it is left to the scheduler instead."""
+    decision = decide(
+        request(*changes), reservations=by_name(*reservations), workload_uid=REPLICASET_UID
+    )
+    if isinstance(expected, str):
+        assert isinstance(decision, Skip)
+        assert expected in decision.reason
+    else:
+        assert isinstance(decision, Claim)
+        assert [r["metadata"]["name"] for r in decision.candidates] == expected
+
+
+def test_a_reservation_too_small_is_not_read_again() -> None:
+    """One about to open that the pod would match by its owners, but holding less than the
+    pod asks, is not worth a read from the API server."""
+    req = request(asking("300m"))
+    reservations = by_name(holding("r1", requests(cpu="200m"), consumable=False))
+    decision = decide(req, reservations=reservations, workload_uid=REPLICASET_UID)
+    assert isinstance(decision, Skip)
+    assert worth_a_fresh_look(decision, pod_of(req), reservations, True, REPLICASET_UID) == []
+    reservations["r1"]["spec"]["template"]["spec"] = requests(cpu="300m")
+    assert worth_a_fresh_look(decision, pod_of(req), reservations, True, REPLICASET_UID) == ["r1"]
