@@ -215,7 +215,10 @@ def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | Non
 
 
 def _create_reservation(view: JobView, status: Object) -> Plan:
-    """Create the Reservation, record it on the job, then say so."""
+    """Create the Reservation, record it on the job, then say so; nothing for a job
+    paused after its admission, until it is resumed."""
+    if view.job["spec"].get("paused"):
+        return step(view, status).again_in(WAIT_POLL)
     options = view.job["spec"].get("reservationOptions") or {}
     if (options.get("reservationRef") or {}).get("name"):
         return fail(

@@ -87,13 +87,17 @@ def job_manifest(
 
 
 def admit_paused(cluster: Cluster, name: str, manifest: str) -> None:
-    """Create job `name` and pause it once arbitration admits it, before its placeholder
+    """Create job `name` and pause it once arbitration admits it and its Reservation is
+    created (a job paused before that creates none until resumed), before its placeholder
     can be placed: every node is cordoned meanwhile, so nothing is evicted before."""
     nodes = [n["metadata"]["name"] for n in cluster.get("nodes")["items"]]
     cluster.kubectl("cordon", *nodes)
     try:
         cluster.apply(manifest)
-        cluster.wait(lambda: phase_is(cluster, name, "Running"), what="the job admitted")
+        cluster.wait(
+            lambda: condition(job_of(cluster, name), "ReservationCreated").get("status") == "True",
+            what="the job admitted and its Reservation created",
+        )
         cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":true}}')
     finally:
         cluster.kubectl("uncordon", *nodes)

@@ -445,6 +445,15 @@ def test_paused_job_waits_with_its_reservation() -> None:
     assert not any(isinstance(a, Evict) for a in plan.actions)
 
 
+def test_a_job_paused_after_its_admission_creates_no_reservation() -> None:
+    """Nothing happens to a paused job until it is resumed: it holds no place either."""
+    paused = view_plan(job_obj=job(paused=True), pod_obj=pod())
+    assert paused.actions == []
+    assert paused.requeue_after
+    resumed = view_plan(job_obj=job(), pod_obj=pod())
+    assert "Create:reservations" in kinds(resumed)
+
+
 def test_job_delete_options_reach_the_eviction() -> None:
     job_obj = job()
     job_obj["spec"]["deleteOptions"] = {"gracePeriodSeconds": 60}

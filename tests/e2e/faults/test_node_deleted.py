@@ -124,20 +124,29 @@ async def reserved_and_paused(
     cluster: Cluster, namespace: str, recorder: Recorder
 ) -> tuple[str, str, dict[str, str]]:
     """A Deployment of 2 behind a PDB allowing 1, and a job for one of its pods, admitted
-    and then paused once its Reservation is Available: the job, the Reservation's node
-    and that node's allocatable (to make it again)."""
+    and then paused once its Reservation is created, before it is placed; then the
+    Reservation Available: the job, the Reservation's node and that node's allocatable
+    (to make it again)."""
     await cluster.aapply(json.dumps(workload("Deployment", "web", replicas=2)), namespace)
     await cluster.aapply(json.dumps(pdb("web", 1)), namespace)
     await until(lambda: len(ready(recorder, namespace, "web")) == 2, what="2 pods", timeout=120)
     pod = sorted(ready(recorder, namespace, "web"), key=lambda p: p["metadata"]["name"])[0]
     name, body = job(pod, ttl="4m")
-    await asyncio.to_thread(apply_all, cluster, [body])
-    await until(
-        lambda: phase(job_state(recorder, name) or {}) == "Running",
-        what="the job admitted",
-        timeout=120,
-    )
-    await pause(cluster, name, True)
+    # Every node cordoned until the job is paused, so that its placeholder is not placed
+    # (and nothing evicted) before; a job paused before its Reservation is created creates
+    # none until resumed.
+    nodes = [n["metadata"]["name"] for n in (await cluster.aget("nodes"))["items"]]
+    await cluster.akubectl("cordon", *nodes)
+    try:
+        await asyncio.to_thread(apply_all, cluster, [body])
+        await until(
+            lambda: reservation_of(recorder, name) is not None,
+            what="the job admitted and its Reservation created",
+            timeout=120,
+        )
+        await pause(cluster, name, True)
+    finally:
+        await cluster.akubectl("uncordon", *nodes)
     reservation = await until(
         lambda: (r := reservation_of(recorder, name)) and phase(r) == "Available" and r,
         what="the Reservation Available",
