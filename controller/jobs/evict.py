@@ -23,6 +23,7 @@ from controller.jobs.view import (
     pod_gone,
     pod_key,
     step,
+    why_pod_gone,
     write_status,
 )
 from controller.status import condition, same_condition, with_condition
@@ -107,7 +108,7 @@ def evict_directly(view: JobView, status: Object, *, expired: bool, evicting: bo
                 view,
                 status,
                 reason=Reason.MISSING_POD,
-                message=f"pod {pod_key(view)} no longer exists",
+                message=why_pod_gone(view),
             )
         if expired:
             return fail(

@@ -29,9 +29,9 @@ from controller.jobs.view import (
     fail,
     job_name,
     pod_gone,
-    pod_key,
     reservation_name,
     step,
+    why_pod_gone,
     write_status,
 )
 from controller.status import (
@@ -208,9 +208,7 @@ def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | Non
             "and the reservation is released",
         )
     if pod_gone(view) or view.pod is None:
-        return fail(
-            view, status, reason=Reason.MISSING_POD, message=f"pod {pod_key(view)} no longer exists"
-        )
+        return fail(view, status, reason=Reason.MISSING_POD, message=why_pod_gone(view))
     return None
 
 

@@ -110,6 +110,17 @@ def pod_gone(view: JobView) -> bool:
     return view.pod is None or (uid is not None and view.pod["metadata"]["uid"] != uid)
 
 
+def why_pod_gone(view: JobView) -> str:
+    """What became of the migrated pod, for a job that ends before evicting it: deleted, or
+    replaced by another pod of the same name (a StatefulSet's)."""
+    if view.pod is None:
+        return f"pod {pod_key(view)} no longer exists"
+    return (
+        f"pod {pod_key(view)} was replaced before it was evicted (uid {source_uid(view.job)}, "
+        f"now {view.pod['metadata']['uid']}): the pod this job started for is gone"
+    )
+
+
 def write_status(view: JobView, status: Mapping[str, Any]) -> UpdateStatus:
     obj = copy.deepcopy(view.job)
     obj["status"] = dict(status)

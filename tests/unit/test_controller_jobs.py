@@ -556,6 +556,20 @@ def test_missing_pod_before_eviction_fails_the_job() -> None:
     assert (status_of(plan)["phase"], status_of(plan)["reason"]) == ("Failed", "MissingPod")
 
 
+@pytest.mark.parametrize("mode", ["ReservationFirst", "EvictDirectly"])
+def test_a_pod_replaced_under_its_name_before_eviction_fails_the_job_saying_so(mode: str) -> None:
+    """A StatefulSet's pod recreated under the same name is another pod: the job evicts
+    nothing and says the pod was replaced, not that none of that name exists."""
+    plan = view_plan(job_obj=job(mode=mode), pod_obj=pod(uid="uid-web-1-again"))
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "MissingPod")
+    assert status["message"] == (
+        "pod default/web-1 was replaced before it was evicted (uid uid-web-1, now "
+        "uid-web-1-again): the pod this job started for is gone"
+    )
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
 def test_missing_referenced_reservation_fails() -> None:
     plan = view_plan(job_obj=job(reservation_ref="reservation-0"), pod_obj=pod())
     assert status_of(plan)["reason"] == "MissingReservation"
