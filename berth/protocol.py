@@ -40,12 +40,11 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 from berth.api import API_VERSION, ReservationPhase, keys
 from berth.api.times import read_time
-from berth.resources import Resources, fits, format_quantity, pod_requests
+from berth.resources import Resources, format_quantity, pod_requests
 from berth.scheduling import selector_matches
 
 Object = Mapping[str, Any]
@@ -303,37 +302,55 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
 
 def asks_more(pod: Object, reservation: Object) -> str | None:
     """Why `pod` asks for more than `reservation` holds (None: it does not). A
-    Reservation holds what its template requests, as its placeholder did; bound there, a
-    pod that asks more of any resource may not fit the node, and its required affinity to
-    that node could never be lifted: a rollout's pod of a larger template, or a template
-    that reserved less than the pod. A template that requests nothing holds no size, and
-    is not judged. The runtime class's overhead is left out on both sides: the API server
-    sets it on the pod and on the placeholder alike."""
+    Reservation holds what its template requests (a limit standing for a missing request,
+    as the API server defaults its placeholder), and a pod asking more of one of those
+    resources may not fit its node, where its required affinity could never be lifted: a
+    rollout's pod of a larger template, or a template that reserved less than the pod.
+    Resources the template does not name are not judged (a Reservation made by hand for
+    CPU alone); nor is the runtime class's overhead, which the API server sets on the pod
+    and the placeholder alike."""
     name = reservation["metadata"].get("name")
     template = (reservation.get("spec") or {}).get("template") or {}
     try:
         held = _requests_of(template.get("spec") or {})
     except (ValueError, TypeError, AttributeError) as error:
         return f"reservation {name} holds requests that cannot be read ({error})"
-    if not any(held.values()):
-        return None
     try:
         asked = _requests_of(pod["spec"])
     except (ValueError, TypeError, AttributeError) as error:
-        return f"its requests cannot be read ({error})"
-    above = fits(asked, held)
+        return f"has requests that cannot be read ({error})"
+    above = sorted(r for r, value in asked.items() if r in held and value > held[r])
     if not above:
         return None
     more = ", ".join(
-        f"{resource} {format_quantity(resource, asked[resource])} "
-        f"(it holds {format_quantity(resource, held.get(resource, Decimal(0)))})"
-        for resource in sorted(above)
+        f"{r} {format_quantity(r, asked[r])} (it holds {format_quantity(r, held[r])})"
+        for r in above
     )
     return f"requests more than reservation {name} holds: {more}"
 
 
 def _requests_of(spec: Mapping[str, Any]) -> Resources:
-    return pod_requests({**spec, "overhead": None})
+    """What a pod of `spec` asks, its overhead left out, each container's limits standing
+    for the requests it does not set."""
+
+    def defaulted(container: Any) -> Any:
+        resources = container.get("resources") or {}
+        if not resources.get("limits"):
+            return container
+        requests = {**resources["limits"], **(resources.get("requests") or {})}
+        return {**container, "resources": {**resources, "requests": requests}}
+
+    return pod_requests(
+        {
+            **spec,
+            "overhead": None,
+            **{
+                key: [defaulted(c) for c in spec[key]]
+                for key in ("containers", "initContainers")
+                if spec.get(key)
+            },
+        }
+    )
 
 
 def _same_object(wanted: Any, pod: Object) -> bool:

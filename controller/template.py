@@ -43,9 +43,9 @@ Check = Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
 
 
 def refused(template: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> str | None:
-    """Why the template asks for more than the pod has, or cannot be read (naming the
-    field), or None. The template is free-form in the schema: a field of the wrong type is
-    refused, never an exception on every pass."""
+    """Why the template asks for more than the pod has, or for other requests, or cannot
+    be read (naming the field), or None. The template is free-form in the schema: a field
+    of the wrong type is refused, never an exception on every pass."""
     outer = _mapping(template)
     spec = _mapping(outer.get("spec")) if outer is not None else None
     if spec is None:
@@ -173,7 +173,7 @@ def _requests(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
         return None
     fields = ("containers", "initContainers", "resources")
     mine = pod_requests({key: own.get(key) for key in fields})
-    asked = pod_requests({key: user.get(key) or own.get(key) for key in fields})
+    asked = pod_requests({key: user[key] if key in user else own.get(key) for key in fields})
     above = sorted(name for name, value in asked.items() if value > mine.get(name, 0))
     if above:
         return f"resources: requests of {above[0]} exceed the pod's"

@@ -293,12 +293,14 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
         return None
     bypass = _unbound_replacement(view, status)
     if bypass is not None:
+        too_small = protocol.asks_more(bypass, reservation)
         return fail(
             view,
             status,
             reason=Reason.RESERVATION_NOT_USED,
             message=f"replacement pod {bypass['metadata']['name']} was created "
-            f"without claiming Reservation {rsv!r} (is the webhook running?); it is "
+            f"without claiming Reservation {rsv!r} "
+            f"({f'it {too_small}' if too_small else 'is the webhook running?'}); it is "
             "scheduled as any pod, and the reservation is released",
         )
     scaled = (

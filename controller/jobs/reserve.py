@@ -113,23 +113,11 @@ def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan 
 
 def _unusable(view: JobView, status: Object, reservation: Object) -> Plan | None:
     """The job's end when its Reservation holds no place for this pod's replacement:
-    another's (`_not_for_this_pod`), smaller than the pod (`protocol.asks_more`: a
-    Reservation named in reservationRef, made by hand), or ended before the eviction;
-    None if it may."""
+    another's or too small (`_not_for_this_pod`), or ended before the eviction; None if it
+    may."""
     elsewhere = _not_for_this_pod(view, reservation)
     if elsewhere is not None:
         return fail(view, status, reason=Reason.INVALID_SPEC, message=elsewhere)
-    assert view.pod is not None
-    too_small = protocol.asks_more(view.pod, reservation)
-    if too_small is not None:
-        return fail(
-            view,
-            status,
-            reason=Reason.INVALID_SPEC,
-            message=f"the pod {too_small}; its replacement would not be bound there "
-            "(the webhook binds a pod only to a place that holds what it asks); nothing "
-            "was evicted",
-        )
     if protocol.phase(reservation) in (ReservationPhase.FAILED, ReservationPhase.SUCCEEDED):
         return fail(
             view,
@@ -143,9 +131,11 @@ def _unusable(view: JobView, status: Object, reservation: Object) -> Plan | None
 def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
     """Why a Reservation the job names is not its to use, if so: another job made it
     (opening it would hand that job's place to this one's pod, before that job's pod has
-    left), or another job uses it first (`goes_first`). None for the job's own, and for
-    one made by hand that no other job uses first: its owners are as its maker wrote them
-    (a job's creator may evict without a place anyway, EvictDirectly)."""
+    left), it holds less than the pod asks (`protocol.asks_more`: the webhook would not
+    bind the replacement there), or another job uses it first (`goes_first`). None for
+    the job's own (made from the pod), and for one made by hand that no other job uses
+    first: its owners are as its maker wrote them (a job's creator may evict without a
+    place anyway, EvictDirectly)."""
     name = reservation["metadata"]["name"]
     if name == view.job["metadata"]["uid"]:
         return None
@@ -154,6 +144,14 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
         return (
             f"spec.reservationOptions.reservationRef: Reservation {name!r} was made for "
             f"PodMigrationJob {made_for!r}; nothing was evicted"
+        )
+    assert view.pod is not None
+    too_small = protocol.asks_more(view.pod, reservation)
+    if too_small is not None:
+        return (
+            f"spec.reservationOptions.reservationRef: the pod {too_small}; its replacement "
+            "would not be bound there (the webhook binds a pod only to a place that holds "
+            "what it asks); nothing was evicted"
         )
     first = goes_first(view.job, view.sharing)
     if first is not None:
@@ -205,7 +203,11 @@ def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | Non
             status,
             reason=Reason.TIMEOUT,
             message=f"TTL expired before the pod was evicted{waited}; nothing was evicted "
-            "and the reservation is released",
+            + (
+                "and the reservation is released"
+                if view.reservation is not None
+                else "and no reservation was created"
+            ),
         )
     if pod_gone(view) or view.pod is None:
         return fail(view, status, reason=Reason.MISSING_POD, message=why_pod_gone(view))
@@ -232,7 +234,8 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             view,
             status,
             reason=Reason.FORBIDDEN_TEMPLATE,
-            message=f"{why}; a template may only narrow what the pod has, nothing was created",
+            message=f"{why}; a template may only narrow where the pod may run and must ask "
+            "what the pod asks; nothing was created",
         )
     ttl = view.job["spec"].get("ttl") if job_deadline(view.job) else None
     try:

@@ -99,6 +99,16 @@ def test_a_template_of_the_wrong_shape_is_refused(outer: Any) -> None:
     assert why.startswith("reservationOptions.template")
 
 
+def test_a_template_emptying_a_field_of_requests_asks_less() -> None:
+    """`initContainers: []` replaces the pod's (the Reservation is made so): an init
+    container that asks more than the app's takes its requests away."""
+    own = pod()
+    own["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": "1"}}}]
+    why = refused(template(initContainers=[]), own)
+    assert why is not None
+    assert "resources: requests of cpu are below the pod's" in why
+
+
 def test_the_pods_own_host_ports_are_kept() -> None:
     own = pod()
     own["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]

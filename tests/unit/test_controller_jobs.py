@@ -619,6 +619,16 @@ def test_another_jobs_reservation_named_evicts_nothing(rsv: dict[str, Any], prob
     assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Event:InvalidSpec"]
 
 
+def test_the_jobs_own_reservation_is_not_judged_against_the_pods_requests() -> None:
+    """Made from the pod, it holds what the workload's next pod asks, even when the pod
+    was resized in place since: that one asks its template's requests."""
+    resized = pod(cpu="500m")
+    plan = view_plan(
+        job_obj=job(), pod_obj=resized, rsv=reservation(phase="Available", node="node-1")
+    )
+    assert "Failed" not in str(status_of(plan).get("phase"))
+
+
 def test_a_reservation_made_by_hand_for_the_pods_workload_is_used() -> None:
     plan = view_plan(job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=by_hand())
     assert "Failed" not in str(status_of(plan).get("phase"))
@@ -1325,7 +1335,18 @@ def test_a_replicaset_a_finished_rollout_left_behind_ends_the_job_at_once(
     assert_after_eviction(rs, deployment, TWO_OLDER, phase=phase, scaled=scaled)
 
 
-def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason() -> None:
+@pytest.mark.parametrize(
+    ("cpu", "why"),
+    [
+        ("200m", "(is the webhook running?)"),
+        ("300m", "(it requests more than reservation uid-job-1 holds: cpu 300m (it holds 200m))"),
+    ],
+)
+def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason(
+    cpu: str, why: str
+) -> None:
+    """A replacement that took no claim: the webhook was not called, or left it alone
+    because it asks more than the place holds."""
     evicting = [
         *EVICTING,
         {
@@ -1334,7 +1355,7 @@ def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason(
             "lastTransitionTime": "2026-01-01T12:00:05Z",
         },
     ]
-    stray = pod("web-2", node="node-2")
+    stray = pod("web-2", node="node-2", cpu=cpu)
     stray["metadata"]["creationTimestamp"] = "2026-01-01T12:00:06Z"
     older = pod("web-0", node="node-1")
     jv = jobs.JobView(
@@ -1350,8 +1371,10 @@ def test_replacement_that_bypassed_the_reservation_ends_the_job_with_the_reason(
     )
     status = status_of(jobs.decide(jv))
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationNotUsed")
-    assert "web-2" in status["message"]
-    assert "webhook" in status["message"]
+    assert status["message"] == (
+        f"replacement pod web-2 was created without claiming Reservation 'uid-job-1' {why}; "
+        "it is scheduled as any pod, and the reservation is released"
+    )
 
 
 def _made_at(name: str, moment: datetime, *, claimed: bool = False) -> dict[str, Any]:

@@ -627,14 +627,21 @@ def requests(**values: str) -> dict[str, Any]:
             id="more of another resource, in an init container",
         ),
         pytest.param(
+            [asking(containers=[requests(cpu="200m", memory="1Gi")["containers"][0]])],
+            [holding("r1", requests(cpu="200m"))],
+            ["r1"],
+            id="a resource the Reservation does not name is not judged: one made for CPU",
+        ),
+        pytest.param(
+            [asking(containers=[requests(cpu="200m", memory="1Gi")["containers"][0]])],
             [
-                lambda req: req["object"]["spec"]["containers"][0].update(
-                    resources={"requests": {"cpu": "200m", "nvidia.com/gpu": "1"}}
+                holding(
+                    "r1",
+                    {"containers": [{"name": "app", "resources": {"limits": {"memory": "512Mi"}}}]},
                 )
             ],
-            [holding("r1", requests(cpu="200m"))],
-            "nvidia.com/gpu 1 (it holds 0)",
-            id="a resource the Reservation does not hold",
+            "memory 1073741824 (it holds 536870912)",
+            id="a limit stands for the request the template does not set",
         ),
         pytest.param(
             [asking("300m")],
