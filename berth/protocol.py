@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 from berth.api import API_VERSION, ReservationPhase, keys
 from berth.api.times import read_time
-from berth.resources import Resources, format_quantity, pod_requests
+from berth.resources import format_quantity, held_requests
 from berth.scheduling import selector_matches
 
 Object = Mapping[str, Any]
@@ -302,21 +302,20 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
 
 def asks_more(pod: Object, reservation: Object) -> str | None:
     """Why `pod` asks for more than `reservation` holds (None: it does not). A
-    Reservation holds what its template requests (a limit standing for a missing request,
-    as the API server defaults its placeholder), and a pod asking more of one of those
-    resources may not fit its node, where its required affinity could never be lifted: a
-    rollout's pod of a larger template, or a template that reserved less than the pod.
-    Resources the template does not name are not judged (a Reservation made by hand for
-    CPU alone); nor is the runtime class's overhead, which the API server sets on the pod
-    and the placeholder alike."""
+    Reservation holds what its template requests (its placeholder asks exactly that), and
+    a pod asking more of one of those resources may not fit its node, where its required
+    affinity could never be lifted: a rollout's pod of a larger template, or a template
+    that reserved less than the pod. Resources the template does not request are not
+    judged (a Reservation made by hand for CPU alone); nor is the runtime class's overhead,
+    which the API server sets on the pod and the placeholder alike."""
     name = reservation["metadata"].get("name")
     template = (reservation.get("spec") or {}).get("template") or {}
     try:
-        held = _requests_of(template.get("spec") or {})
+        held = held_requests(template.get("spec") or {})
     except (ValueError, TypeError, AttributeError) as error:
         return f"reservation {name} holds requests that cannot be read ({error})"
     try:
-        asked = _requests_of(pod["spec"])
+        asked = held_requests(pod["spec"])
     except (ValueError, TypeError, AttributeError) as error:
         return f"has requests that cannot be read ({error})"
     above = sorted(r for r, value in asked.items() if r in held and value > held[r])
@@ -327,30 +326,6 @@ def asks_more(pod: Object, reservation: Object) -> str | None:
         for r in above
     )
     return f"requests more than reservation {name} holds: {more}"
-
-
-def _requests_of(spec: Mapping[str, Any]) -> Resources:
-    """What a pod of `spec` asks, its overhead left out, each container's limits standing
-    for the requests it does not set."""
-
-    def defaulted(container: Any) -> Any:
-        resources = container.get("resources") or {}
-        if not resources.get("limits"):
-            return container
-        requests = {**resources["limits"], **(resources.get("requests") or {})}
-        return {**container, "resources": {**resources, "requests": requests}}
-
-    return pod_requests(
-        {
-            **spec,
-            "overhead": None,
-            **{
-                key: [defaulted(c) for c in spec[key]]
-                for key in ("containers", "initContainers")
-                if spec.get(key)
-            },
-        }
-    )
 
 
 def _same_object(wanted: Any, pod: Object) -> bool:

@@ -148,6 +148,13 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return add(requests, parse_resources(spec.get("overhead")))
 
 
+def held_requests(spec: Mapping[str, Any]) -> Resources:
+    """What a pod of `spec` asks, the runtime class's overhead left out (the API server
+    sets it on every pod of that class alike): what a Reservation's template holds for its
+    pod, and what that pod asks of it."""
+    return pod_requests({**spec, "overhead": None})
+
+
 POD_SLOT: Resources = {"pods": Decimal(1)}
 """What a pod takes of a node's `pods` allocatable, as the scheduler counts it."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from berth.api import API_VERSION, keys
 from berth.protocol import annotations_of, controller_of, placeholder_namespace
-from berth.resources import format_quantity, pod_requests
+from berth.resources import format_quantity, held_requests
 from controller.template import without_berth_keys
 
 Object = dict[str, Any]
@@ -249,7 +249,7 @@ def asks_for_preemption(job: Mapping[str, Any]) -> bool:
 def allocatable_of(reservation: Mapping[str, Any]) -> dict[str, str]:
     """What the Reservation holds, as quantities (its `status.allocatable`)."""
     spec = ((reservation.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return {name: format_quantity(name, value) for name, value in pod_requests(spec).items()}
+    return {name: format_quantity(name, value) for name, value in held_requests(spec).items()}
 
 
 def placeholder_for(

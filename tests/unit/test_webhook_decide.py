@@ -640,8 +640,8 @@ def requests(**values: str) -> dict[str, Any]:
                     {"containers": [{"name": "app", "resources": {"limits": {"memory": "512Mi"}}}]},
                 )
             ],
-            "memory 1073741824 (it holds 536870912)",
-            id="a limit stands for the request the template does not set",
+            ["r1"],
+            id="a template's limit holds nothing: its placeholder asks its requests alone",
         ),
         pytest.param(
             [asking("300m")],
