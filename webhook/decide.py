@@ -126,7 +126,7 @@ def _claim(pod: Object, consumable: list[Object], *, workload_uid: str | None) -
     too_small = {r["metadata"]["name"]: asks_more(pod, r) for r in matching}
     candidates = [r for r in matching if too_small[r["metadata"]["name"]] is None]
     if not candidates:
-        return Skip("; ".join(f"{why}" for why in too_small.values()))
+        return Skip("; ".join(why for why in too_small.values() if why))
     return Claim(tuple(candidates))
 
 

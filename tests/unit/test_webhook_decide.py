@@ -600,8 +600,14 @@ def asking(cpu: str | None = None, **spec: Any) -> Change:
     return change
 
 
+def app(**values: str) -> dict[str, Any]:
+    """A container asking `values`."""
+    return {"name": "app", "resources": {"requests": values}}
+
+
 def requests(**values: str) -> dict[str, Any]:
-    return {"containers": [{"name": "app", "resources": {"requests": values}}]}
+    """A pod spec of one container asking `values`."""
+    return {"containers": [app(**values)]}
 
 
 @pytest.mark.parametrize(
@@ -627,13 +633,13 @@ def requests(**values: str) -> dict[str, Any]:
             id="more of another resource, in an init container",
         ),
         pytest.param(
-            [asking(containers=[requests(cpu="200m", memory="1Gi")["containers"][0]])],
+            [asking(containers=[app(cpu="200m", memory="1Gi")])],
             [holding("r1", requests(cpu="200m"))],
             ["r1"],
             id="a resource the Reservation does not name is not judged: one made for CPU",
         ),
         pytest.param(
-            [asking(containers=[requests(cpu="200m", memory="1Gi")["containers"][0]])],
+            [asking(containers=[app(cpu="200m", memory="1Gi")])],
             [
                 holding(
                     "r1",
