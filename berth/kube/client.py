@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -346,7 +346,7 @@ class Kube:
         timeout_seconds: int = 300,
         idle: float = WATCH_IDLE,
         gather: float = 0.0,
-    ) -> AsyncIterator[Object]:
+    ) -> AsyncGenerator[Object, None]:
         """Watch events from `resource_version`, bookmarks included, until the server ends.
 
         With `gather` (seconds), the connection is left unread for that long after a

@@ -9,18 +9,36 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from berth.kube.client import NODES, Kube
 from devtools.processes import Component
 from tests.e2e.kube import Cluster
 
 LEASE = ("berth-system", "berth-controller")
 REVIVED = "exited, restarted"
 """The log's kind for a component that exited on its own and was started again."""
+
+
+async def delete_node(kube: Kube, name: str) -> int:
+    """Delete node `name` as an operator would, and the etcd revision of its deletion, as
+    the node's watch tells it (a revision read before the delete would blame on Berth an
+    eviction made while the node still stood)."""
+    before = (await kube.get(NODES, name))["metadata"]["resourceVersion"]
+    await kube.delete(NODES, name)
+    async with contextlib.aclosing(
+        kube.watch(NODES, resource_version=before, timeout_seconds=60)
+    ) as events:
+        async for event in events:
+            node = event["object"]
+            if event["type"] == "DELETED" and node["metadata"]["name"] == name:
+                return int(node["metadata"]["resourceVersion"])
+    raise AssertionError(f"node {name}: no deletion seen within 60s")
 
 
 @dataclass

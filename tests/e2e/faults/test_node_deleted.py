@@ -23,7 +23,7 @@ import pytest
 from berth.kube.client import Kube
 from devtools.nodes import is_schedulable
 from devtools.render import fake_node
-from tests.e2e.faults.inject import Injector
+from tests.e2e.faults.inject import Injector, delete_node
 from tests.e2e.faults.invariants import UserFaults, judge, phase
 from tests.e2e.faults.recorder import Recorder
 from tests.e2e.faults.world import (
@@ -211,10 +211,8 @@ async def min_available(cluster: Cluster, namespace: str, count: int) -> None:
 async def node_deleted(
     cluster: Cluster, recorder: Recorder, name: str, size: dict[str, str]
 ) -> AsyncIterator[UserFaults]:
-    """Delete node `name`, telling the judge (everything the recorder saw up to now came
-    before the deletion), and make it again afterwards."""
-    faults = UserFaults(deleted_nodes={name: recorder.history[-1].revision + 1})
-    await cluster.akubectl("delete", "node", name, "--wait=false")
+    """Delete node `name`, telling the judge when, and make it again afterwards."""
+    faults = UserFaults(deleted_nodes={name: await delete_node(recorder.kube, name)})
     try:
         yield faults
     finally:

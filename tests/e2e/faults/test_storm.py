@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from berth.kube.client import Kube
-from tests.e2e.faults.inject import REVIVED, Injector
+from tests.e2e.faults.inject import REVIVED, Injector, delete_node
 from tests.e2e.faults.invariants import (
     UserFaults,
     Verdict,
@@ -173,8 +173,7 @@ class Storm:
         pod = await until(self._bound_placeholder, what="a bound placeholder", timeout=90)
         node = pod["spec"]["nodeName"]
         async with self.lock:
-            self.user.deleted_nodes[node] = await asyncio.to_thread(self.injector.revision)
-            await self.cluster.akubectl("delete", "node", node, "--wait=false")
+            self.user.deleted_nodes[node] = await delete_node(self.recorder.kube, node)
             self.injector.note("node deleted", f"{node} (holds {pod['metadata']['name']})")
 
     def _bound_placeholder(self) -> dict[str, Any] | None:
