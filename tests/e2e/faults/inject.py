@@ -29,7 +29,9 @@ async def delete_node(kube: Kube, name: str) -> int:
     """Delete node `name` as an operator would, and the etcd revision of its deletion, as
     the node's watch tells it (a revision read before the delete would blame on Berth an
     eviction made while the node still stood)."""
-    before = (await kube.get(NODES, name))["metadata"]["resourceVersion"]
+    # From the list's revision, now: a node's own may be older than a compaction.
+    listed = await kube.list(NODES, field_selector=f"metadata.name={name}")
+    before = listed["metadata"]["resourceVersion"]
     await kube.delete(NODES, name)
     async with contextlib.aclosing(
         kube.watch(NODES, resource_version=before, timeout_seconds=60)
