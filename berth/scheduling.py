@@ -151,31 +151,37 @@ tolerates this taint may still go to a cordoned node."""
 
 def node_refusal(node: Object, spec: Object) -> str | None:
     """Why the scheduler places no new pod of `spec` on `node`, however much room it has:
-    the node is cordoned, or has a NoSchedule or NoExecute taint the pod does not
-    tolerate (a node going NotReady gets such taints); None when it would."""
-    name = (node.get("metadata") or {}).get("name")
+    the node is cordoned, has a NoSchedule or NoExecute taint the pod does not tolerate
+    (a node going NotReady gets such taints), or its labels do not satisfy the pod's
+    nodeSelector or required node affinity (a rollout that moved the pods elsewhere, a
+    label taken off the node); None when it would."""
+    metadata = node.get("metadata") or {}
+    name = metadata.get("name")
     cordoned = (node.get("spec") or {}).get("unschedulable")
     if cordoned and not _tolerated(UNSCHEDULABLE_TAINT, spec.get("tolerations") or ()):
         return f"node {name} is cordoned"
     taint = _untolerated(spec, node)
-    if taint is None:
-        return None
-    value = f"={taint['value']}" if taint.get("value") else ""
-    return (
-        f"node {name} has the taint {taint.get('key')}{value}:{taint.get('effect')}, "
-        "which the pod does not tolerate"
-    )
+    if taint is not None:
+        value = f"={taint['value']}" if taint.get("value") else ""
+        return (
+            f"node {name} has the taint {taint.get('key')}{value}:{taint.get('effect')}, "
+            "which the pod does not tolerate"
+        )
+    if not node_affinity_matches(spec, str(name), metadata.get("labels") or {}):
+        return f"node {name} does not match the pod's node selector or required node affinity"
+    return None
 
 
-def node_gates(node: Object) -> tuple[bool, tuple[tuple[str, str, str], ...]]:
-    """What of a node `node_refusal` reads: its cordon and its taints that keep pods away.
-    Compared between two versions of a node, to tell whether anything decided on it is
-    to be decided again."""
+def node_gates(node: Object) -> tuple[object, ...]:
+    """What of a node `node_refusal` reads: its cordon, its taints that keep pods away and
+    its labels. Compared between two versions of a node, to tell whether anything decided
+    on it is to be decided again."""
     taints = sorted(
         (str(t.get("key")), str(t.get("value") or ""), str(t.get("effect")))
         for t in _keeping_away(node)
     )
-    return bool((node.get("spec") or {}).get("unschedulable")), tuple(taints)
+    labels = sorted(((node.get("metadata") or {}).get("labels") or {}).items())
+    return bool((node.get("spec") or {}).get("unschedulable")), tuple(taints), tuple(labels)
 
 
 def _keeping_away(node: Object) -> list[Object]:

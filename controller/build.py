@@ -33,6 +33,7 @@ PLACEMENT_FIELDS = (
     "preemptionPolicy",
 )
 PLACEHOLDER_PREFIX = "berth-placeholder-"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def placeholder_prefix(reservation_name: str) -> str:
@@ -112,21 +113,40 @@ def merge_placement(pod_spec: Mapping[str, Any], user: Mapping[str, Any]) -> Obj
 
 def without_pin(affinity: Mapping[str, Any] | None, node: str) -> Object | None:
     """`affinity` without the "only on `node`" term Berth's webhook added when the pod was
-    bound to a Reservation there; kept, it would forbid every other node to a new one."""
+    bound to a Reservation there; kept, it would forbid every other node to a new one. A
+    term left empty by it (the webhook's own, made for a pod without one) goes, as does the
+    required node affinity when no term is left: an empty term would match no node."""
     if not affinity:
         return None
     result: Object = copy.deepcopy(dict(affinity))
-    required = (result.get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
+    node_affinity = result.get("nodeAffinity") or {}
+    required = node_affinity.get(REQUIRED) or {}
     pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    terms = []
     for term in required.get("nodeSelectorTerms") or []:
         fields = [field for field in term.get("matchFields") or [] if field != pin]
+        left = {key: value for key, value in term.items() if key != "matchFields"}
         if fields:
-            term["matchFields"] = fields
-        else:
-            term.pop("matchFields", None)
+            left["matchFields"] = fields
+        if fields or left.get("matchExpressions") or pin not in (term.get("matchFields") or []):
+            terms.append(left)
+    if terms:
+        required["nodeSelectorTerms"] = terms
+    elif REQUIRED in node_affinity:
+        del node_affinity[REQUIRED]
+        if not node_affinity:
+            result.pop("nodeAffinity", None)
     return result
+
+
+def unpinned(pod: Mapping[str, Any], affinity: Mapping[str, Any] | None) -> Object | None:
+    """`affinity` (the pod's own, or one made from it) as the pod's replacement asks: for
+    a pod Berth's webhook bound to a Reservation, without the term tying it to the node
+    it runs on (`without_pin`)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and keys.RESERVATION_ALLOCATED in (pod["metadata"].get("annotations") or {}):
+        return without_pin(affinity, node)
+    return dict(affinity) if affinity is not None else None
 
 
 def _containers_for_requests(spec: Mapping[str, Any]) -> Object:
@@ -184,16 +204,9 @@ def reservation_for(
     user_spec = user.get("spec") or {}
     user_pod = (user_spec.get("template") or {}).get("spec") or {}
     pod_template_spec.update(merge_placement(pod_template_spec, user_pod))
-    if spec.get("nodeName") and keys.RESERVATION_ALLOCATED in (
-        pod["metadata"].get("annotations") or {}
-    ):
-        pod_template_spec["affinity"] = without_pin(
-            pod_template_spec.get("affinity"), spec["nodeName"]
-        )
     if spec.get("nodeName"):
-        pod_template_spec["affinity"] = exclude_node(
-            pod_template_spec.get("affinity"), spec["nodeName"]
-        )
+        own = unpinned(pod, pod_template_spec.get("affinity"))
+        pod_template_spec["affinity"] = exclude_node(own, spec["nodeName"])
     namespace = pod["metadata"]["namespace"]
     controller = controller_of(pod)
     owners: list[Object] = copy.deepcopy(user_spec.get("owners") or [])

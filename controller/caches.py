@@ -534,13 +534,15 @@ class Caches:
         ]
 
     def refusal(self, node: str | None, pod: Object | None) -> str | None:
-        """Why `node`, as the cache holds it, takes no new pod like `pod` (cordoned, or a
-        taint the pod does not tolerate: `scheduling.node_refusal`); None when it would,
-        or when either is missing."""
+        """Why `node`, as the cache holds it, takes no new pod like `pod` (cordoned, a
+        taint the pod does not tolerate, labels its placement excludes:
+        `scheduling.node_refusal`); None when it would, or when either is missing."""
         found = self.nodes.get(node) if node else None
         if found is None or pod is None:
             return None
-        return node_refusal(found, pod.get("spec") or {})
+        spec = pod.get("spec") or {}
+        # A pod bound by Berth before is tied to the node it runs on: its replacement is not.
+        return node_refusal(found, {**spec, "affinity": build.unpinned(pod, spec.get("affinity"))})
 
     def _node_gone(self, node: str | None, *, again: str | None = None) -> bool:
         """Whether `node` names a node that is gone (`_missing`)."""

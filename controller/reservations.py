@@ -103,7 +103,8 @@ class ReservationView:
     """The placeholder is bound to a node the node cache no longer holds: deleted."""
     node_refuses: str | None = None
     """Why the placeholder's node takes no new pod like it (cordoned, a taint it does not
-    tolerate: `scheduling.node_refusal`): a replacement could not take the place there."""
+    tolerate, labels its placement excludes: `scheduling.node_refusal`): a replacement
+    could not take the place there."""
     stranded: tuple[Object, ...] = ()
     """Of its owner and `accepted`, those not bound nor terminating whose required
     affinity ties them to a node the node cache no longer holds (`protocol.tied_node`):

@@ -106,7 +106,7 @@ def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan 
             reservation,
             message=f"Reservation {reservation['metadata']['name']!r}: "
             f"{view.reserved_node_refuses}; nothing is evicted while it does (a placeholder "
-            "that does not tolerate it either is placed again)",
+            "refused there too is placed again)",
         )
     return None
 

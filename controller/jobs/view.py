@@ -69,7 +69,9 @@ class JobView:
     reserved_node_refuses: str | None = None
     """Why the Reservation's node takes no new pod like this one (or, once it is gone,
     like the replacement recorded as the Reservation's owner): cordoned, a taint it does
-    not tolerate (`scheduling.node_refusal`). Before the eviction nothing is evicted while
+    not tolerate, labels its node selector or required node affinity excludes
+    (`scheduling.node_refusal`; a pod Berth bound before is judged without the term tying
+    it to its node, as its replacement). Before the eviction nothing is evicted while
     it says so, and the Reservation moves its placeholder (`reservations._place_lost`);
     after it, a replacement the scheduler keeps refusing there is let go."""
     workload: Object | None = None

@@ -212,11 +212,14 @@ def cordoned(cluster: Cluster) -> Iterator[list[str]]:
         cluster.kubectl("uncordon", node)
 
 
+@pytest.mark.parametrize("refusal", ["cordon", "placement"])
 def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
-    cluster: Cluster, namespace: str, cordoned: list[str]
+    cluster: Cluster, namespace: str, cordoned: list[str], refusal: str
 ) -> None:
     """The webhook ties a replacement to the reserved node by a required affinity, which
-    can only be narrowed. If that node is cordoned after the handover, the job ends once
+    can only be narrowed. If that node is cordoned after the handover, or the replacement
+    asks where it may run for labels the node lacks (a rollout that moved the workload to
+    other nodes: here a node selector added to the gated replacement), the job ends once
     the scheduler has refused the replacement there for 30 s (a job may have no TTL; a
     pod of higher priority that took the place, in the default scope, is left to the
     TTL). The replacement would then wait for that node for ever: once no live
@@ -246,8 +249,16 @@ def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
     replacement = cluster.wait(handed_over, what="the handover to the replacement")
     node = protocol.tied_node(replacement)
     assert node is not None
-    cordoned.append(node)
-    cluster.kubectl("cordon", node)
+    if refusal == "cordon":
+        cordoned.append(node)
+        cluster.kubectl("cordon", node)
+        why = f"node {node} is cordoned"
+    else:
+        cluster.kubectl(
+            "patch", "pod", replacement["metadata"]["name"], "-n", namespace,
+            "--type=merge", "-p", json.dumps({"spec": {"nodeSelector": {"pool": "elsewhere"}}}),
+        )  # fmt: skip
+        why = f"node {node} does not match the pod's node selector or required node affinity"
     lift(cluster, namespace, replacement["metadata"]["name"])
     cluster.wait(
         lambda: (
@@ -260,7 +271,7 @@ def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
         lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end", timeout=90
     )
     assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "ReservationLost")
-    assert f"node {node} is cordoned after the pod was evicted" in ended["status"]["message"]
+    assert f"{why} after the pod was evicted" in ended["status"]["message"]
 
     def let_go() -> list[dict[str, Any]] | None:
         events = cluster.get(

@@ -3,6 +3,8 @@ placeholder for a Reservation."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from berth.api import keys
@@ -62,6 +64,41 @@ def test_a_pod_bound_by_berth_before_is_not_pinned_to_its_node_again() -> None:
     assert terms == [
         {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}
     ]
+
+
+PIN = {"key": "metadata.name", "operator": "In", "values": ["node-1"]}
+ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
+
+
+def required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("affinity", "unpinned"),
+    [
+        (None, None),
+        # The webhook's own term, for a pod without one: no required affinity is left.
+        (required({"matchFields": [PIN]}), {}),
+        ({**required({"matchFields": [PIN]}), "podAffinity": {"x": 1}}, {"podAffinity": {"x": 1}}),
+        # ANDed into the pod's own terms: those are left as they were.
+        (required({"matchExpressions": [ZONE], "matchFields": [PIN]}),
+         required({"matchExpressions": [ZONE]})),
+        # A term of the pod's own that was empty already stays (it matches no node).
+        (required({}, {"matchFields": [PIN]}), required({})),
+        # Another node's term is the pod's own.
+        (required({"matchFields": [{**PIN, "values": ["node-2"]}]}),
+         required({"matchFields": [{**PIN, "values": ["node-2"]}]})),
+    ],
+)  # fmt: skip
+def test_without_pin_leaves_the_pods_own_affinity(
+    affinity: dict[str, Any] | None, unpinned: dict[str, Any] | None
+) -> None:
+    assert build.without_pin(affinity, "node-1") == unpinned
 
 
 def test_job_template_narrows_the_pods_placement() -> None:

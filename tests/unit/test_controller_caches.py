@@ -437,8 +437,9 @@ async def test_a_reservation_template_of_an_odd_shape_ends_it_once(
 async def test_a_cordon_or_taint_on_a_placeholders_node_brings_its_reservation_and_job_back() -> (
     None
 ):
-    """The views say why the node takes no replacement; only a change of the node's cordon
-    or of its taints that keep pods away brings the Reservation and its job back."""
+    """The views say why the node takes no replacement; only a change of what decides it
+    (the node's cordon, its taints that keep pods away, its labels) brings the Reservation
+    and its job back."""
     cache, added = caches()
     rsv = reservation(phase="Available", node="node-1")
     await watch(cache.nodes, "ADDED", node("node-1"))
@@ -450,8 +451,13 @@ async def test_a_cordon_or_taint_on_a_placeholders_node_brings_its_reservation_a
     expected = {reservation_key(rsv["metadata"]["name"]), job_key("job-1")}
 
     added.clear()
-    await watch(cache.nodes, "MODIFIED", node("node-1", labels={"zone": "b"}))
+    await watch(cache.nodes, "MODIFIED", {**node("node-1"), "status": {"allocatable": {}}})
     assert added == []
+    await watch(cache.nodes, "MODIFIED", node("node-1", labels={"zone": "b"}))
+    assert set(added) == expected
+    assert cache.reservation_view(rsv).node_refuses is None
+
+    added.clear()
     await watch(cache.nodes, "MODIFIED", node("node-1", unschedulable=True))
     assert set(added) == expected
     assert cache.reservation_view(rsv).node_refuses == "node node-1 is cordoned"
@@ -467,6 +473,34 @@ async def test_a_cordon_or_taint_on_a_placeholders_node_brings_its_reservation_a
     await watch(cache.nodes, "MODIFIED", node("node-1"))
     assert set(added) == expected
     assert cache.reservation_view(rsv).node_refuses is None
+
+
+async def test_a_node_whose_labels_the_pods_placement_excludes_takes_no_replacement() -> None:
+    """A node that lost a label the pod's node selector asks takes none of its
+    replacements. A pod Berth bound before is judged as its replacement, without the term
+    tying it to the node it runs on."""
+    cache, _ = caches()
+    rsv = reservation(phase="Available", node="node-1")
+    await watch(cache.nodes, "ADDED", node("node-1", labels={"pool": "a"}))
+    await watch(cache.reservations, "ADDED", rsv)
+    bound = pod(node="node-2", annotations={keys.RESERVATION_ALLOCATED: "earlier"})
+    pin = {"key": "metadata.name", "operator": "In", "values": ["node-2"]}
+    bound["spec"] |= {
+        "nodeSelector": {"pool": "a"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchFields": [pin]}]
+                }
+            }
+        },
+    }
+    await watch(cache.pods, "ADDED", bound)
+    assert cache.job_view(job()).reserved_node_refuses is None
+    await watch(cache.nodes, "MODIFIED", node("node-1", labels={"pool": "b"}))
+    assert cache.job_view(job()).reserved_node_refuses == (
+        "node node-1 does not match the pod's node selector or required node affinity"
+    )
 
 
 async def test_after_the_eviction_a_job_view_judges_the_node_by_its_replacement() -> None:

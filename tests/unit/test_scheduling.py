@@ -136,35 +136,58 @@ def test_taints_tolerated(taints: list[Object], tolerations: list[Object], toler
 
 
 CORDON_TOLERATED = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}
+ELSEWHERE = "node node-1 does not match the pod's node selector or required node affinity"
+
+
+def pool(*values: str) -> Object:
+    return {"matchExpressions": [{"key": "pool", "operator": "In", "values": list(values)}]}
 
 
 @pytest.mark.parametrize(
-    ("target", "tolerations", "refusal"),
+    ("target", "spec", "refusal"),
     [
-        (node(), [], None),
-        (node(unschedulable=True), [], "node node-1 is cordoned"),
-        (node(unschedulable=True), [CORDON_TOLERATED], None),
-        (node(taints=[{"key": "gpu", "value": "a", "effect": "NoSchedule"}]), [],
+        (node(), {}, None),
+        (node(unschedulable=True), {}, "node node-1 is cordoned"),
+        (node(unschedulable=True), {"tolerations": [CORDON_TOLERATED]}, None),
+        (node(taints=[{"key": "gpu", "value": "a", "effect": "NoSchedule"}]), {},
          "node node-1 has the taint gpu=a:NoSchedule, which the pod does not tolerate"),
-        (node(taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]), [],
+        (node(taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]), {},
          "node node-1 has the taint node.kubernetes.io/not-ready:NoExecute, which the pod "
          "does not tolerate"),
-        (node(taints=[{"key": "gpu", "effect": "NoSchedule"}]), [{"operator": "Exists"}], None),
-        (node(taints=[{"key": "gpu", "effect": "PreferNoSchedule"}]), [], None),
+        (node(taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+         {"tolerations": [{"operator": "Exists"}]}, None),
+        (node(taints=[{"key": "gpu", "effect": "PreferNoSchedule"}]), {}, None),
+        # Where the pod may run: its node selector and required node affinity.
+        (node(labels={"pool": "a"}), {"nodeSelector": {"pool": "a"}}, None),
+        (node(labels={"pool": "a"}), {"nodeSelector": {"pool": "b"}}, ELSEWHERE),
+        (node(), {"nodeSelector": {"pool": "a"}}, ELSEWHERE),
+        (node(labels={"pool": "a"}), required(pool("b"), pool("a", "c")), None),
+        (node(labels={"pool": "a"}), required(pool("b")), ELSEWHERE),
+        # The term Berth's webhook ANDs in, tying a replacement to its reserved node.
+        (node(labels={"pool": "a"}),
+         required({**pool("a"), "matchFields": [
+             {"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}), None),
+        (node("node-2", labels={"pool": "a"}),
+         required({**pool("a"), "matchFields": [
+             {"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}),
+         "node node-2 does not match the pod's node selector or required node affinity"),
+        # A cordon is named before where the pod may run.
+        (node(unschedulable=True), {"nodeSelector": {"pool": "a"}}, "node node-1 is cordoned"),
     ],
 )  # fmt: skip
-def test_node_refusal_names_the_cordon_or_the_taint_that_keeps_the_pod_away(
-    target: Object, tolerations: list[Object], refusal: str | None
+def test_node_refusal_names_the_cordon_the_taint_or_the_placement_that_keeps_the_pod_away(
+    target: Object, spec: Object, refusal: str | None
 ) -> None:
-    assert node_refusal(target, {"tolerations": tolerations}) == refusal
+    assert node_refusal(target, spec) == refusal
 
 
-def test_node_gates_change_with_the_cordon_and_the_taints_that_keep_pods_away_only() -> None:
+def test_node_gates_change_with_what_node_refusal_reads_only() -> None:
     plain = node_gates(node())
-    assert node_gates(node(labels={"zone": "b"})) == plain
     assert node_gates(node(taints=[{"key": "k", "effect": "PreferNoSchedule"}])) == plain
+    assert node_gates({**node(), "status": {"allocatable": {"cpu": "8"}}}) == plain
     assert node_gates(node(unschedulable=True)) != plain
     assert node_gates(node(taints=[{"key": "k", "effect": "NoSchedule"}])) != plain
+    assert node_gates(node(labels={"zone": "b"})) != plain
 
 
 # ----- QoS --------------------------------------------------------------------------------
