@@ -78,9 +78,11 @@ class Evict:
     reserved_node: str | None = None
     """The node where the job's Reservation holds the replacement's place: read from the
     API server just before the eviction, which is not sent if it is gone, or takes no new
-    pod with the evicted one's `tolerations` (the caches may not show a deletion, a
-    cordon or a taint of moments ago)."""
-    tolerations: tuple[Object, ...] = ()
+    pod of the evicted one's `placement` (the caches may not show a deletion, a cordon, a
+    taint or a label of moments ago)."""
+    placement: Object = field(default_factory=dict)
+    """The replacement's tolerations, node selector and required node affinity
+    (`build.replacement_placement`)."""
 
 
 @dataclass(frozen=True)

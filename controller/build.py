@@ -149,6 +149,22 @@ def unpinned(pod: Mapping[str, Any], affinity: Mapping[str, Any] | None) -> Obje
     return dict(affinity) if affinity is not None else None
 
 
+def replacement_placement(pod: Mapping[str, Any]) -> Object:
+    """What decides which nodes take the pod's replacement, as `scheduling.node_refusal`
+    reads it: the pod's tolerations, node selector and required node affinity, less the
+    term tying a pod Berth bound before to the node it runs on (`unpinned`)."""
+    spec = pod.get("spec") or {}
+    placement: Object = {
+        field: copy.deepcopy(spec[field])
+        for field in ("tolerations", "nodeSelector")
+        if spec.get(field)
+    }
+    affinity = unpinned(pod, spec.get("affinity"))
+    if affinity:
+        placement["affinity"] = affinity
+    return placement
+
+
 def _containers_for_requests(spec: Mapping[str, Any]) -> Object:
     """The container parts of a pod spec that decide its requests and host ports."""
 

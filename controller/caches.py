@@ -312,9 +312,9 @@ class Caches:
         else:
             self.absences.deleted(name)
             self.node_gates.pop(name, None)
-        # Deleted, cordoned or tainted: a placeholder there may hold nothing any more (or
-        # again), and its Reservation must know, and its job. Reservations are few (one
-        # per migration), and nodes rarely go or change their cordon and taints.
+        # Deleted, cordoned, tainted or relabelled: a placeholder there may hold nothing any
+        # more (or again), and its Reservation must know, and its job. Reservations are few
+        # (one per migration), and nodes rarely go or change their cordon, taints and labels.
         for reservation in self.reservations.values():
             uid = reservation["metadata"].get("uid", "")
             placeholders = self.pods.by_index("placeholder", uid)
@@ -540,9 +540,7 @@ class Caches:
         found = self.nodes.get(node) if node else None
         if found is None or pod is None:
             return None
-        spec = pod.get("spec") or {}
-        # A pod bound by Berth before is tied to the node it runs on: its replacement is not.
-        return node_refusal(found, {**spec, "affinity": build.unpinned(pod, spec.get("affinity"))})
+        return node_refusal(found, build.replacement_placement(pod))
 
     def _node_gone(self, node: str | None, *, again: str | None = None) -> bool:
         """Whether `node` names a node that is gone (`_missing`)."""

@@ -103,7 +103,7 @@ class Executor:
             why = "was deleted" if error.not_found else f"could not be read: {error}"
             why = f"node {action.reserved_node}, where its Reservation holds the place, {why}"
         else:
-            refusal = node_refusal(node, {"tolerations": list(action.tolerations)})
+            refusal = node_refusal(node, action.placement)
             if refusal is None:
                 return True
             why = f"{refusal}, and its Reservation holds the place there"

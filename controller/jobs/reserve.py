@@ -98,15 +98,23 @@ def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan 
         # The node comes into the cache, or counts as gone, within moments: wait quietly.
         return step(view, status).again_in(WAIT_POLL)
     if view.reserved_node_refuses is not None:
-        # The replacement could not be scheduled there: the Reservation places its
-        # placeholder again (`reservations._place_lost`), and nothing is evicted until then.
+        # The replacement could not be scheduled there: the job's own Reservation, made
+        # from the pod, places its placeholder again (`reservations._place_lost`), and
+        # nothing is evicted until then. One named in reservationRef is placed by its own
+        # template, which may take that node still.
+        name = reservation["metadata"]["name"]
+        moves = (
+            "its placeholder, refused there too, is placed again"
+            if name == view.job["metadata"]["uid"]
+            else "the Reservation, named in reservationRef, moves only if its own template "
+            "is refused there too"
+        )
         return _wait_for_place(
             view,
             status,
             reservation,
-            message=f"Reservation {reservation['metadata']['name']!r}: "
-            f"{view.reserved_node_refuses}; nothing is evicted while it does (a placeholder "
-            "refused there too is placed again)",
+            message=f"Reservation {name!r}: {view.reserved_node_refuses}; nothing is "
+            f"evicted while it does ({moves})",
         )
     return None
 

@@ -12,6 +12,7 @@ from berth import protocol
 from berth.api import PodMigrationJobMode, PodMigrationJobPhase, keys
 from berth.kube.client import PODMIGRATIONJOBS
 from berth.settings import MigrationControllerArgs
+from controller import build
 from controller.actions import Action, Event, Evict, Plan, UpdateStatus
 
 Object = dict[str, Any]
@@ -188,5 +189,5 @@ def evict(view: JobView) -> Evict:
         policy=view.args.eviction_policy,
         delete_options=options,
         reserved_node=protocol.node_of(reserved) if reserved is not None else None,
-        tolerations=tuple(view.pod["spec"].get("tolerations") or ()),
+        placement=build.replacement_placement(view.pod),
     )

@@ -101,6 +101,25 @@ def test_without_pin_leaves_the_pods_own_affinity(
     assert build.without_pin(affinity, "node-1") == unpinned
 
 
+def test_a_replacements_placement_is_the_pods_without_berths_pin() -> None:
+    toleration = {"key": "gpu", "operator": "Exists"}
+    moved = pod(node="node-1", annotations={keys.RESERVATION_ALLOCATED: '{"name":"r"}'})
+    moved["spec"] |= {
+        "tolerations": [toleration],
+        "nodeSelector": {"pool": "a"},
+        "affinity": required({"matchExpressions": [ZONE], "matchFields": [PIN]}),
+        "priorityClassName": "high",
+    }
+    assert build.replacement_placement(moved) == {
+        "tolerations": [toleration],
+        "nodeSelector": {"pool": "a"},
+        "affinity": required({"matchExpressions": [ZONE]}),
+    }
+    # Not bound by Berth: a term naming its node is the pod's own.
+    own = {**moved, "metadata": {**moved["metadata"], "annotations": {}}}
+    assert build.replacement_placement(own)["affinity"] == moved["spec"]["affinity"]
+
+
 def test_job_template_narrows_the_pods_placement() -> None:
     source = pod(node="node-0")
     source["spec"]["nodeSelector"] = {"disk": "ssd"}

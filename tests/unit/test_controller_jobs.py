@@ -635,6 +635,32 @@ def test_a_reservation_made_by_hand_for_the_pods_workload_is_used() -> None:
     assert kinds(plan)[-1] == "Patch:reservations"  # opened
 
 
+@pytest.mark.parametrize(
+    ("named", "moves"),
+    [
+        (None, "its placeholder, refused there too, is placed again"),
+        ("by-hand", "the Reservation, named in reservationRef, moves only if its own template"),
+    ],
+)
+def test_a_place_on_a_node_the_pods_placement_excludes_evicts_nothing(
+    named: str | None, moves: str
+) -> None:
+    """The job says why it waits, and what moves the place: its own Reservation's
+    placeholder is placed again; one named in reservationRef is placed by its template."""
+    rsv = by_hand() if named else reservation(phase="Available", node="node-1")
+    refuses = "node node-1 does not match the pod's node selector or required node affinity"
+    plan = view_plan(
+        job_obj=job(reservation_ref=named, conditions=[SCHEDULED]),
+        pod_obj=pod(),
+        rsv=rsv,
+        node_refuses=refuses,
+    )
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    message = cond(status_of(plan), "ReservationScheduled")["message"]
+    assert message.startswith(f"Reservation {rsv['metadata']['name']!r}: {refuses}")
+    assert moves in message
+
+
 def rival(name: str, *, created: datetime = T0, evicting: bool = False) -> dict[str, Any]:
     """Another job naming the Reservation made by hand, for another pod of the workload."""
     other = job(name, pod_name=f"pod-of-{name}", reservation_ref="by-hand")

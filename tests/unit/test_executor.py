@@ -3,7 +3,7 @@ write refused for the pod's UID precondition means the pod of that name is anoth
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -101,16 +101,22 @@ class _NodeGone:
     """An API server where the node was deleted moments ago (or cordoned: `cordoned`), and
     evictions are recorded."""
 
-    def __init__(self, nodes: set[str], *, cordoned: bool = False) -> None:
+    def __init__(
+        self, nodes: set[str], *, cordoned: bool = False, labels: dict[str, str] | None = None
+    ) -> None:
         self.nodes = nodes
         self.cordoned = cordoned
+        self.labels = labels or {}
         self.evicted: list[str] = []
 
     async def get(self, resource: object, name: str, *_: object) -> object:
         assert resource is NODES
         if name not in self.nodes:
             raise KubeError(404, {"message": f'nodes "{name}" not found', "reason": "NotFound"})
-        return {"metadata": {"name": name}, "spec": {"unschedulable": self.cordoned}}
+        return {
+            "metadata": {"name": name, "labels": self.labels},
+            "spec": {"unschedulable": self.cordoned},
+        }
 
     async def evict(self, namespace: str, name: str, **_: object) -> None:
         self.evicted.append(f"{namespace}/{name}")
@@ -135,21 +141,24 @@ async def test_a_pod_is_not_evicted_into_a_place_on_a_node_deleted_moments_ago(
 
 
 @pytest.mark.parametrize(
-    ("tolerations", "evicted"),
+    ("cordoned", "placement", "evicted"),
     [
-        ((), []),
-        (({"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},), ["ns/web-1"]),
+        (True, {}, []),
+        (True, {"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]},
+         ["ns/web-1"]),
+        (False, {"nodeSelector": {"pool": "a"}}, ["ns/web-1"]),
+        (False, {"nodeSelector": {"pool": "b"}}, []),
     ],
-)
-async def test_a_pod_is_not_evicted_into_a_place_on_a_node_cordoned_moments_ago(
-    tolerations: tuple[dict[str, str], ...], evicted: list[str]
+)  # fmt: skip
+async def test_a_pod_is_not_evicted_into_a_place_on_a_node_cordoned_or_relabelled_moments_ago(
+    cordoned: bool, placement: dict[str, Any], evicted: list[str]
 ) -> None:
     """A replacement would stay Pending on a cordoned node, unless it tolerates the cordon
-    (as the evicted pod does)."""
-    kube = _NodeGone({"node-1"}, cordoned=True)
+    (as the evicted pod does), or on one whose labels its node selector excludes."""
+    kube = _NodeGone({"node-1"}, cordoned=cordoned, labels={"pool": "a"})
     executor = Executor(cast(Kube, kube), cast(Recorder, None))
     eviction = Evict(
-        "ns", "web-1", "uid-1", policy="Eviction", reserved_node="node-1", tolerations=tolerations
+        "ns", "web-1", "uid-1", policy="Eviction", reserved_node="node-1", placement=placement
     )
     outcome = await executor.run(Plan().then(eviction))
     assert kube.evicted == evicted

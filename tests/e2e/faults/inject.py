@@ -38,9 +38,11 @@ async def delete_node(kube: Kube, name: str) -> int:
     ) as events:
         async for event in events:
             node = event["object"]
+            if event["type"] == "ERROR":
+                raise AssertionError(f"node {name}: its watch failed: {node.get('message')}")
             if event["type"] == "DELETED" and node["metadata"]["name"] == name:
                 return int(node["metadata"]["resourceVersion"])
-    raise AssertionError(f"node {name}: no deletion seen within 60s")
+    raise AssertionError(f"node {name}: its watch ended before its deletion was seen")
 
 
 @dataclass
