@@ -352,11 +352,16 @@ def controlled_key(namespace: str, uid: str) -> str:
 
 def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None) -> str:
     """UID of the workload a pod belongs to: for a pod of ReplicaSet `replicaset`, the
-    ReplicaSet's own controller (a Deployment's UID stays the same across a rollout);
-    otherwise the pod's controller itself."""
+    ReplicaSet's own controller when that is a Deployment (whose UID stays the same across
+    a rollout); otherwise the pod's controller itself. No other kind above a ReplicaSet
+    counts: a ReplicaSet's ownerReferences are written by whoever creates it, and one
+    naming a StatefulSet's UID would make its pods that StatefulSet's replacements."""
     if replicaset is not None and replicaset["metadata"].get("uid") == controller.get("uid"):
         above = controller_of(replicaset)
-        if above is not None:
+        if above is not None and (above.get("apiVersion"), above.get("kind")) == (
+            "apps/v1",
+            "Deployment",
+        ):
             return str(above["uid"])
     return str(controller["uid"])
 

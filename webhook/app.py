@@ -179,6 +179,13 @@ class Webhook:
         looked_up = in_flight and created_by_controller(controller_of(pod), creator_of(request))
         workload_uid = await self.workload_uid(pod) if looked_up else None
         decision = decide(request, reservations=reservations, workload_uid=workload_uid)
+        if isinstance(decision, Skip) and decision.unconfirmed and not looked_up:
+            # A pod reinvoked with its claim, matching its Reservation only through the
+            # Deployment above its ReplicaSet (a rollout's): that ReplicaSet, confirmed
+            # when it claimed, is remembered (`webhook.owners`).
+            looked_up = created_by_controller(controller_of(pod), creator_of(request))
+            workload_uid = await self.workload_uid(pod) if looked_up else None
+            decision = decide(request, reservations=reservations, workload_uid=workload_uid)
         stale = worth_a_fresh_look(decision, pod, reservations, looked_up, workload_uid)
         if stale:
             opened = await self.refresh(stale)

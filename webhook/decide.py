@@ -58,6 +58,9 @@ class Skip:
     """Leave the pod as it is; `reason` is for the log."""
 
     reason: str
+    unconfirmed: bool = False
+    """Decided without the pod's top-level workload, which could change it: worth asking
+    the API server for the pod's ReplicaSet and deciding again."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def decide(
     if not_its_controllers:
         return Skip(not_its_controllers)
     if token is not None:
-        return _reassert(pod, token=token, reservations=reservations)
+        return _reassert(pod, token=token, reservations=reservations, workload_uid=workload_uid)
     controller = controller_of(pod) or {}
     consumable = [r for r in reservations.values() if is_consumable(r)]
     if consumable and workload_uid is None and is_replicaset(controller):
@@ -202,10 +205,14 @@ def _why_not_its_controllers(pod: Object, creator: str | None) -> str | None:
     return None
 
 
-def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) -> Decision:
+def _reassert(
+    pod: Object, *, token: str, reservations: Mapping[str, Object], workload_uid: str | None
+) -> Decision:
     """For a pod that carries a claim: the Reservation it names, if that still waits for
-    it. A pod made from the manifest of one bound earlier carries a stale claim, and must
-    not be gated again on a Reservation that is used up."""
+    it, and if the pod may take it as a pod without a claim would (`_claim`: its owners,
+    what it asks). A pod made from the manifest of one bound earlier carries a stale
+    claim, and must not be gated again on a Reservation that is used up; the claim's
+    token, readable on the pod that made it, binds no other pod."""
     try:
         allocated = orjson.loads(annotations_of(pod).get(keys.RESERVATION_ALLOCATED) or "")
         name, uid = allocated["name"], allocated["uid"]
@@ -225,6 +232,15 @@ def _reassert(pod: Object, *, token: str, reservations: Mapping[str, Object]) ->
             f"carries claim {fingerprint(token)} for reservation {name}, "
             "which no longer waits for it"
         )
+    if not matches_owner(reservation, pod, workload_uid=workload_uid):
+        return Skip(
+            f"carries claim {fingerprint(token)} for reservation {name}, "
+            "which was not made for its workload",
+            unconfirmed=workload_uid is None and is_replicaset(controller_of(pod) or {}),
+        )
+    too_small = asks_more(pod, reservation)
+    if too_small is not None:
+        return Skip(f"carries claim {fingerprint(token)}, but {too_small}")
     return Reassert(reservation, token)
 
 

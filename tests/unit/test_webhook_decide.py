@@ -231,6 +231,57 @@ def closed(name: str) -> dict[str, Any]:
             "not in the cache",
             id="reinvoked, reservation unknown",
         ),
+        # The token is readable on the pod that claimed: carried by a pod the Reservation
+        # was not made for, or one asking more than it holds, it binds nothing.
+        pytest.param(
+            [claimed_by("r1")],
+            [reservation("r1", claim=TOKEN, owner_uid="00000000-0000-4000-8000-0000000000aa")],
+            REPLICASET_UID,
+            "which was not made for its workload",
+            id="a claim copied onto another workload's pod",
+        ),
+        pytest.param(
+            [
+                claimed_by("r1"),
+                set_in(
+                    "object.spec.containers",
+                    [{"name": "app", "resources": {"requests": {"cpu": "2"}}}],
+                ),
+            ],
+            [
+                {
+                    **reservation("r1", claim=TOKEN),
+                    "spec": {
+                        **reservation("r1")["spec"],
+                        "template": {
+                            **reservation("r1")["spec"]["template"],
+                            "spec": {
+                                "containers": [
+                                    {"name": "app", "resources": {"requests": {"cpu": "100m"}}}
+                                ]
+                            },
+                        },
+                    },
+                }
+            ],
+            REPLICASET_UID,
+            "requests more than reservation r1 holds: cpu 2",
+            id="a claim copied onto a larger pod",
+        ),
+        pytest.param(
+            [claimed_by("r1")],
+            [
+                reservation(
+                    "r1",
+                    claim=TOKEN,
+                    owner_uid="00000000-0000-4000-8000-0000000000aa",
+                    workload=DEPLOYMENT_UID,
+                )
+            ],
+            DEPLOYMENT_UID,
+            ("r1", TOKEN),
+            id="reinvoked, a rollout's pod of the same Deployment",
+        ),
         pytest.param(
             [set_in("object.metadata.annotations", {keys.CLAIM: TOKEN})],
             [reservation("r1", claim=TOKEN)],
@@ -299,6 +350,7 @@ def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:
                     "uid": REPLICASET_UID,
                     "ownerReferences": [
                         {
+                            "apiVersion": "apps/v1",
                             "kind": "Deployment",
                             "name": "web",
                             "uid": DEPLOYMENT_UID,
@@ -319,6 +371,7 @@ def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:
                     "uid": "recreated",
                     "ownerReferences": [
                         {
+                            "apiVersion": "apps/v1",
                             "kind": "Deployment",
                             "name": "web",
                             "uid": DEPLOYMENT_UID,
@@ -331,6 +384,43 @@ def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:
             id="a different ReplicaSet of the same name",
         ),
         pytest.param(None, REPLICASET_UID, id="ReplicaSet gone"),
+        # Written by whoever created the ReplicaSet: only a Deployment above it counts.
+        pytest.param(
+            {
+                "metadata": {
+                    "uid": REPLICASET_UID,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "StatefulSet",
+                            "name": "db",
+                            "uid": "5e7f0000-0000-4000-8000-0000000000db",
+                            "controller": True,
+                        }
+                    ],
+                }
+            },
+            REPLICASET_UID,
+            id="a StatefulSet named above a ReplicaSet",
+        ),
+        pytest.param(
+            {
+                "metadata": {
+                    "uid": REPLICASET_UID,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "argoproj.io/v1alpha1",
+                            "kind": "Rollout",
+                            "name": "web",
+                            "uid": DEPLOYMENT_UID,
+                            "controller": True,
+                        }
+                    ],
+                }
+            },
+            REPLICASET_UID,
+            id="another kind above a ReplicaSet",
+        ),
     ],
 )
 def test_top_level_workload(replicaset: dict[str, Any] | None, expected: str) -> None:

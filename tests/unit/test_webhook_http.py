@@ -6,6 +6,7 @@ import base64
 import json
 import logging
 from collections.abc import AsyncIterator
+from math import inf
 from typing import Any
 
 import aiohttp
@@ -14,6 +15,9 @@ import pytest
 from berth.api import keys
 from tests.served import served
 from tests.unit.webhook_cases import (
+    DEPLOYMENT_UID,
+    NAMESPACE,
+    REPLICASET_NAME,
     REPLICASET_UID,
     REVIEW,
     TOKEN,
@@ -164,6 +168,29 @@ async def test_reinvocation_answers_from_the_cache_alone(
     response = await http.post("/mutate-pod", data=review_body(request=partly_bound))
     answer = (await response.json())["response"]
     assert answer["patchType"] == "JSONPatch"
+    patched = apply_patch(partly_bound["object"], json.loads(base64.b64decode(answer["patch"])))
+    assert patched["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
+
+
+async def test_a_rollouts_pod_reinvoked_is_judged_by_its_deployment_as_when_it_claimed(
+    http: aiohttp.ClientSession, webhook: Webhook
+) -> None:
+    """Its Reservation was made for the Deployment's old ReplicaSet: the pod matches it
+    through the Deployment above its own, which the webhook confirmed when it claimed and
+    remembers (`webhook.owners`); the API server (a closed port) is not asked again."""
+    old = "00000000-0000-4000-8000-0000000000aa"
+    webhook.reservations.put(reservation("r1", claim=TOKEN, owner_uid=old, workload=DEPLOYMENT_UID))
+    above = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "uid": DEPLOYMENT_UID,
+        "controller": True,
+    }
+    replicaset = {"metadata": {"uid": REPLICASET_UID, "ownerReferences": [above]}}
+    webhook.owners.found[(NAMESPACE, REPLICASET_NAME, REPLICASET_UID)] = (inf, replicaset)
+    partly_bound = request(claimed_by("r1"))
+    response = await http.post("/mutate-pod", data=review_body(request=partly_bound))
+    answer = (await response.json())["response"]
     patched = apply_patch(partly_bound["object"], json.loads(base64.b64decode(answer["patch"])))
     assert patched["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
 
