@@ -288,6 +288,9 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             "before it was bound; the place is released, and the workload's next pod is "
             "scheduled as any pod",
         )
+    ended = _ended_after_eviction(reservation, rsv=rsv)
+    if ended is not None:
+        return fail(view, status, reason=ended[0], message=ended[1])
     if protocol.claim_of(reservation) is not None:
         # A replacement is on its way (a claim no pod takes is released after CLAIM_BOUND).
         return None
@@ -439,6 +442,31 @@ def _below_ordinals(pod: str, statefulset: Object) -> str | None:
     if not isinstance(start, int) or start <= int(ordinal) < start + replicas:
         return None
     return f"StatefulSet {name} is scaled to {replicas} replicas and does not make {pod} again"
+
+
+def _ended_after_eviction(reservation: Object, *, rsv: str) -> tuple[str, str] | None:
+    """The job's reason and message when its Reservation ended after the eviction with
+    no replacement the caches hold bound there (`after_eviction` looks at a bound one
+    first): the replacement it was used by, deleted since before it was ready
+    (Succeeded), or the Reservation expired or failed otherwise; None while it lives.
+    Nothing will bind it any more, whatever claim it still carries."""
+    phase = protocol.phase(reservation)
+    if phase == ReservationPhase.SUCCEEDED:
+        owners = (reservation.get("status") or {}).get("currentOwners") or [{}]
+        return Reason.RESERVATION_OWNER_GONE, (
+            f"replacement pod {owners[0].get('name') or '?'} was bound to "
+            f"{protocol.node_of(reservation)} through Reservation {rsv!r} but was deleted "
+            "before it was ready; the workload's next pod is scheduled as any pod"
+        )
+    if phase == ReservationPhase.FAILED:
+        ready = condition(reservation.get("status") or {}, ReservationConditionType.READY) or {}
+        why = f" ({ready['message']})" if ready.get("message") else ""
+        return Reason.RESERVATION_EXPIRED, (
+            f"Reservation {rsv!r} ended after the pod was evicted{why}, before a replacement "
+            "was bound there; no place is held any more, and the workload's next pod is "
+            "scheduled as any pod"
+        )
+    return None
 
 
 def _owner_deleted(reservation: Object) -> str | None:

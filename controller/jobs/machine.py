@@ -53,12 +53,10 @@ def decide(view: JobView) -> Plan:
     expired = due is not None and view.now >= due
     eviction = condition(status, PodMigrationJobConditionType.EVICTION)
     evicting = eviction is not None
-    retried = (eviction or {}).get("reason") in (Reason.BLOCKED_BY_PDB, Reason.FAILED_EVICT) and (
-        not (view.pod or {}).get("metadata", {}).get("deletionTimestamp")
-    )
-    if view.pod is not None and not pod_gone(view) and (not evicting or retried):
+    if view.pod is not None and not pod_gone(view) and not (evicting and _eviction_sent(view.pod)):
         # Arbitration's rules, run again on the pod as it is now, before any eviction
-        # and before each retry of a refused one.
+        # and before each further attempt: one refused (a PDB), or held back before it
+        # was sent (its place's node cordoned moments before, a restart).
         rules = Rules.of(view.args, view.priority_classes)
         why = forbidden_to_migrate(Candidate(view.job, pod=view.pod), rules)
         if why is not None:
@@ -68,6 +66,15 @@ def decide(view: JobView) -> Plan:
     if not evicting:
         return before_eviction(view, status, expired=expired)
     return after_eviction(view, status, expired=expired)
+
+
+def _eviction_sent(pod: Object) -> bool:
+    """Whether an eviction reached the pod: it is terminating, or carries the SoftEviction
+    policy's annotation."""
+    metadata = pod.get("metadata") or {}
+    return bool(metadata.get("deletionTimestamp")) or keys.SOFT_EVICTION in (
+        metadata.get("annotations") or {}
+    )
 
 
 def _spec_step(view: JobView, status: Object) -> Plan | None:

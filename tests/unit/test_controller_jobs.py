@@ -411,6 +411,29 @@ def test_a_pod_forbidden_since_admission_is_never_evicted(
     )
 
 
+@pytest.mark.parametrize(
+    ("sent", "forbidden"),
+    [
+        pytest.param({}, True, id="held back before it was sent"),
+        pytest.param({"deletionTimestamp": ts(later(1))}, False, id="terminating"),
+        pytest.param({"annotations": {**NEVER, keys.SOFT_EVICTION: "{}"}}, False, id="soft"),
+    ],
+)
+def test_a_pod_forbidden_while_its_eviction_waits_is_never_evicted(
+    sent: dict[str, Any], forbidden: bool
+) -> None:
+    """The job recorded Evicting, but the eviction was not sent (the executor held it back
+    for a node cordoned moments before, or the controller restarted): arbitration's rules
+    are run again before it is, as before a retry of a refused one. Once an eviction
+    reached the pod, nothing is judged again."""
+    target = pod(annotations=NEVER)
+    target["metadata"] |= sent
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=target, rsv=OPEN, now=later(5))
+    refused = "Event:ForbiddenMigratePod" in kinds(plan)
+    assert refused is forbidden, kinds(plan)
+    assert not any(isinstance(a, Evict) for a in plan.actions) or not forbidden
+
+
 def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> None:
     scheduled = job(
         conditions=[
@@ -1161,11 +1184,36 @@ def test_an_owner_deleted_before_its_binding_ends_the_job_at_once() -> None:
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationOwnerGone")
     assert "web-2" in status["message"]
-    # Failed for another reason (released, expired): the job's own rules apply.
-    other = copy.deepcopy(failed)
-    other["status"]["conditions"] = []
-    waiting = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=other, owner=None))
-    assert waiting["phase"] != "Failed"
+
+
+@pytest.mark.parametrize(
+    ("phase", "ready", "reason", "said"),
+    [
+        ("Failed", {"reason": "Expired", "message": "its ttl passed"}, "ReservationExpired",
+         "Reservation 'uid-job-1' ended after the pod was evicted (its ttl passed), before a "
+         "replacement was bound there"),
+        ("Failed", {"reason": "Released", "message": "job job-2 ended"}, "ReservationExpired",
+         "(job job-2 ended)"),
+        ("Failed", None, "ReservationExpired", "ended after the pod was evicted, before"),
+        ("Succeeded", {"reason": "Allocated"}, "ReservationOwnerGone",
+         "replacement pod web-2 was bound to node-1 through Reservation 'uid-job-1' but was "
+         "deleted before it was ready"),
+    ],
+)  # fmt: skip
+def test_a_reservation_ended_after_the_eviction_ends_the_job_though_its_claim_stays(
+    phase: str, ready: dict[str, str] | None, reason: str, said: str
+) -> None:
+    """Expired, released by another job sharing it, or used by a replacement deleted
+    since before it was ready: nothing will bind it any more, claim or not, so a job
+    without a TTL does not wait for ever."""
+    ended = reservation(
+        phase=phase, node="node-1", owners=["web-2"], annotations={keys.CLAIM: "token"}
+    )
+    ended["status"]["conditions"] = [{"type": "Ready", "status": "False", **ready}] if ready else []
+    plan = view_plan(job_obj=job(conditions=EVICTING, ttl=""), rsv=ended, owner=None)
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", reason)
+    assert said in status["message"]
 
 
 def test_a_reservation_deleted_after_the_eviction_ends_the_job_at_once() -> None:
