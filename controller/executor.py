@@ -21,7 +21,16 @@ from typing import Any
 
 from berth import metrics, protocol
 from berth.api import keys
-from berth.kube.client import JSON_PATCH, NODES, PODS, Kube, KubeError, Object, Resource
+from berth.kube.client import (
+    JSON_PATCH,
+    NODES,
+    PODS,
+    RESERVATIONS,
+    Kube,
+    KubeError,
+    Object,
+    Resource,
+)
 from berth.kube.events import Recorder
 from berth.scheduling import node_refusal
 from berth.settings import EvictionPolicy
@@ -46,7 +55,8 @@ class Outcome:
     """A write lost a race with another writer: the plan was made on stale objects."""
     create_refused: KubeError | None = None
     """The API server refused to create a pod (a ResourceQuota, Pod Security, an
-    admission webhook), to be said on the object the pod was for."""
+    admission webhook) or a Reservation (a template's metadata it does not take, an
+    admission policy), to be said on the object it was made for."""
 
 
 class Executor:
@@ -84,7 +94,7 @@ class Executor:
                     log.info("conflict on %s, will retry: %s", type(action).__name__, error)
                     return Outcome(done=False, conflict=True)
                 log.warning("%s failed: %s", _describe(action), error)
-                if isinstance(action, Create) and action.resource == PODS:
+                if isinstance(action, Create) and action.resource in (PODS, RESERVATIONS):
                     return Outcome(done=False, create_refused=error)
                 return Outcome(done=False)
         return Outcome()

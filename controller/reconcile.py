@@ -99,6 +99,15 @@ class Reconciler:
         outcome = await self.executor.run(plan)
         if outcome.done:
             record_job_writes(job, plan)
+        create_refused = outcome.create_refused
+        if create_refused is not None:
+            ended = jobs.reservation_refused(
+                self.caches.job_view(self.caches.jobs.get(name) or job),
+                status_code=create_refused.status,
+                message=create_refused.message,
+            )
+            if ended is not None:
+                return ended, await self.executor.run(ended)
         refused = outcome.eviction_refused
         if refused is None:
             return plan, outcome

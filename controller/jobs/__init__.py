@@ -20,6 +20,7 @@ from controller.jobs.admit import admission
 from controller.jobs.evict import eviction_refused
 from controller.jobs.machine import decide
 from controller.jobs.preempt import placeholder_node, preemption_mark
+from controller.jobs.reserve import reservation_refused
 from controller.jobs.view import JobView, reservation_name
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "placeholder_node",
     "preemption_mark",
     "reservation_name",
+    "reservation_refused",
 ]

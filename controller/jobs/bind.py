@@ -70,6 +70,11 @@ def _not_open_elsewhere(view: JobView) -> tuple[Reason, str] | None:
             f"{ended_before_eviction(reservation)}: the Reservation ended while the pod was "
             "still to be evicted; nothing more is evicted"
         )
+    if reservation is None:
+        return Reason.MISSING_RESERVATION, (
+            f"Reservation {reservation_name(view.job)!r} does not exist (deleted while the "
+            "pod was still to be evicted, or never made by Berth); nothing is evicted"
+        )
     return Reason.NOT_ADMITTED, (
         "the job records an eviction, but its Reservation is not open on another node: "
         "that status was not written by Berth; nothing is evicted"

@@ -292,6 +292,28 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
     )
 
 
+REFUSED_FOR_GOOD = (400, 403, 422)
+"""What the API server answers to a create it will refuse again as long as nothing is
+changed: a body it does not take (400, 422 Invalid: a template's labels or annotations),
+or a denial (403: RBAC, an admission policy or webhook)."""
+
+
+def reservation_refused(view: JobView, *, status_code: int, message: str) -> Plan | None:
+    """The job's end when the API server refused to create its Reservation for good
+    (`REFUSED_FOR_GOOD`); None for a refusal to try again (the key backs off as after
+    any API error)."""
+    if status_code not in REFUSED_FOR_GOOD:
+        return None
+    status: Object = dict(view.job.get("status") or {})
+    return fail(
+        view,
+        status,
+        reason=Reason.FAILED_CREATE_RESERVATION,
+        message=f"the API server refused to create Reservation "
+        f"{view.job['metadata'].get('uid')!r} ({status_code}: {message}); nothing was evicted",
+    )
+
+
 def _wait_for_place(
     view: JobView, status: Object, reservation: Object, *, message: str | None = None
 ) -> Plan:

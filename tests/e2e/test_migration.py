@@ -405,6 +405,27 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation(
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
 
 
+def test_a_reservation_the_api_server_refuses_ends_the_job_saying_why(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The job's template carries a label value the API server does not take on the
+    Reservation (the job's schema keeps template metadata free-form): the create is
+    refused with 422 for as long as the job stands, so the job ends at once,
+    FailedCreateReservation with the API server's words, and the pod is left running."""
+    cluster.apply(deployment("refused"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "refused", 1), what="the pod")[0]
+    template = {"metadata": {"labels": {"team": "a b/c!"}}}
+    name, manifest = job_manifest(pod, reservationOptions={"template": template})
+    cluster.apply(manifest)
+    ended = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="its end")
+    status = ended["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "FailedCreateReservation")
+    for said in ("(422: ", "a b/c!", "nothing was evicted"):
+        assert said in status["message"], status["message"]
+    [still] = ready_pods(cluster, namespace, "refused", 1)
+    assert still["metadata"]["uid"] == pod["metadata"]["uid"]
+
+
 HOLD = "berth.sh/test-hold"
 """A finalizer the test puts on a placeholder: deleted at the handover, it stays
 terminating, so the replacement stays gated (its gate comes off once the placeholder is

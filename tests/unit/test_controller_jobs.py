@@ -801,6 +801,17 @@ def test_an_eviction_written_by_a_user_evicts_nothing(
     assert status_of(plan)["reason"] == "NotAdmitted"
 
 
+def test_a_reservation_deleted_while_the_pod_is_still_to_be_evicted_ends_the_job() -> None:
+    """Deleted by hand while a PDB refused the eviction (or never made, the Eviction
+    condition being a user's): nothing is evicted, and the job says the Reservation is
+    missing rather than blaming the status."""
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=None)
+    assert "Evict" not in kinds(plan)
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "MissingReservation")
+    assert "Reservation 'uid-job-1' does not exist" in status["message"]
+
+
 def test_a_reservation_that_lost_its_place_while_the_pod_was_still_there_is_waited_for() -> None:
     """Berth opened the Reservation and tried to evict (a PDB refused); then the node under
     the placeholder was deleted and the Reservation is Pending again. Nothing is evicted,
