@@ -149,17 +149,17 @@ def unpinned(pod: Mapping[str, Any], affinity: Mapping[str, Any] | None) -> Obje
     return dict(affinity) if affinity is not None else None
 
 
-def replacement_placement(pod: Mapping[str, Any]) -> Object:
+def replacement_placement(pod: Mapping[str, Any], *, where: bool = True) -> Object:
     """What decides which nodes take the pod's replacement, as `scheduling.node_refusal`
-    reads it: the pod's tolerations, node selector and required node affinity, less the
-    term tying a pod Berth bound before to the node it runs on (`unpinned`)."""
+    reads it: the pod's tolerations and, with `where`, its node selector and required
+    node affinity, less the term tying a pod Berth bound before to the node it runs on
+    (`unpinned`). Without `where`, only the tolerations: for a Reservation made by hand
+    (`reservationRef`), whose owners may name another pod than the one evicted, and whose
+    node is its maker's choice."""
     spec = pod.get("spec") or {}
-    placement: Object = {
-        field: copy.deepcopy(spec[field])
-        for field in ("tolerations", "nodeSelector")
-        if spec.get(field)
-    }
-    affinity = unpinned(pod, spec.get("affinity"))
+    fields = ("tolerations", "nodeSelector") if where else ("tolerations",)
+    placement: Object = {field: copy.deepcopy(spec[field]) for field in fields if spec.get(field)}
+    affinity = unpinned(pod, spec.get("affinity")) if where else None
     if affinity:
         placement["affinity"] = affinity
     return placement

@@ -533,14 +533,15 @@ class Caches:
             for pod in self.pods.by_index("tied", node)
         ]
 
-    def refusal(self, node: str | None, pod: Object | None) -> str | None:
+    def refusal(self, node: str | None, pod: Object | None, *, where: bool = True) -> str | None:
         """Why `node`, as the cache holds it, takes no new pod like `pod` (cordoned, a
-        taint the pod does not tolerate, labels its placement excludes:
-        `scheduling.node_refusal`); None when it would, or when either is missing."""
+        taint the pod does not tolerate, labels its placement excludes unless `where` is
+        False: `scheduling.node_refusal`, `build.replacement_placement`); None when it
+        would, or when either is missing."""
         found = self.nodes.get(node) if node else None
         if found is None or pod is None:
             return None
-        return node_refusal(found, build.replacement_placement(pod))
+        return node_refusal(found, build.replacement_placement(pod, where=where))
 
     def _node_gone(self, node: str | None, *, again: str | None = None) -> bool:
         """Whether `node` names a node that is gone (`_missing`)."""
@@ -614,11 +615,12 @@ class Caches:
             ),
             reserved_node_gone=missing is Missing.GONE,
             reserved_node_unseen=missing is Missing.UNSEEN,
-            # Before the eviction, what the pod tolerates; after it, what its
-            # replacement does.
+            # Before the eviction, where the pod may go (only what it tolerates, for a
+            # Reservation made by hand); after it, where its replacement may.
             reserved_node_refuses=self.refusal(
                 protocol.node_of(reservation) if reservation else None,
                 pod if pod is not None else self.owner(reservation),
+                where=pod is None or jobs.own_reservation(job, reservation),
             ),
             exhausted_pdb=(
                 self.exhausted_pdb(pod)

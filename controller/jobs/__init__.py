@@ -21,13 +21,14 @@ from controller.jobs.evict import eviction_refused
 from controller.jobs.machine import decide
 from controller.jobs.preempt import placeholder_node, preemption_mark
 from controller.jobs.reserve import reservation_refused
-from controller.jobs.view import JobView, reservation_name
+from controller.jobs.view import JobView, own_reservation, reservation_name
 
 __all__ = [
     "JobView",
     "admission",
     "decide",
     "eviction_refused",
+    "own_reservation",
     "placeholder_node",
     "preemption_mark",
     "reservation_name",

@@ -28,6 +28,7 @@ from controller.jobs.view import (
     Object,
     fail,
     job_name,
+    own_reservation,
     pod_gone,
     reservation_name,
     step,
@@ -105,7 +106,7 @@ def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan 
         name = reservation["metadata"]["name"]
         moves = (
             "its placeholder, refused there too, is placed again"
-            if name == view.job["metadata"]["uid"]
+            if own_reservation(view.job, reservation)
             else "the Reservation, named in reservationRef, moves only if its own template "
             "is refused there too"
         )
@@ -145,7 +146,7 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
     first: its owners are as its maker wrote them (a job's creator may evict without a
     place anyway, EvictDirectly)."""
     name = reservation["metadata"]["name"]
-    if name == view.job["metadata"]["uid"]:
+    if own_reservation(view.job, reservation):
         return None
     made_for = protocol.annotations_of(reservation).get(keys.JOB)
     if made_for is not None and made_for != view.job["metadata"]["name"]:

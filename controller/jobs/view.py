@@ -170,6 +170,14 @@ def delete_options(job_options: Mapping[str, Any] | None, pod: Mapping[str, Any]
     return kept
 
 
+def own_reservation(job: Mapping[str, Any], reservation: Mapping[str, Any] | None) -> bool:
+    """Whether `reservation` is the one the job made from its pod (named after the job's
+    UID), rather than one made by hand that its `reservationRef` names."""
+    return reservation is not None and reservation["metadata"].get("name") == job["metadata"].get(
+        "uid"
+    )
+
+
 def evict(view: JobView) -> Evict:
     """Evict the migrated pod, by the configured policy and the job's delete options."""
     assert view.pod is not None
@@ -189,5 +197,7 @@ def evict(view: JobView) -> Evict:
         policy=view.args.eviction_policy,
         delete_options=options,
         reserved_node=protocol.node_of(reserved) if reserved is not None else None,
-        placement=build.replacement_placement(view.pod),
+        placement=build.replacement_placement(
+            view.pod, where=reserved is not None and own_reservation(view.job, reserved)
+        ),
     )

@@ -287,7 +287,8 @@ def test_a_replacement_its_reserved_node_refuses_is_let_go_once_its_job_ends(
     assert protocol.tied_node(new) is None
     lift(cluster, namespace, new["metadata"]["name"])
     [running] = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="it to run")
-    assert running["spec"]["nodeName"] != node
+    if refusal == "cordon":  # the workload's own template may run on that node again
+        assert running["spec"]["nodeName"] != node
     assert not any(leftovers(cluster, namespace).values())
 
 

@@ -503,6 +503,23 @@ async def test_a_node_whose_labels_the_pods_placement_excludes_takes_no_replacem
     )
 
 
+async def test_a_place_made_by_hand_is_judged_by_what_the_pod_tolerates_alone() -> None:
+    """A Reservation a job names in reservationRef may be for another pod than the one
+    evicted, on a node its maker chose: before the eviction only a cordon or a taint the
+    pod does not tolerate holds the eviction back, not the pod's node selector."""
+    cache, _ = caches()
+    by_hand = reservation("by-hand", phase="Available", node="node-1")
+    await watch(cache.nodes, "ADDED", node("node-1", labels={"pool": "b"}))
+    await watch(cache.reservations, "ADDED", by_hand)
+    pinned = pod(node="node-0")
+    pinned["spec"]["nodeSelector"] = {"pool": "a"}
+    await watch(cache.pods, "ADDED", pinned)
+    named = job(reservation_ref="by-hand")
+    assert cache.job_view(named).reserved_node_refuses is None
+    await watch(cache.nodes, "MODIFIED", node("node-1", labels={"pool": "b"}, unschedulable=True))
+    assert cache.job_view(named).reserved_node_refuses == "node node-1 is cordoned"
+
+
 async def test_after_the_eviction_a_job_view_judges_the_node_by_its_replacement() -> None:
     """The evicted pod is gone: what its replacement (the Reservation's recorded owner)
     tolerates decides whether the node still takes it."""

@@ -14,7 +14,7 @@ from berth.api import keys
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
-from controller.jobs.view import EVICTION_RETRY
+from controller.jobs.view import EVICTION_RETRY, evict
 from controller.status import micro_timestamp
 from tests.unit.arbitration.helpers import one
 from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation, ts
@@ -682,6 +682,22 @@ def test_a_place_on_a_node_the_pods_placement_excludes_evicts_nothing(
     message = cond(status_of(plan), "ReservationScheduled")["message"]
     assert message.startswith(f"Reservation {rsv['metadata']['name']!r}: {refuses}")
     assert moves in message
+
+
+def test_the_eviction_reads_the_node_again_for_where_the_replacement_may_go() -> None:
+    """Just before the eviction the executor reads the Reservation's node again: judged
+    by the pod's whole placement for the job's own Reservation, by its tolerations alone
+    for one made by hand (its owners may name another pod)."""
+    toleration = {"key": "gpu", "operator": "Exists"}
+    placed = pod()
+    placed["spec"] |= {"nodeSelector": {"pool": "a"}, "tolerations": [toleration]}
+    own = evict(view(job_obj=job(), pod_obj=placed, rsv=OPEN))
+    assert (own.reserved_node, own.placement) == (
+        "node-1",
+        {"tolerations": [toleration], "nodeSelector": {"pool": "a"}},
+    )
+    named = evict(view(job_obj=job(reservation_ref="by-hand"), pod_obj=placed, rsv=by_hand()))
+    assert (named.reserved_node, named.placement) == ("node-1", {"tolerations": [toleration]})
 
 
 def rival(name: str, *, created: datetime = T0, evicting: bool = False) -> dict[str, Any]:
