@@ -310,8 +310,8 @@ def reservation_refused(view: JobView, *, status_code: int, message: str) -> Pla
         view,
         status,
         reason=Reason.FAILED_CREATE_RESERVATION,
-        message=f"the API server refused to create Reservation "
-        f"{view.job['metadata'].get('uid')!r} ({status_code}: {message}); nothing was evicted",
+        message=f"the API server refused to create Reservation {reservation_name(view.job)!r} "
+        f"({status_code}: {message}); nothing was evicted",
     )
 
 

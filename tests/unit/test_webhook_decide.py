@@ -33,6 +33,35 @@ def closed(name: str) -> dict[str, Any]:
     return closed
 
 
+def holding(name: str, spec: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """A Reservation whose template's pod spec is `spec` (what its placeholder asked)."""
+    made = reservation(name, **options)
+    made["spec"]["template"]["spec"] = spec
+    return made
+
+
+def asking(cpu: str | None = None, **spec: Any) -> Change:
+    """The pod asks `cpu` in its one container, and has the other `spec` fields."""
+
+    def change(req: dict[str, Any]) -> None:
+        pod = req["object"]["spec"]
+        if cpu is not None:
+            pod["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+        pod.update(spec)
+
+    return change
+
+
+def app(**values: str) -> dict[str, Any]:
+    """A container asking `values`."""
+    return {"name": "app", "resources": {"requests": values}}
+
+
+def requests(**values: str) -> dict[str, Any]:
+    """A pod spec of one container asking `values`."""
+    return {"containers": [app(**values)]}
+
+
 @pytest.mark.parametrize(
     ("changes", "reservations", "workload_uid", "expected"),
     [
@@ -241,29 +270,8 @@ def closed(name: str) -> dict[str, Any]:
             id="a claim copied onto another workload's pod",
         ),
         pytest.param(
-            [
-                claimed_by("r1"),
-                set_in(
-                    "object.spec.containers",
-                    [{"name": "app", "resources": {"requests": {"cpu": "2"}}}],
-                ),
-            ],
-            [
-                {
-                    **reservation("r1", claim=TOKEN),
-                    "spec": {
-                        **reservation("r1")["spec"],
-                        "template": {
-                            **reservation("r1")["spec"]["template"],
-                            "spec": {
-                                "containers": [
-                                    {"name": "app", "resources": {"requests": {"cpu": "100m"}}}
-                                ]
-                            },
-                        },
-                    },
-                }
-            ],
+            [claimed_by("r1"), asking("2")],
+            [holding("r1", requests(cpu="100m"), claim=TOKEN)],
             REPLICASET_UID,
             "requests more than reservation r1 holds: cpu 2",
             id="a claim copied onto a larger pod",
@@ -669,35 +677,6 @@ def test_reservations_about_to_open_are_read_again(
     assert worth_a_fresh_look(decision, pod_of(req), reservations, looked_up, workload_uid) == (
         expected
     )
-
-
-def holding(name: str, spec: dict[str, Any], **options: Any) -> dict[str, Any]:
-    """A Reservation whose template's pod spec is `spec` (what its placeholder asked)."""
-    made = reservation(name, **options)
-    made["spec"]["template"]["spec"] = spec
-    return made
-
-
-def asking(cpu: str | None = None, **spec: Any) -> Change:
-    """The pod asks `cpu` in its one container, and has the other `spec` fields."""
-
-    def change(req: dict[str, Any]) -> None:
-        pod = req["object"]["spec"]
-        if cpu is not None:
-            pod["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
-        pod.update(spec)
-
-    return change
-
-
-def app(**values: str) -> dict[str, Any]:
-    """A container asking `values`."""
-    return {"name": "app", "resources": {"requests": values}}
-
-
-def requests(**values: str) -> dict[str, Any]:
-    """A pod spec of one container asking `values`."""
-    return {"containers": [app(**values)]}
 
 
 @pytest.mark.parametrize(
