@@ -203,6 +203,11 @@ class Caches:
         self.absences = Absences(clock)
         self.node_gates: dict[str, tuple[object, ...]] = {}
         """Each node's cordon and taints as last seen (`scheduling.node_gates`)."""
+        self.label_refusals: dict[str, str] = {}
+        """Namespace → why the API server refused it the berth.sh/migrating label for good
+        (an admission policy, RBAC), since the last attempt; the jobs waiting there end
+        on it (`controller.jobs.reserve`). Kept in memory: a restarted controller asks
+        again."""
         self.admission_key = b""
         """The key of the admission marks (`controller.signing`), set before any job is
         reconciled or admitted; empty, no job counts as admitted."""
@@ -337,10 +342,23 @@ class Caches:
         waiting = self.reservations.by_index("namespace", name)
         if waiting or keys.MIGRATING_LABEL in protocol.labels_of(namespace):
             self.enqueue(namespace_key(name))
-        for reservation in waiting:
+        self._enqueue_jobs_waiting_in(name)
+
+    def _enqueue_jobs_waiting_in(self, namespace: str) -> None:
+        for reservation in self.reservations.by_index("namespace", namespace):
             job = protocol.annotations_of(reservation).get(keys.JOB)
             if job:
                 self.enqueue(job_key(job))
+
+    def label_refused(self, namespace: str, why: str | None) -> None:
+        """Record why the API server refused `namespace` the label for good (None: it
+        took it, or was not asked), and let the jobs waiting there see it."""
+        if why is None:
+            self.label_refusals.pop(namespace, None)
+            return
+        if self.label_refusals.get(namespace) != why:
+            self.label_refusals[namespace] = why
+            self._enqueue_jobs_waiting_in(namespace)
 
     def _on_pod(self, kind: str, pod: Object) -> None:
         if self.ledger is not None:
@@ -587,6 +605,10 @@ class Caches:
             again=job_key(job["metadata"]["name"]),
         )
         siblings = self.siblings(reservation) if reservation is not None else []
+        replacements_in = protocol.placeholder_namespace(reservation) if reservation else ""
+        labelled = reservation is not None and namespaces.is_labelled(
+            self.namespaces.get(replacements_in)
+        )
         sharing = [
             other
             for other in self.jobs.by_index("reservation", jobs.reservation_name(job))
@@ -597,10 +619,8 @@ class Caches:
             job=job,
             pod=pod,
             reservation=reservation,
-            namespace_labelled=reservation is not None
-            and namespaces.is_labelled(
-                self.namespaces.get(protocol.placeholder_namespace(reservation))
-            ),
+            namespace_labelled=labelled,
+            label_refused=None if labelled else self.label_refusals.get(replacements_in),
             owner=self.owner(reservation),
             workload_uid=self.workload_uid(pod),
             now=datetime.now(UTC),

@@ -57,6 +57,9 @@ class Outcome:
     """The API server refused to create a pod (a ResourceQuota, Pod Security, an
     admission webhook) or a Reservation (a template's metadata it does not take, an
     admission policy), to be said on the object it was made for."""
+    error: KubeError | None = None
+    """The API error any other action stopped on (a namespace's label refused by an
+    admission policy, a 5xx...)."""
 
 
 class Executor:
@@ -96,7 +99,7 @@ class Executor:
                 log.warning("%s failed: %s", _describe(action), error)
                 if isinstance(action, Create) and action.resource in (PODS, RESERVATIONS):
                     return Outcome(done=False, create_refused=error)
-                return Outcome(done=False)
+                return Outcome(done=False, error=error)
         return Outcome()
 
     async def _place_still_there(self, action: Evict) -> bool:

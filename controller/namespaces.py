@@ -71,6 +71,16 @@ def decide(namespace: Object | None, reservations: Iterable[Object]) -> Plan:
     return Plan()
 
 
+def adds_label(plan: Plan) -> bool:
+    """Whether `plan` sets the label (rather than removing it, or doing nothing)."""
+    return any(
+        isinstance(action, Patch)
+        and action.resource == NAMESPACES
+        and action.patch["metadata"]["labels"].get(keys.MIGRATING_LABEL) == "true"
+        for action in plan.actions
+    )
+
+
 def label(name: str, value: str | None) -> Patch:
     """Set (or, with None, remove) the label: a merge patch touches no other label."""
     return Patch(NAMESPACES, name, {"metadata": {"labels": {keys.MIGRATING_LABEL: value}}})

@@ -16,7 +16,7 @@ from typing import Any
 
 from berth import metrics
 from berth.kube.client import PODMIGRATIONJOBS
-from controller import jobs, reservations
+from controller import jobs, namespaces, reservations
 from controller.actions import Plan, UpdateStatus
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
@@ -88,7 +88,14 @@ class Reconciler:
         if self.caches.namespaces.get(name) is None:
             return None
         plan = self.caches.namespace_plan(name)
-        return plan, await self.executor.run(plan)
+        outcome = await self.executor.run(plan)
+        if namespaces.adds_label(plan):
+            error = outcome.error
+            if error is not None and error.status in jobs.REFUSED_FOR_GOOD:
+                self.caches.label_refused(name, f"{error.status}: {error.message}")
+            else:
+                self.caches.label_refused(name, None)
+        return plan, outcome
 
     async def _job(self, name: str) -> tuple[Plan, Outcome] | None:
         job = self.caches.jobs.get(name)

@@ -118,6 +118,10 @@ class PodMigrationJobReason(StrEnum):
     RESERVATION_OWNER_GONE = "ReservationOwnerGone"
     """The replacement recorded as the Reservation's owner was deleted before it was
     bound: the place is no longer held for anyone."""
+    NAMESPACE_NOT_LABELLED = "NamespaceNotLabelled"
+    """The API server refused for good to label the namespace of the pod's replacement
+    berth.sh/migrating (an admission policy, RBAC): without it the webhook is not called
+    for pods created there, so nothing is evicted."""
     WORKLOAD_SCALED_DOWN = "WorkloadScaledDown"
     """After the eviction, before any replacement took the Reservation, the pod's workload
     was scaled so that it replaces the pod no more (to zero, or a StatefulSet below the

@@ -20,10 +20,11 @@ from controller.jobs.admit import admission
 from controller.jobs.evict import eviction_refused
 from controller.jobs.machine import decide
 from controller.jobs.preempt import placeholder_node, preemption_mark
-from controller.jobs.reserve import reservation_refused
+from controller.jobs.reserve import REFUSED_FOR_GOOD, reservation_refused
 from controller.jobs.view import JobView, own_reservation, reservation_name
 
 __all__ = [
+    "REFUSED_FOR_GOOD",
     "JobView",
     "admission",
     "decide",

@@ -367,6 +367,16 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
     wait a moment, then record Evicting and evict, the label still in place."""
     assert view.reservation is not None
     if not view.namespace_labelled:
+        if view.label_refused is not None:
+            return fail(
+                view,
+                status,
+                reason=Reason.NAMESPACE_NOT_LABELLED,
+                message=f"the API server refused to label namespace "
+                f"{protocol.placeholder_namespace(view.reservation)!r} "
+                f"{keys.MIGRATING_LABEL}=true ({view.label_refused}), so the webhook would "
+                "not be called for the replacement there; nothing was evicted",
+            )
         # controller.namespaces labels it, the Reservation being Available; the
         # namespace's watch event brings this job back.
         return step(view, status, *news).again_in(WAIT_POLL)

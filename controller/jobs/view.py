@@ -47,6 +47,9 @@ class JobView:
     namespace_labelled: bool = False
     """The namespace where the replacement will be created carries berth.sh/migrating, as
     the controller's namespace watch shows it (`controller.namespaces`)."""
+    label_refused: str | None = None
+    """While it does not: why the API server refused that namespace the label for good
+    (`Caches.label_refusals`)."""
     siblings: tuple[Object, ...] = ()
     """Pods of the migrated pod's controller, to spot a replacement that bypassed the
     Reservation (created while the webhook was unreachable)."""

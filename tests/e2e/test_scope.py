@@ -269,6 +269,67 @@ async def test_the_namespace_carries_the_label_from_before_the_eviction_until_th
         assert await denied(new)
 
 
+@contextmanager
+def label_refused(cluster: Cluster, namespace: str) -> Iterator[None]:
+    """A ValidatingAdmissionPolicy that refuses `namespace` the berth.sh/migrating label,
+    as a policy engine of the cluster's might, in force once the API server refuses a
+    dry run of the label."""
+    name = f"berth-test-label-{namespace}"[:63]
+    items = render.denying_policy(
+        name,
+        operation="UPDATE",
+        resource="namespaces",
+        expression=f"!has(object.metadata.labels) || !('{keys.MIGRATING_LABEL}' in "
+        "object.metadata.labels)",
+        message="no berth.sh/migrating here",
+        namespace=namespace,
+    )
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    try:
+
+        def in_force() -> bool:
+            tried = cluster.kubectl(
+                "label", "namespace", namespace, f"{keys.MIGRATING_LABEL}=true",
+                "--dry-run=server", check=False,
+            )  # fmt: skip
+            return tried.returncode != 0 and "no berth.sh/migrating here" in tried.stderr
+
+        cluster.wait(in_force, what="the policy to be in force")
+        yield
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found")
+        cluster.kubectl("delete", "validatingadmissionpolicy", name, "--ignore-not-found")
+
+
+def test_a_namespace_refused_the_label_ends_the_job_before_the_eviction(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Without the label the webhook is not called for the replacement (in the default
+    scope): the job ends naming the API server's answer, its Reservation is released,
+    and the pod was never evicted."""
+    cluster.apply(deployment("unlabelled"), namespace)
+    [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "unlabelled", 1), what="pod")
+    with label_refused(cluster, namespace):
+        name, manifest = job_manifest(pod)
+        cluster.apply(manifest)
+        ended = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="its end")
+        status = ended["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "NamespaceNotLabelled")
+        for said in ("no berth.sh/migrating here", "nothing was evicted"):
+            assert said in status["message"], status["message"]
+        assert condition(ended, "ReservationScheduled")["status"] == "True"
+        reservation = ended["metadata"]["uid"]
+
+        def released() -> bool:
+            found = cluster.kubectl("get", "reservation", reservation, "--ignore-not-found")
+            return not found.stdout.strip() and not leftovers(cluster, namespace)["placeholders"]
+
+        cluster.wait(released, what="the Reservation and its placeholder to be gone")
+    [still] = ready_pods(cluster, namespace, "unlabelled", 1)
+    assert still["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert migrating(cluster, namespace) is None
+
+
 async def test_a_new_leader_removes_a_label_no_reservation_needs(
     cluster: Cluster, namespace: str
 ) -> None:

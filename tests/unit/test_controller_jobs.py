@@ -461,6 +461,31 @@ def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> N
     assert kinds(go)[-1] == "Evict"
 
 
+def test_a_namespace_refused_the_label_ends_the_job_before_anything_is_opened() -> None:
+    scheduled = job(
+        conditions=[
+            {
+                "type": "ReservationScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "reserved on node-1",
+            }
+        ]
+    )
+    unopened = reservation(phase="Available", node="node-1")
+    why = "403: admission webhook denied the request: no such labels here"
+    plan = view_plan(
+        job_obj=scheduled, pod_obj=pod(), rsv=unopened, labelled=False, label_refused=why
+    )
+    assert not any(isinstance(a, (Evict, Patch)) for a in plan.actions)
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "NamespaceNotLabelled")
+    message = status["message"]
+    assert why in message
+    assert "nothing was evicted" in message
+    assert f"'default' {keys.MIGRATING_LABEL}=true" in message
+
+
 def test_paused_job_waits_with_its_reservation() -> None:
     plan = view_plan(
         job_obj=job(paused=True), pod_obj=pod(), rsv=reservation(phase="Available", node="node-1")

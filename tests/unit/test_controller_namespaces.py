@@ -82,3 +82,9 @@ def test_other_labels_are_never_touched() -> None:
     [patch] = namespaces.decide(namespace({"team": "a", **LABELLED}), []).actions
     assert isinstance(patch, Patch)
     assert patch.patch == {"metadata": {"labels": {keys.MIGRATING_LABEL: None}}}
+
+
+def test_only_a_plan_that_sets_the_label_adds_it() -> None:
+    assert namespaces.adds_label(namespaces.decide(namespace(), [OPEN]))
+    assert not namespaces.adds_label(namespaces.decide(namespace(LABELLED), []))
+    assert not namespaces.adds_label(namespaces.decide(namespace(LABELLED), [OPEN]))
