@@ -66,18 +66,19 @@ def job_manifest(
     pod: dict[str, Any],
     *,
     name: str | None = None,
-    ttl: str = "2m",
+    ttl: str | None = "2m",
     mode: str | None = "ReservationFirst",
     **spec: Any,
 ) -> tuple[str, str]:
-    """A job for `pod`; `mode=None` leaves spec.mode unset (the controller's default)."""
+    """A job for `pod`; `mode=None` leaves spec.mode unset (the controller's default),
+    `ttl=None` spec.ttl (the job never times out)."""
     name = name or f"mig-{uuid.uuid4().hex[:8]}"
     body = {
         "apiVersion": "scheduling.koordinator.sh/v1alpha1",
         "kind": "PodMigrationJob",
         "metadata": {"name": name},
         "spec": {
-            "ttl": ttl,
+            **({"ttl": ttl} if ttl else {}),
             **({"mode": mode} if mode else {}),
             "podRef": {"namespace": pod["metadata"]["namespace"], "name": pod["metadata"]["name"]},
             **spec,

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,9 @@ spec:
 """
 
 
-def job_on(cluster: Cluster, pod: dict[str, Any], reservation: str) -> str:
+def job_on(
+    cluster: Cluster, pod: dict[str, Any], reservation: str, *, ttl: str | None = "2m"
+) -> str:
     """A job for `pod` naming `reservation` (reservationRef), once it is Available."""
     cluster.wait(
         lambda: (
@@ -222,7 +225,9 @@ def job_on(cluster: Cluster, pod: dict[str, Any], reservation: str) -> str:
         ),
         what="the Reservation to be Available",
     )
-    name, manifest = job_manifest(pod, reservationOptions={"reservationRef": {"name": reservation}})
+    name, manifest = job_manifest(
+        pod, ttl=ttl, reservationOptions={"reservationRef": {"name": reservation}}
+    )
     cluster.apply(manifest)
     return name
 
@@ -529,20 +534,25 @@ class Tied:
 
 
 @contextmanager
-def tied_replacement(cluster: Cluster, namespace: str) -> Iterator[Tied]:
+def tied_replacement(
+    cluster: Cluster, namespace: str, *, cpu: str | None = None, ttl: str | None = "2m"
+) -> Iterator[Tied]:
+    """`cpu`: the node's, instead of node-0's; `ttl`: the job's."""
     # The pod runs before its target node exists: the scheduler would favour the empty node.
     cluster.apply(deployment("tied"), namespace)
     [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "tied", 1), what="the pod")
     size = cluster.get("node", "node-0")["status"]["allocatable"]
     target = f"tie-{namespace}"[:60]
-    made = fake_node(name=target, cpu=size["cpu"], memory=size["memory"], pods=int(size["pods"]))
+    made = fake_node(
+        name=target, cpu=cpu or size["cpu"], memory=size["memory"], pods=int(size["pods"])
+    )
     cluster.kubectl("create", "-f", "-", input=json.dumps(made))
     try:
         cluster.wait(lambda: is_schedulable(cluster.get("node", target)), what="the node Ready")
         rsv_name = f"tied-{namespace}"[:60]
         held = hold_placeholder(cluster, old, rsv_name, target=target)
         try:
-            name = job_on(cluster, old, rsv_name)
+            name = job_on(cluster, old, rsv_name, ttl=ttl)
             owner = handed_over(cluster, namespace, "tied", old, target)
             yield Tied(node=target, old=old, job=name, owner=owner, reservation=rsv_name)
         finally:
@@ -575,6 +585,34 @@ def replaced_elsewhere(cluster: Cluster, namespace: str, tied: Tied, *, reason: 
     assert "StrandedPodDeleted" in reasons, said
     assert "ReservationGateRemoved" not in reasons, said
     assert leftovers(cluster, namespace)["gated"] == []
+
+
+def test_a_reservation_that_expires_in_handover_ends_a_job_without_a_ttl(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A job without a TTL, whose Reservation (made by hand) expires after the eviction,
+    while its replacement waits in handover (the node has room for one of them, and the
+    placeholder, held, still takes it): the job ends `ReservationExpired` rather than
+    waiting for ever, no pod stays gated, and the workload runs again."""
+    with tied_replacement(cluster, namespace, cpu="300m", ttl=None) as tied:
+        assert "ttl" not in job_of(cluster, tied.job)["spec"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cluster.kubectl(
+            "patch", "reservation", tied.reservation, "--type=merge",
+            "-p", json.dumps({"spec": {"ttl": None, "expires": now}}),
+        )  # fmt: skip
+        job = cluster.wait(
+            lambda: phase_is(cluster, tied.job, "Succeed", "Failed"), what="the job to end"
+        )
+        status = job["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "ReservationExpired"), status
+        assert tied.reservation in status["message"]
+        assert cluster.get("reservation", tied.reservation)["status"]["phase"] == "Failed"
+        cluster.wait(lambda: leftovers(cluster, namespace)["gated"] == [], what="no pod left gated")
+    [after] = cluster.wait(
+        lambda: ready_pods(cluster, namespace, "tied", 1), what="the workload's next pod"
+    )
+    assert after["metadata"]["uid"] != tied.old["metadata"]["uid"]
 
 
 def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(
