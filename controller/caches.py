@@ -203,11 +203,11 @@ class Caches:
         self.absences = Absences(clock)
         self.node_gates: dict[str, tuple[object, ...]] = {}
         """Each node's cordon and taints as last seen (`scheduling.node_gates`)."""
-        self.label_refusals: dict[str, str] = {}
-        """Namespace → why the API server refused it the berth.sh/migrating label for good
-        (an admission policy, RBAC), since the last attempt; the jobs waiting there end
-        on it (`controller.jobs.reserve`). Kept in memory: a restarted controller asks
-        again."""
+        self.label_refusals: dict[str, namespaces.LabelRefused] = {}
+        """Namespace → the API server's answer when it last refused it the berth.sh/migrating
+        label for good (an admission policy, RBAC), until it takes the label; the jobs
+        waiting there end on it (`controller.jobs.reserve`). Kept in memory: a
+        restarted controller asks again."""
         self.admission_key = b""
         """The key of the admission marks (`controller.signing`), set before any job is
         reconciled or admitted; empty, no job counts as admitted."""
@@ -351,14 +351,13 @@ class Caches:
                 self.enqueue(job_key(job))
 
     def label_refused(self, namespace: str, why: str | None) -> None:
-        """Record why the API server refused `namespace` the label for good (None: it
-        took it, or was not asked), and let the jobs waiting there see it."""
+        """Record why the API server refused `namespace` the label for good, now (None:
+        it took it, or did not answer for good), and let the jobs waiting there see it."""
         if why is None:
             self.label_refusals.pop(namespace, None)
             return
-        if self.label_refusals.get(namespace) != why:
-            self.label_refusals[namespace] = why
-            self._enqueue_jobs_waiting_in(namespace)
+        self.label_refusals[namespace] = namespaces.LabelRefused(at=datetime.now(UTC), why=why)
+        self._enqueue_jobs_waiting_in(namespace)
 
     def _on_pod(self, kind: str, pod: Object) -> None:
         if self.ledger is not None:

@@ -21,6 +21,8 @@ again right before it evicts.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from berth import protocol
@@ -31,6 +33,15 @@ from controller.actions import Patch, Plan
 Object = Mapping[str, Any]
 
 LIVE = (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
+
+
+@dataclass(frozen=True)
+class LabelRefused:
+    """The API server's last answer when it refused a namespace the label for good (an
+    admission policy, RBAC): `at` when it was given, `why` its status code and words."""
+
+    at: datetime
+    why: str
 
 
 def _unowned(reservation: Object) -> bool:

@@ -39,6 +39,7 @@ from controller.status import (
     UNREADABLE,
     condition,
     job_deadline,
+    parse_time,
     same_condition,
     unreadable,
     with_condition,
@@ -361,22 +362,35 @@ def _scheduled(
     )
 
 
+def label_refused(view: JobView, status: Object) -> str | None:
+    """Why the job cannot go on, when the API server refused the replacement's namespace
+    the label for good since the job's Reservation was placed (an older refusal, given
+    for another job before a policy changed, is no answer for this one: the namespace's
+    passes ask again, and refresh it while it stands)."""
+    refused = view.label_refused
+    if refused is None or view.reservation is None:
+        return None
+    placed = condition(status, Type.RESERVATION_SCHEDULED) or {}
+    since = placed.get("lastTransitionTime")
+    if since and refused.at < parse_time(str(since)):
+        return None
+    namespace = protocol.placeholder_namespace(view.reservation)
+    return (
+        f"the API server refused to label namespace {namespace!r} {keys.MIGRATING_LABEL}=true "
+        f"({refused.why}), so the webhook would not be called for the replacement there; "
+        "nothing was evicted"
+    )
+
+
 def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> Plan:
     """Once the replacement's namespace shows the berth.sh/migrating label (so that the
     webhook is called for pods created there), open the Reservation to the replacement,
     wait a moment, then record Evicting and evict, the label still in place."""
     assert view.reservation is not None
     if not view.namespace_labelled:
-        if view.label_refused is not None:
-            return fail(
-                view,
-                status,
-                reason=Reason.NAMESPACE_NOT_LABELLED,
-                message=f"the API server refused to label namespace "
-                f"{protocol.placeholder_namespace(view.reservation)!r} "
-                f"{keys.MIGRATING_LABEL}=true ({view.label_refused}), so the webhook would "
-                "not be called for the replacement there; nothing was evicted",
-            )
+        refused = label_refused(view, status)
+        if refused is not None:
+            return fail(view, status, reason=Reason.NAMESPACE_NOT_LABELLED, message=refused)
         # controller.namespaces labels it, the Reservation being Available; the
         # namespace's watch event brings this job back.
         return step(view, status, *news).again_in(WAIT_POLL)

@@ -14,6 +14,7 @@ from berth.kube.client import PODMIGRATIONJOBS
 from berth.settings import MigrationControllerArgs
 from controller import build
 from controller.actions import Action, Event, Evict, Plan, UpdateStatus
+from controller.namespaces import LabelRefused
 
 Object = dict[str, Any]
 
@@ -47,9 +48,9 @@ class JobView:
     namespace_labelled: bool = False
     """The namespace where the replacement will be created carries berth.sh/migrating, as
     the controller's namespace watch shows it (`controller.namespaces`)."""
-    label_refused: str | None = None
-    """While it does not: why the API server refused that namespace the label for good
-    (`Caches.label_refusals`)."""
+    label_refused: LabelRefused | None = None
+    """While it does not: the API server's last refusal of that label there, for good
+    (`Caches.label_refusals`; the namespace's passes ask again until it takes it)."""
     siblings: tuple[Object, ...] = ()
     """Pods of the migrated pod's controller, to spot a replacement that bypassed the
     Reservation (created while the webhook was unreachable)."""

@@ -16,6 +16,7 @@ from berth.kube.client import PODMIGRATIONJOBS
 from berth.settings import MigrationControllerArgs
 from controller import jobs, reservations
 from controller.actions import Create, Delete, Event, Patch, Plan, UpdateStatus
+from controller.namespaces import LabelRefused
 from tests.unit.builders import ADMISSION_KEY, T0, job
 
 ARGS = MigrationControllerArgs()
@@ -79,7 +80,7 @@ def view(
     owner: dict[str, Any] | None = None,
     now: datetime = T0,
     labelled: bool = True,
-    label_refused: str | None = None,
+    label_refused: LabelRefused | None = None,
     node_gone: bool = False,
     node_unseen: bool = False,
     node_refuses: str | None = None,

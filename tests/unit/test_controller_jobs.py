@@ -15,6 +15,7 @@ from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
 from controller.jobs.view import EVICTION_RETRY, evict
+from controller.namespaces import LabelRefused
 from controller.status import micro_timestamp
 from tests.unit.arbitration.helpers import one
 from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation, ts
@@ -461,29 +462,45 @@ def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> N
     assert kinds(go)[-1] == "Evict"
 
 
+PLACED_AT_T0 = job(
+    conditions=[
+        {
+            "type": "ReservationScheduled",
+            "status": "True",
+            "reason": "Scheduled",
+            "message": "reserved on node-1",
+            "lastTransitionTime": ts(T0),
+        }
+    ]
+)
+WHY = "403: admission webhook denied the request: no such labels here"
+
+
 def test_a_namespace_refused_the_label_ends_the_job_before_anything_is_opened() -> None:
-    scheduled = job(
-        conditions=[
-            {
-                "type": "ReservationScheduled",
-                "status": "True",
-                "reason": "Scheduled",
-                "message": "reserved on node-1",
-            }
-        ]
-    )
     unopened = reservation(phase="Available", node="node-1")
-    why = "403: admission webhook denied the request: no such labels here"
+    refused = LabelRefused(at=later(1), why=WHY)
     plan = view_plan(
-        job_obj=scheduled, pod_obj=pod(), rsv=unopened, labelled=False, label_refused=why
+        job_obj=PLACED_AT_T0, pod_obj=pod(), rsv=unopened, labelled=False, label_refused=refused
     )
     assert not any(isinstance(a, (Evict, Patch)) for a in plan.actions)
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "NamespaceNotLabelled")
     message = status["message"]
-    assert why in message
+    assert WHY in message
     assert "nothing was evicted" in message
     assert f"'default' {keys.MIGRATING_LABEL}=true" in message
+
+
+def test_a_refusal_older_than_the_place_is_no_answer_for_the_job() -> None:
+    """Given for another job, before the policy changed: this job waits for the
+    namespace's next pass, which asks again."""
+    unopened = reservation(phase="Available", node="node-1")
+    stale = LabelRefused(at=T0 - timedelta(seconds=1), why=WHY)
+    plan = view_plan(
+        job_obj=PLACED_AT_T0, pod_obj=pod(), rsv=unopened, labelled=False, label_refused=stale
+    )
+    assert plan.actions == []
+    assert plan.requeue_after
 
 
 def test_paused_job_waits_with_its_reservation() -> None:
