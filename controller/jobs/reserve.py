@@ -14,6 +14,7 @@ from berth.api import (
     ReservationPhase,
     keys,
 )
+from berth.api.times import read_time
 from berth.kube.client import PODMIGRATIONJOBS, RESERVATIONS
 from controller import template
 from controller.actions import Create, Event, Patch, Plan
@@ -39,7 +40,6 @@ from controller.status import (
     UNREADABLE,
     condition,
     job_deadline,
-    parse_time,
     same_condition,
     unreadable,
     with_condition,
@@ -362,6 +362,17 @@ def _scheduled(
     )
 
 
+def _opened_before_placed(reservation: Object) -> bool:
+    """Whether the Reservation was opened before it was placed where it is now (in an
+    earlier second, as its Scheduled condition says): its place moved since (its node
+    deleted, cordoned or relabelled before the eviction). It is opened again, so that
+    the eviction waits the settle time after the webhooks' caches can have seen it there."""
+    opened = protocol.opened_at(reservation)
+    scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
+    placed = read_time((scheduled or {}).get("lastTransitionTime"))
+    return opened is not None and placed is not None and opened < placed
+
+
 def label_refused(view: JobView, status: Object) -> str | None:
     """Why the job cannot go on, when the API server refused the replacement's namespace
     the label for good since the job's Reservation was placed (an older refusal, given
@@ -370,9 +381,10 @@ def label_refused(view: JobView, status: Object) -> str | None:
     refused = view.label_refused
     if refused is None or view.reservation is None:
         return None
-    placed = condition(status, Type.RESERVATION_SCHEDULED) or {}
-    since = placed.get("lastTransitionTime")
-    if since and refused.at < parse_time(str(since)):
+    placed = read_time(
+        (condition(status, Type.RESERVATION_SCHEDULED) or {}).get("lastTransitionTime")
+    )
+    if placed is not None and refused.at < placed:
         return None
     namespace = protocol.placeholder_namespace(view.reservation)
     return (
@@ -394,7 +406,9 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
         # controller.namespaces labels it, the Reservation being Available; the
         # namespace's watch event brings this job back.
         return step(view, status, *news).again_in(WAIT_POLL)
-    if protocol.annotations_of(view.reservation).get(keys.CONSUMABLE) != "true":
+    if protocol.annotations_of(view.reservation).get(
+        keys.CONSUMABLE
+    ) != "true" or _opened_before_placed(view.reservation):
         return step(view, status, *news, opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
     left = settling(view)
     if left is not None:

@@ -462,6 +462,43 @@ def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> N
     assert kinds(go)[-1] == "Evict"
 
 
+def placed_again(*, opened: datetime, placed: datetime) -> dict[str, Any]:
+    """An open Reservation whose Scheduled condition turned True at `placed`."""
+    moved = reservation(
+        phase="Available",
+        node="node-2",
+        annotations={keys.CONSUMABLE: "true", keys.OPENED_AT: micro_timestamp(opened)},
+    )
+    moved["status"]["conditions"] = [
+        {"type": "Scheduled", "status": "True", "reason": "Scheduled",
+         "lastTransitionTime": ts(placed)},
+    ]  # fmt: skip
+    return moved
+
+
+def test_a_reservation_opened_before_its_place_moved_is_opened_again_before_the_eviction() -> None:
+    """Opened, then its node was cordoned (the eviction held back) and its placeholder
+    placed again on node-2: the settle time runs again from a new opening, so that the
+    webhooks' caches can have seen the Reservation on node-2 before the replacement."""
+    scheduled = job(
+        conditions=[
+            {"type": "ReservationScheduled", "status": "True", "reason": "Scheduled",
+             "message": "reserved on node-2", "lastTransitionTime": ts(later(3))},
+        ]
+    )  # fmt: skip
+    moved = placed_again(opened=T0, placed=later(3))
+    plan = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=moved, now=later(5))
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    [opening] = [a for a in plan.actions if isinstance(a, Patch)]
+    assert opening.patch["metadata"]["annotations"][keys.OPENED_AT] == micro_timestamp(later(5))
+    assert plan.requeue_after == 1.0
+    # Opened after it was placed, and settled: the eviction goes ahead.
+    settled = placed_again(opened=later(3.5), placed=later(3))
+    assert kinds(view_plan(job_obj=scheduled, pod_obj=pod(), rsv=settled, now=later(5)))[-1] == (
+        "Evict"
+    )
+
+
 PLACED_AT_T0 = job(
     conditions=[
         {
