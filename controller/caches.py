@@ -345,18 +345,28 @@ class Caches:
         self._enqueue_jobs_waiting_in(name)
 
     def _enqueue_jobs_waiting_in(self, namespace: str) -> None:
+        """The jobs of the Reservations whose replacements are made in `namespace`: the
+        one each was made for, and those naming it (reservationRef)."""
         for reservation in self.reservations.by_index("namespace", namespace):
             job = protocol.annotations_of(reservation).get(keys.JOB)
             if job:
                 self.enqueue(job_key(job))
+            for naming in self.jobs.by_index("reservation", reservation["metadata"]["name"]):
+                self.enqueue(job_key(naming["metadata"]["name"]))
 
     def label_refused(self, namespace: str, why: str | None) -> None:
-        """Record why the API server refused `namespace` the label for good, now (None:
-        it took it, or did not answer for good), and let the jobs waiting there see it."""
+        """Record why the API server refused `namespace` the label for good, for the
+        Reservations waiting there now (None: it took it, was not asked, or did not
+        answer for good), and let their jobs see it."""
         if why is None:
             self.label_refusals.pop(namespace, None)
             return
-        self.label_refusals[namespace] = namespaces.LabelRefused(at=datetime.now(UTC), why=why)
+        waiting = frozenset(
+            str(r["metadata"].get("uid"))
+            for r in self.reservations.by_index("namespace", namespace)
+            if namespaces.waits_for_replacement(r)
+        )
+        self.label_refusals[namespace] = namespaces.LabelRefused(why=why, waiting=waiting)
         self._enqueue_jobs_waiting_in(namespace)
 
     def _on_pod(self, kind: str, pod: Object) -> None:

@@ -62,6 +62,15 @@ class Outcome:
     admission policy, a 5xx...)."""
 
 
+class _RecordRefused(Exception):
+    """The create went through, but recording what it made did not: not a refused
+    create."""
+
+    def __init__(self, error: KubeError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Executor:
     def __init__(
         self,
@@ -90,6 +99,9 @@ class Executor:
                 if isinstance(action, Evict) and not await self._place_still_there(action):
                     return Outcome(done=False)
                 await self._one(action, versions)
+            except _RecordRefused as failed:
+                log.warning("%s: recording it failed: %s", _describe(action), failed.error)
+                return Outcome(done=False, conflict=failed.error.conflict, error=failed.error)
             except KubeError as error:
                 if isinstance(action, Evict):
                     return Outcome(done=False, eviction_refused=error)
@@ -151,15 +163,18 @@ class Executor:
         record = action.record
         if record is not None:
             annotations = {record.key: protocol.name_and_uid(created)}
-            await self._patch(
-                Patch(
-                    record.resource,
-                    record.name,
-                    {"metadata": {"annotations": annotations}},
-                    namespace=record.namespace,
-                ),
-                versions,
-            )
+            try:
+                await self._patch(
+                    Patch(
+                        record.resource,
+                        record.name,
+                        {"metadata": {"annotations": annotations}},
+                        namespace=record.namespace,
+                    ),
+                    versions,
+                )
+            except KubeError as error:
+                raise _RecordRefused(error) from error
 
     async def _patch(self, action: Patch, versions: Versions) -> None:
         patched = await self.kube.patch(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from berth import protocol
@@ -38,10 +37,13 @@ LIVE = (ReservationPhase.PENDING, ReservationPhase.AVAILABLE)
 @dataclass(frozen=True)
 class LabelRefused:
     """The API server's last answer when it refused a namespace the label for good (an
-    admission policy, RBAC): `at` when it was given, `why` its status code and words."""
+    admission policy, RBAC): `why`, its status code and words; `waiting`, the UIDs of the
+    Reservations that waited there for their replacements when it was asked (an answer
+    given for others, before a policy changed, is none for a Reservation placed since:
+    the namespace's next pass asks again)."""
 
-    at: datetime
     why: str
+    waiting: frozenset[str]
 
 
 def _unowned(reservation: Object) -> bool:

@@ -86,15 +86,19 @@ class Reconciler:
 
     async def _namespace(self, name: str) -> tuple[Plan, Outcome] | None:
         if self.caches.namespaces.get(name) is None:
+            self.caches.label_refused(name, None)
             return None
         plan = self.caches.namespace_plan(name)
         outcome = await self.executor.run(plan)
-        if namespaces.adds_label(plan):
-            error = outcome.error
-            if error is not None and error.status in jobs.REFUSED_FOR_GOOD:
-                self.caches.label_refused(name, f"{error.status}: {error.message}")
-            else:
-                self.caches.label_refused(name, None)
+        error = outcome.error
+        if (
+            namespaces.adds_label(plan)
+            and error is not None
+            and error.status in jobs.REFUSED_FOR_GOOD
+        ):
+            self.caches.label_refused(name, f"{error.status}: {error.message}")
+        else:  # taken, not asked (labelled, or no Reservation waits), or to be asked again
+            self.caches.label_refused(name, None)
         return plan, outcome
 
     async def _job(self, name: str) -> tuple[Plan, Outcome] | None:

@@ -295,9 +295,10 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
 
 
 REFUSED_FOR_GOOD = (400, 403, 422)
-"""What the API server answers to a create it will refuse again as long as nothing is
+"""What the API server answers to a write it will refuse again as long as nothing is
 changed: a body it does not take (400, 422 Invalid: a template's labels or annotations),
-or a denial (403: RBAC, an admission policy or webhook)."""
+or a denial (403: RBAC, an admission policy or webhook). Said of a Reservation's create,
+and of a namespace's berth.sh/migrating label (`controller.reconcile`)."""
 
 
 def reservation_refused(view: JobView, *, status_code: int, message: str) -> Plan | None:
@@ -373,20 +374,15 @@ def _opened_before_placed(reservation: Object) -> bool:
     return opened is not None and placed is not None and opened < placed
 
 
-def label_refused(view: JobView, status: Object) -> str | None:
+def label_refused(view: JobView) -> str | None:
     """Why the job cannot go on, when the API server refused the replacement's namespace
-    the label for good since the job's Reservation was placed (an older refusal, given
-    for another job before a policy changed, is no answer for this one: the namespace's
-    passes ask again, and refresh it while it stands)."""
-    refused = view.label_refused
-    if refused is None or view.reservation is None:
+    the label for good while the job's Reservation waited there (`LabelRefused`)."""
+    refused, reservation = view.label_refused, view.reservation
+    if refused is None or reservation is None:
         return None
-    placed = read_time(
-        (condition(status, Type.RESERVATION_SCHEDULED) or {}).get("lastTransitionTime")
-    )
-    if placed is not None and refused.at < placed:
+    if str(reservation["metadata"].get("uid")) not in refused.waiting:
         return None
-    namespace = protocol.placeholder_namespace(view.reservation)
+    namespace = protocol.placeholder_namespace(reservation)
     return (
         f"the API server refused to label namespace {namespace!r} {keys.MIGRATING_LABEL}=true "
         f"({refused.why}), so the webhook would not be called for the replacement there; "
@@ -400,7 +396,7 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
     wait a moment, then record Evicting and evict, the label still in place."""
     assert view.reservation is not None
     if not view.namespace_labelled:
-        refused = label_refused(view, status)
+        refused = label_refused(view)
         if refused is not None:
             return fail(view, status, reason=Reason.NAMESPACE_NOT_LABELLED, message=refused)
         # controller.namespaces labels it, the Reservation being Available; the

@@ -531,6 +531,8 @@ class Tied:
     job: str
     owner: dict[str, Any]
     reservation: str
+    held: dict[str, Any]
+    """The placeholder's metadata (`let_go` frees it)."""
 
 
 @contextmanager
@@ -554,7 +556,7 @@ def tied_replacement(
         try:
             name = job_on(cluster, old, rsv_name, ttl=ttl)
             owner = handed_over(cluster, namespace, "tied", old, target)
-            yield Tied(node=target, old=old, job=name, owner=owner, reservation=rsv_name)
+            yield Tied(node=target, old=old, job=name, owner=owner, reservation=rsv_name, held=held)
         finally:
             let_go(cluster, held, rsv_name)
     finally:
@@ -609,10 +611,13 @@ def test_a_reservation_that_expires_in_handover_ends_a_job_without_a_ttl(
         assert tied.reservation in status["message"]
         assert cluster.get("reservation", tied.reservation)["status"]["phase"] == "Failed"
         cluster.wait(lambda: leftovers(cluster, namespace)["gated"] == [], what="no pod left gated")
-    [after] = cluster.wait(
-        lambda: ready_pods(cluster, namespace, "tied", 1), what="the workload's next pod"
-    )
-    assert after["metadata"]["uid"] != tied.old["metadata"]["uid"]
+        # The node has room once the placeholder is gone: the workload runs again (its
+        # replacement there, or a pod made after Berth let it go), nothing Pending.
+        let_go(cluster, tied.held, tied.reservation)
+        [after] = cluster.wait(
+            lambda: ready_pods(cluster, namespace, "tied", 1), what="the workload's next pod"
+        )
+        assert after["metadata"]["uid"] != tied.old["metadata"]["uid"]
 
 
 def test_a_replacement_tied_to_a_deleted_node_is_replaced_by_one_that_runs(

@@ -515,7 +515,7 @@ WHY = "403: admission webhook denied the request: no such labels here"
 
 def test_a_namespace_refused_the_label_ends_the_job_before_anything_is_opened() -> None:
     unopened = reservation(phase="Available", node="node-1")
-    refused = LabelRefused(at=later(1), why=WHY)
+    refused = LabelRefused(why=WHY, waiting=frozenset({unopened["metadata"]["uid"]}))
     plan = view_plan(
         job_obj=PLACED_AT_T0, pod_obj=pod(), rsv=unopened, labelled=False, label_refused=refused
     )
@@ -528,11 +528,11 @@ def test_a_namespace_refused_the_label_ends_the_job_before_anything_is_opened() 
     assert f"'default' {keys.MIGRATING_LABEL}=true" in message
 
 
-def test_a_refusal_older_than_the_place_is_no_answer_for_the_job() -> None:
-    """Given for another job, before the policy changed: this job waits for the
+def test_a_refusal_given_for_other_reservations_is_no_answer_for_the_job() -> None:
+    """Given for another job's, before a policy changed: this job waits for the
     namespace's next pass, which asks again."""
     unopened = reservation(phase="Available", node="node-1")
-    stale = LabelRefused(at=T0 - timedelta(seconds=1), why=WHY)
+    stale = LabelRefused(why=WHY, waiting=frozenset({"uid-rsv-another"}))
     plan = view_plan(
         job_obj=PLACED_AT_T0, pod_obj=pod(), rsv=unopened, labelled=False, label_refused=stale
     )

@@ -9,7 +9,7 @@ import pytest
 
 from berth.kube.client import NODES, PODS, PRIORITYCLASSES, RESERVATIONS, Kube, KubeError
 from berth.kube.events import Recorder
-from controller.actions import Create, Event, Evict, Plan
+from controller.actions import Create, Event, Evict, Plan, Record
 from controller.executor import Executor, _another_pod
 
 
@@ -99,6 +99,29 @@ async def test_a_refused_pod_or_reservation_create_is_handed_back_to_be_said_on_
     assert made.create_refused is not None
     other = await executor.run(Plan().then(Create(PRIORITYCLASSES, {"metadata": {"name": "p"}})))
     assert (other.done, other.create_refused) == (False, None)
+
+
+class _RecordRefused:
+    """An API server that creates the pod, then refuses the patch recording it."""
+
+    async def create(self, _resource: object, body: dict[str, Any], **_: object) -> object:
+        return {**body, "metadata": {"name": "berth-placeholder-r-x1", "uid": "u1"}}
+
+    async def patch(self, *_: object, **__: object) -> object:
+        raise KubeError(403, {"message": "reservations is forbidden", "reason": "Forbidden"})
+
+
+async def test_a_create_whose_record_is_refused_is_not_a_refused_create() -> None:
+    """The pod exists: nothing is said on its object as if it had not been made; the
+    plan stops on an API error, and the key is tried again."""
+    executor = Executor(cast(Kube, _RecordRefused()), cast(Recorder, None))
+    record = Record(RESERVATIONS, "r", "berth.sh/placeholder")
+    body = {"metadata": {"generateName": "berth-placeholder-r-"}}
+    outcome = await executor.run(Plan().then(Create(PODS, body, namespace="ns", record=record)))
+    assert not outcome.done
+    assert outcome.create_refused is None
+    assert outcome.error is not None
+    assert outcome.error.status == 403
 
 
 class _NodeGone:
