@@ -171,7 +171,8 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
 
     A job that ends in this pass reports only its end (its status, then its event)."""
     if not pod_gone(view):
-        return _pod_still_there(view, status, expired=expired)
+        left = _left_terminating(view, status)
+        return left if left is not None else _pod_still_there(view, status, expired=expired)
     status, news = evicted(view, status)
     reservation = view.reservation
     if reservation is not None and protocol.is_closed(reservation):
@@ -209,6 +210,32 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         )
         status["status"] = reason
     return step(view, status, *news).again_in(WAIT_POLL)
+
+
+def _left_terminating(view: JobView, status: Object) -> Plan | None:
+    """The pod's eviction went through, but it stays terminating (a finalizer, or a node
+    that no longer answers: the very pods a drain of a failing node moves), while its
+    replacement (a ReplicaSet's comes at once) took the place: the job ends on what the
+    replacement and the Reservation say, rather than holding its migration slots until
+    its TTL, or for ever without one. None to wait for the pod as before."""
+    assert view.pod is not None
+    deleted = view.pod["metadata"].get("deletionTimestamp")
+    if not deleted or view.reservation is None:
+        return None
+    rsv = view.reservation["metadata"]["name"]
+    owner = view.owner
+    if owner is not None and owner["metadata"].get("uid") == view.pod["metadata"].get("uid"):
+        return None
+    if owner is not None and owner["spec"].get("nodeName"):
+        if not protocol.is_ready(owner):
+            return None
+        status, news = evicted(view, status, terminating_since=str(deleted))
+        return _complete(view, _bound(view, status, owner), owner, rsv=rsv, news=news)
+    ended = _ended_after_eviction(view.reservation, rsv=rsv)
+    if ended is None:
+        return None
+    status, _ = evicted(view, status, terminating_since=str(deleted))
+    return fail(view, status, reason=ended[0], message=ended[1])
 
 
 def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str) -> Plan:

@@ -80,18 +80,27 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
     return Plan().then(evict(view)).again_in(EVICTION_RETRY)
 
 
-def evicted(view: JobView, status: Object) -> tuple[Object, tuple[Event, ...]]:
-    """The pod is gone: the status that records EvictComplete, and the news to tell (none
-    when it was recorded before)."""
+def evicted(
+    view: JobView, status: Object, *, terminating_since: str | None = None
+) -> tuple[Object, tuple[Event, ...]]:
+    """The pod is gone (or, `terminating_since`, deleted then and kept by a finalizer or
+    an unreachable node): the status that records EvictComplete, and the news to tell
+    (none when it was recorded before)."""
     eviction = condition(status, Type.EVICTION) or {}
     if eviction.get("status") == "True":
         return status, ()
+    gone = (
+        f"pod {pod_key(view)} is gone"
+        if terminating_since is None
+        else f"pod {pod_key(view)} was deleted at {terminating_since} and is still "
+        "terminating (a finalizer or an unreachable node keeps it)"
+    )
     status = with_condition(
         status,
         kind=Type.EVICTION,
         state="True",
         reason=Reason.EVICT_COMPLETE,
-        message=f"pod {pod_key(view)} is gone",
+        message=gone,
         now=view.now,
     )
     status.update(status=Reason.EVICT_COMPLETE, reason="", message="")

@@ -521,6 +521,39 @@ def test_a_replacement_deleted_before_its_binding_ends_the_job_at_once(
         let_go(cluster, held, rsv_name)
 
 
+def test_a_pod_left_terminating_ends_its_job_once_the_replacement_runs(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The evicted pod stays terminating (a finalizer here; a node that no longer answers
+    in a drain of a failing node): its ReplicaSet's replacement takes the place at once,
+    and the job Succeeds once it is Ready, with no TTL to wait for, rather than counting
+    against the node's migration limit while the old pod lingers."""
+    cluster.apply(deployment("lingers"), namespace)
+    [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "lingers", 1), what="the pod")
+    pod_name = old["metadata"]["name"]
+    cluster.kubectl(
+        "patch", "pod", pod_name, "-n", namespace, "--type=merge",
+        "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}),
+    )  # fmt: skip
+    try:
+        name, manifest = job_manifest(old, ttl=None)
+        cluster.apply(manifest)
+        done = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job")
+        assert done["status"]["phase"] == "Succeed", done["status"]
+        assert "still terminating" in condition(done, "Eviction")["message"]
+        lingering = cluster.get("pod", pod_name, "-n", namespace)["metadata"]
+        assert lingering["uid"] == old["metadata"]["uid"]
+        assert lingering.get("deletionTimestamp")
+        [new] = ready_pods(cluster, namespace, "lingers", 1)
+        assert new["metadata"]["name"] == done["status"]["podRef"]["name"]
+        assert new["spec"]["nodeName"] == done["status"]["nodeName"]
+    finally:
+        cluster.kubectl(
+            "patch", "pod", pod_name, "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Tied:
     """A migration in handover to a node of the test's own: its replacement, gated and

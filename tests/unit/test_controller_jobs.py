@@ -1160,6 +1160,68 @@ def test_bound_and_ready_owner_completes_the_job() -> None:
     assert kinds(plan)[-1] == "Event:Complete"
 
 
+def stuck_terminating() -> dict[str, Any]:
+    """The migrated pod, evicted, kept by a finalizer (or a node that no longer answers)."""
+    stuck = pod()
+    stuck["metadata"].update(deletionTimestamp=ts(later(1)), finalizers=["example.com/keep"])
+    return stuck
+
+
+def test_a_pod_left_terminating_whose_replacement_runs_completes_the_job() -> None:
+    """A drain of a failing node: the evicted pod never finishes terminating, while its
+    ReplicaSet's replacement took the place and is Ready: the job ends there, rather
+    than holding its migration slots until its TTL (or for ever, without one)."""
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=stuck_terminating(),
+        rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+        owner=pod("web-2", node="node-1"),
+    )
+    status = status_of(plan)
+    assert (status["phase"], status["status"]) == ("Succeed", "Complete")
+    assert status["podRef"]["name"] == "web-2"
+    eviction = cond(status, "Eviction")
+    assert (eviction["status"], eviction["reason"]) == ("True", "EvictComplete")
+    assert "still terminating" in eviction["message"]
+    assert kinds(plan)[-1] == "Event:Complete"
+
+
+@pytest.mark.parametrize(
+    ("owner", "rsv"),
+    [
+        pytest.param(
+            pod("web-2", node="node-1", ready=False),
+            reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+            id="bound, not ready",
+        ),
+        pytest.param(
+            pod("web-2", node=None, gates=[keys.RESERVATION_GATE]),
+            reservation(phase="Available", node="node-1", owners=["web-2"]),
+            id="in handover",
+        ),
+        pytest.param(None, reservation(phase="Available", node="node-1"), id="none yet"),
+    ],
+)
+def test_a_pod_left_terminating_is_waited_for_while_its_replacement_is_not_ready(
+    owner: dict[str, Any] | None, rsv: dict[str, Any]
+) -> None:
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING), pod_obj=stuck_terminating(), rsv=rsv, owner=owner
+    )
+    assert plan.actions == []
+    assert plan.requeue_after
+
+
+def test_a_pod_left_terminating_ends_its_job_when_the_reservation_ends() -> None:
+    """A StatefulSet's pod (its replacement comes only once it is gone): the Reservation
+    expires, and the job ends then, saying so, rather than waiting for the pod."""
+    expired = reservation(phase="Failed", node="node-1")
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=stuck_terminating(), rsv=expired)
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "ReservationExpired")
+    assert "still terminating" in cond(status, "Eviction")["message"]
+
+
 def test_bound_owner_not_ready_waits() -> None:
     new = pod("web-2", node="node-1", ready=False)
     plan = view_plan(
