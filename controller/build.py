@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
-from berth.api import API_VERSION, keys
+from berth.api import API_VERSION, keys, parse_duration
 from berth.protocol import annotations_of, controller_of, placeholder_namespace
 from berth.resources import format_quantity, held_requests
 from controller.template import without_berth_keys
@@ -206,8 +207,10 @@ def reservation_for(
 
     `template` is the job's `reservationOptions.template` (a ReservationTemplateSpec): its
     metadata is merged in, its `spec.template` pod fields override the pod's own, and its
-    owners, when given, replace the pod's controller. `ttl`: the job's, else (a job that
-    never times out) the Reservation's default.
+    owners, when given, replace the pod's controller. `ttl`: the template's when it is a
+    positive duration, else the job's, else (a job that never times out) the Reservation's
+    default; never a ttl of 0 (a Reservation that never expires, holding its place for
+    ever should its job wait for ever).
     """
     spec = pod.get("spec", {})
     pod_template_spec: Object = {
@@ -244,8 +247,11 @@ def reservation_for(
         "owners": owners,
         "allocateOnce": True,
     }
-    if user_spec.get("ttl") or ttl:
-        reservation_spec["ttl"] = user_spec.get("ttl") or ttl
+    asked = user_spec.get("ttl")
+    if asked and parse_duration(str(asked)) > timedelta(0):
+        reservation_spec["ttl"] = asked
+    elif ttl:
+        reservation_spec["ttl"] = ttl
     return {
         "apiVersion": API_VERSION,
         "kind": "Reservation",

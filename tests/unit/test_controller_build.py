@@ -278,3 +278,25 @@ def test_non_preempting_class_names_its_value(priority: int, name: str, value: i
 def test_placeholder_priority(template: dict[str, object], expected: int) -> None:
     rsv = {"spec": {"template": {"spec": template}}}
     assert build.placeholder_priority(rsv, {"high": 1000}, 50) == expected
+
+
+@pytest.mark.parametrize(
+    ("template_ttl", "job_ttl", "expected"),
+    [
+        pytest.param("1h", "5m", "1h", id="the template's, positive"),
+        pytest.param("0s", "5m", "5m", id="never expiring: the job's"),
+        pytest.param("0s", None, None, id="never expiring, no job ttl: the default (24h)"),
+        pytest.param("-1m", None, None, id="negative: the default"),
+        pytest.param(None, "5m", "5m", id="none: the job's"),
+    ],
+)
+def test_a_reservation_never_lasts_for_ever(
+    template_ttl: str | None, job_ttl: str | None, expected: str | None
+) -> None:
+    """A template's ttl of 0 (Koordinator's "never expires") is not taken: a job that
+    waits for ever would hold the place for ever."""
+    template = {"spec": {"ttl": template_ttl}} if template_ttl else None
+    rsv = build.reservation_for(
+        job=job(), pod=pod(), workload_uid=None, ttl=job_ttl, template=template
+    )
+    assert rsv["spec"].get("ttl") == expected
