@@ -8,6 +8,7 @@ the Reservation and let any gated pod go (`controller.jobs.release`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from berth import protocol
@@ -191,8 +192,10 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         return _node_lost(view, status, owner, rsv=rsv)
     elif (unused := _not_to_be_bound(view, status, rsv=rsv)) is not None:
         return unused
-    elif owner is not None and _node_keeps_refusing(view, owner):
-        return _node_refuses(view, status, owner, rsv=rsv)
+    elif owner is not None and (kept_off := _kept_off(view, owner, rsv=rsv)) is not None:
+        # Its Reservation is released, and the replacement, tied to that node by its
+        # affinity, then deleted as a pod no live Reservation holds (`reservations.stray`).
+        return fail(view, status, reason=Reason.RESERVATION_LOST, message=kept_off)
     else:
         kind, reason = Type.POD_BOUND_RESERVATION, Reason.WAIT_FOR_POD_BIND_RESERVATION
         waiting = _waiting_to_bind(view, owner, rsv=rsv)
@@ -270,30 +273,41 @@ def _waiting_to_bind(view: JobView, owner: Object | None, *, rsv: str) -> str:
     )
 
 
-def _node_keeps_refusing(view: JobView, owner: Object) -> bool:
-    """Whether the Reservation's node was cordoned, or tainted against the replacement,
-    after the handover, and the scheduler has refused the replacement for `STRAY_GRACE`:
-    a cordon of moments (a node's readiness flapping) does not end the job."""
-    since = unschedulable_since(owner) if _refused(owner) else None
-    return (
-        view.reserved_node_refuses is not None
-        and since is not None
-        and view.now - since >= STRAY_GRACE
-    )
+NO_FIT_GRACE = timedelta(minutes=2)
+"""How long the scheduler may refuse a replacement, handed over, on its Reservation's node
+for a reason other than the node's own (in the default scope a pod of higher priority
+that took the place; a volume's zone; a spread constraint) before it is let go: longer
+than the victims of a preemption for it take to leave."""
 
 
-def _node_refuses(view: JobView, status: Object, owner: Object, *, rsv: str) -> Plan:
-    """The replacement cannot go where its place was held, and nothing will change that
-    before the TTL (which a job may not have): the job ends, its Reservation is released,
-    and the replacement, tied to that node by its affinity, is then deleted as a pod no
-    live Reservation holds (`reservations.stray`), so that its workload creates one
-    scheduled anywhere."""
-    message = (
-        f"{view.reserved_node_refuses} after the pod was evicted, where Reservation {rsv!r} "
-        f"held the place; replacement pod {owner['metadata']['name']}, tied to that node, "
-        "is deleted so that its workload creates one that can run elsewhere"
+def _kept_off(view: JobView, owner: Object, *, rsv: str) -> str | None:
+    """Why the replacement, handed over, will not be bound where its place was held, once
+    the scheduler has refused it there long enough: `STRAY_GRACE` when the node was
+    cordoned, or tainted or relabelled against it (a cordon of moments, a node's
+    readiness flapping, does not end the job); `NO_FIT_GRACE` for any other reason.
+    None while it may still be bound there."""
+    refused = _refused(owner)
+    since = unschedulable_since(owner) if refused else None
+    if since is None:
+        return None
+    waited = view.now - since
+    name = owner["metadata"]["name"]
+    tail = (
+        f"replacement pod {name}, tied to that node, is deleted so that its workload creates "
+        "one that can run elsewhere"
     )
-    return fail(view, status, reason=Reason.RESERVATION_LOST, message=message)
+    if view.reserved_node_refuses is not None and waited >= STRAY_GRACE:
+        return (
+            f"{view.reserved_node_refuses} after the pod was evicted, where Reservation "
+            f"{rsv!r} held the place; {tail}"
+        )
+    if waited >= NO_FIT_GRACE:
+        node = protocol.node_of(view.reservation) if view.reservation else None
+        return (
+            f"the scheduler has refused the replacement on {node}, where Reservation {rsv!r} "
+            f"held the place, for {int(waited.total_seconds())}s ({refused}); {tail}"
+        )
+    return None
 
 
 def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:

@@ -445,7 +445,8 @@ async def test_a_pod_of_higher_priority_and_a_place_in_handover(
     """The hole of the default scope: the scheduler counts a nominated pod only against
     pods of equal or lower priority. A pod of higher priority that fits takes the place
     the placeholder left; the replacement stays Pending, the job reports why until its
-    TTL, then fails, and nothing stays gated. In the strict scope the extender refuses
+    TTL (made to come here; two minutes of refusals would end it `ReservationLost`),
+    then fails, and nothing stays gated. In the strict scope the extender refuses
     that pod the place, and the migration completes."""
     # The pod to migrate runs on node-0; node-1 has exactly the Reservation's 3 CPU.
     pinned = {"nodeSelector": {"kubernetes.io/hostname": "node-0"}}

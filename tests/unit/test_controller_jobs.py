@@ -1247,25 +1247,36 @@ def test_ttl_after_eviction_fails_and_says_what_happened() -> None:
     assert "after the pod was evicted" in status["message"]
 
 
-def test_a_replacement_the_scheduler_refuses_is_reported_until_the_ttl() -> None:
+def test_a_replacement_the_scheduler_refuses_is_reported_then_let_go() -> None:
+    """Handed over, the replacement does not fit where its place was held (in the default
+    scope, a pod of higher priority took it): the job says so; refused for two minutes,
+    it ends ReservationLost and the replacement is let go, rather than staying Pending
+    until the TTL (or for ever, without one); the TTL, if it comes first, ends it too."""
     owner = pod("web-2", node=None)
-    owner["status"] = {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": "0/3 nodes are available: 3 Insufficient cpu.",
-            }
-        ],
+    refused = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient cpu.",
+        "lastTransitionTime": ts(later(1)),
     }
+    owner["status"] = {"phase": "Pending", "conditions": [refused]}
     rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
-    waiting = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner))
-    bound = cond(waiting, "PodBoundReservation")
-    assert (bound["status"], bound["reason"]) == ("False", "WaitForPodBindReservation")
-    assert "web-2 does not fit on node-1" in bound["message"]
-    assert "3 Insufficient cpu" in bound["message"]
+    for now in (later(1), later(120)):
+        waiting = status_of(
+            view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner, now=now)
+        )
+        bound = cond(waiting, "PodBoundReservation")
+        assert (bound["status"], bound["reason"]) == ("False", "WaitForPodBindReservation")
+        assert "web-2 does not fit on node-1" in bound["message"]
+        assert "3 Insufficient cpu" in bound["message"]
+    lost = status_of(
+        view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner, now=later(121))
+    )
+    assert (lost["phase"], lost["reason"]) == ("Failed", "ReservationLost")
+    assert "refused the replacement on node-1" in lost["message"]
+    assert "for 120s (0/3 nodes are available: 3 Insufficient cpu.)" in lost["message"]
+    refused["lastTransitionTime"] = ts(later(250))
     ended = status_of(
         view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner, now=later(301))
     )
