@@ -676,10 +676,13 @@ class Caches:
                 return f"{namespace}/{pdb['metadata']['name']}"
         return None
 
-    def reserved_workload(self, reservation: Object | None) -> dict[str, Object | None]:
+    def reserved_workload(self, reservation: Object | None) -> dict[str, Any]:
         """The controller a Reservation was made for (its one owner by controller
         reference: a ReplicaSet or a StatefulSet) and a ReplicaSet's Deployment, as the
-        caches hold them (`JobView.workload`, `JobView.deployment`)."""
+        caches hold them (`JobView.workload`, `JobView.deployment`); and, when the
+        caches (synced before any job is reconciled) hold neither it nor the Deployment
+        the Reservation names as its top-level workload, that controller, named
+        (`JobView.workload_deleted`)."""
         owners = (reservation or {}).get("spec", {}).get("owners") or []
         ref = (owners[0].get("controller") or {}) if len(owners) == 1 else {}
         store = {"ReplicaSet": self.replicasets, "StatefulSet": self.statefulsets}.get(
@@ -693,7 +696,16 @@ class Caches:
             if parent is not None and parent.get("kind") == "Deployment"
             else []
         )
-        return {"workload": workload, "deployment": above[0] if above else None}
+        deleted = None
+        if store is not None and workload is None and ref.get("uid") and not above:
+            top = protocol.annotations_of(reservation or {}).get(keys.WORKLOAD)
+            if not top or not self.deployments.by_index("uid", top):
+                deleted = f"{ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
+        return {
+            "workload": workload,
+            "deployment": above[0] if above else None,
+            "workload_deleted": deleted,
+        }
 
     def priority_values(self) -> dict[str, int]:
         """PriorityClass name → its value."""

@@ -125,7 +125,8 @@ class PodMigrationJobReason(StrEnum):
     WORKLOAD_SCALED_DOWN = "WorkloadScaledDown"
     """After the eviction, before any replacement took the Reservation, the pod's workload
     was scaled so that it replaces the pod no more (to zero, or a StatefulSet below the
-    pod's ordinal): the place is released rather than held for nobody until the TTL."""
+    pod's ordinal), or deleted: the place is released rather than held for nobody until
+    the TTL."""
     FORBIDDEN_MIGRATE_POD = "ForbiddenMigratePod"
     """Arbitration: the pod may never be migrated; the message names the rule (for a pod
     another job is migrating, it contains `ALREADY_MIGRATING`)."""

@@ -352,6 +352,14 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             f"({f'it {too_small}' if too_small else 'is the webhook running?'}); it is "
             "scheduled as any pod, and the reservation is released",
         )
+    if view.workload_deleted is not None:
+        return fail(
+            view,
+            status,
+            reason=Reason.WORKLOAD_SCALED_DOWN,
+            message=f"{view.workload_deleted} was deleted, so no replacement will take "
+            f"Reservation {rsv!r}; the reservation is released",
+        )
     scaled = (
         scaled_away(view.job["spec"]["podRef"].get("name") or "", view.workload, view.deployment)
         or _scaled_down(view, status)

@@ -84,6 +84,9 @@ class JobView:
     reference, a ReplicaSet or StatefulSet), as the caches hold it."""
     deployment: Object | None = None
     """That ReplicaSet's Deployment, when it has one and the cache holds it."""
+    workload_deleted: str | None = None
+    """That controller, named, when it was deleted, and the Deployment above it too
+    (the caches hold neither): no replacement will come."""
     exhausted_pdb: str | None = None
     """While the Reservation is closed after a refused eviction: a PodDisruptionBudget
     covering the (ready) pod that the cache shows allowing no disruption now

@@ -38,6 +38,35 @@ def deployment(
     )
 
 
+def statefulset(
+    name: str, *, replicas: int = 1, cpu: str = "200m", spec_extra: dict[str, Any] | None = None
+) -> str:
+    """A StatefulSet of `replicas` pods labelled app=`name`, started in parallel."""
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "serviceName": name,
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [
+                            {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
+                        ],
+                        "terminationGracePeriodSeconds": 0,
+                        **(spec_extra or {}),
+                    },
+                },
+            },
+        }
+    )
+
+
 def ready_pods(cluster: Cluster, namespace: str, app: str, count: int) -> list[dict[str, Any]]:
     found = [
         pod

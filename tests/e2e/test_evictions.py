@@ -31,7 +31,7 @@ from devtools.render import fake_node
 from tests.e2e.capacity import cpu_in_use
 from tests.e2e.capacity import pod as bare_pod
 from tests.e2e.kube import Cluster, pods
-from tests.e2e.migrate import PAUSE, deployment, events, ready_pods
+from tests.e2e.migrate import deployment, events, ready_pods, statefulset
 from tests.e2e.scrape import scrape, total
 
 pytestmark = pytest.mark.e2e
@@ -52,34 +52,6 @@ pod of each workload back until the flood has taken every free place)."""
 
 def opt_in(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("label", "namespace", namespace, f"{keys.INTERCEPT_EVICTIONS}=true")
-
-
-def statefulset(
-    name: str, *, replicas: int, cpu: str, spec_extra: dict[str, Any] | None = None
-) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "serviceName": name,
-                "podManagementPolicy": "Parallel",
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {
-                        "containers": [
-                            {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
-                        ],
-                        "terminationGracePeriodSeconds": 0,
-                        **(spec_extra or {}),
-                    },
-                },
-            },
-        }
-    )
 
 
 @contextmanager

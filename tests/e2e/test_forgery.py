@@ -25,7 +25,14 @@ from berth.api import API_VERSION, keys
 from berth.protocol import annotations_of, claim_of, is_gated, owner_uids, phase
 from tests.e2e.capacity import PAUSE, pod
 from tests.e2e.kube import Cluster, pods
-from tests.e2e.migrate import deployment, job_manifest, job_of, phase_is, ready_pods
+from tests.e2e.migrate import (
+    deployment,
+    job_manifest,
+    job_of,
+    phase_is,
+    ready_pods,
+    statefulset,
+)
 from tests.e2e.scrape import scrape, total
 from tests.e2e.test_extender import (  # noqa: F401  (fixtures)
     Scheduling,
@@ -397,33 +404,6 @@ async def test_a_claim_no_pod_carries_is_released(cluster: Cluster, namespace: s
 
 
 # ----- finding 2b: a hand-made ownerReference to the workload -----------------------------
-
-
-def statefulset(name: str) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": 1,
-                "serviceName": name,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "db",
-                                "image": PAUSE,
-                                "resources": {"requests": {"cpu": "200m"}},
-                            }
-                        ]
-                    },
-                },
-            },
-        }
-    )
 
 
 def controlled_by(owner: dict[str, Any], name: str) -> dict[str, Any]:

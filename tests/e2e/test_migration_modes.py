@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from berth.api import keys
 from berth.kube.client import PODS, Kube
 from berth.protocol import is_ready
 from tests.e2e.kube import DEFAULT_TIMEOUT, Cluster, pods
 from tests.e2e.migrate import (
-    PAUSE,
     condition,
     deployment,
     job_manifest,
@@ -21,6 +21,7 @@ from tests.e2e.migrate import (
     leftovers,
     phase_is,
     ready_pods,
+    statefulset,
 )
 
 pytestmark = pytest.mark.e2e
@@ -123,33 +124,7 @@ async def test_delete_options_grace_period_reaches_the_pod(
 def test_statefulset_pod_keeps_its_name_and_lands_in_its_reservation(
     cluster: Cluster, namespace: str
 ) -> None:
-    cluster.apply(
-        json.dumps(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "StatefulSet",
-                "metadata": {"name": "db"},
-                "spec": {
-                    "replicas": 1,
-                    "serviceName": "db",
-                    "selector": {"matchLabels": {"app": "db"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "db"}},
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "db",
-                                    "image": PAUSE,
-                                    "resources": {"requests": {"cpu": "200m"}},
-                                }
-                            ]
-                        },
-                    },
-                },
-            }
-        ),
-        namespace,
-    )
+    cluster.apply(statefulset("db"), namespace)
     old = cluster.wait(lambda: ready_pods(cluster, namespace, "db", 1), what="db-0")[0]
     assert old["metadata"]["name"] == "db-0"
     name, manifest = job_manifest(old)
@@ -160,6 +135,48 @@ def test_statefulset_pod_keeps_its_name_and_lands_in_its_reservation(
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     assert job["status"]["podRef"]["uid"] == new["metadata"]["uid"]
     assert new["spec"]["nodeName"] == job["status"]["nodeName"] != old["spec"]["nodeName"]
+    assert not any(leftovers(cluster, namespace).values())
+
+
+def test_a_workload_deleted_after_the_eviction_releases_the_place_at_once(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A StatefulSet's pod is evicted (a finalizer holds it, terminating, for the test),
+    and the StatefulSet is deleted: no replacement will come, so the job, which has no
+    TTL, ends `WorkloadScaledDown` once the pod is gone, and its Reservation and the
+    namespace's label go with it, rather than being held for a day."""
+    cluster.apply(statefulset("gone"), namespace)
+    [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "gone", 1), what="gone-0")
+    hold = '{"metadata": {"finalizers": ["berth.sh/test-hold"]}}'
+    cluster.kubectl("patch", "pod", "gone-0", "-n", namespace, "--type=merge", "-p", hold)
+    name, manifest = job_manifest(old, ttl=None)
+    cluster.apply(manifest)
+    try:
+        cluster.wait(
+            lambda: bool(
+                cluster.get("pod", "gone-0", "-n", namespace)["metadata"].get("deletionTimestamp")
+            ),
+            what="the pod to be evicted",
+        )
+        cluster.kubectl("delete", "statefulset", "gone", "-n", namespace, "--wait=false")
+    finally:
+        cluster.kubectl(
+            "patch", "pod", "gone-0", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+    job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end")
+    status = job["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown"), status
+    assert status["message"].startswith("StatefulSet gone (uid ")
+    reservation = job["metadata"]["uid"]
+
+    def released() -> bool:
+        found = cluster.kubectl("get", "reservation", reservation, "-o", "json", check=False)
+        phase = json.loads(found.stdout).get("status", {}).get("phase") if found.stdout else None
+        labels = cluster.get("namespace", namespace)["metadata"].get("labels") or {}
+        return phase in (None, "Failed") and keys.MIGRATING_LABEL not in labels
+
+    cluster.wait(released, what="the Reservation and the namespace's label to go")
     assert not any(leftovers(cluster, namespace).values())
 
 

@@ -86,6 +86,7 @@ def view(
     node_refuses: str | None = None,
     workload: dict[str, Any] | None = None,
     deployment: dict[str, Any] | None = None,
+    workload_deleted: str | None = None,
     exhausted_pdb: str | None = None,
     sharing: tuple[dict[str, Any], ...] = (),
 ) -> jobs.JobView:
@@ -105,6 +106,7 @@ def view(
         reserved_node_refuses=node_refuses,
         workload=workload,
         deployment=deployment,
+        workload_deleted=workload_deleted,
         exhausted_pdb=exhausted_pdb,
         sharing=sharing,
     )

@@ -1235,6 +1235,20 @@ def test_bound_owner_not_ready_waits() -> None:
     assert cond(status, "BoundPodReady")["reason"] == "WaitForBoundPodReady"
 
 
+def test_a_workload_deleted_after_the_eviction_ends_the_job_at_once() -> None:
+    """No replacement will come: the place is released rather than held (with the
+    namespace's label) until the TTL, or for a day without one."""
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=None,
+        rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+        workload_deleted="ReplicaSet web-rs (uid uid-web-rs)",
+    )
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "WorkloadScaledDown")
+    assert status["message"].startswith("ReplicaSet web-rs (uid uid-web-rs) was deleted")
+
+
 def test_ttl_after_eviction_fails_and_says_what_happened() -> None:
     plan = view_plan(
         job_obj=job(conditions=EVICTING),

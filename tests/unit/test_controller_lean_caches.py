@@ -287,7 +287,24 @@ async def test_the_workloads_caches_keep_the_lean_workload() -> None:
         await informer._apply("ADDED", whole)
         assert informer.get(f"default/{whole['metadata']['name']}") == lean_workload(whole)
     # The job's view finds the workloads as before.
-    found = cache.reserved_workload(
-        {"spec": {"owners": [{"controller": {"kind": "ReplicaSet", "uid": "uid-web-7d4"}}]}}
-    )
-    assert found == {"workload": lean_workload(replicaset), "deployment": lean_workload(deployment)}
+    made_for = {
+        "metadata": {"annotations": {keys.WORKLOAD: deployment["metadata"]["uid"]}},
+        "spec": {
+            "owners": [
+                {"controller": {"kind": "ReplicaSet", "name": "web-7d4", "uid": "uid-web-7d4"}}
+            ]
+        },
+    }
+    found = cache.reserved_workload(made_for)
+    assert found == {
+        "workload": lean_workload(replicaset),
+        "deployment": lean_workload(deployment),
+        "workload_deleted": None,
+    }
+    # The ReplicaSet deleted, its Deployment not (a revision history's clean-up): a pod
+    # of the Deployment's may still take the place.
+    await cache.replicasets._apply("DELETED", replicaset)
+    assert cache.reserved_workload(made_for)["workload_deleted"] is None
+    await cache.deployments._apply("DELETED", deployment)
+    gone = cache.reserved_workload(made_for)["workload_deleted"]
+    assert gone == "ReplicaSet web-7d4 (uid uid-web-7d4)"
