@@ -404,6 +404,14 @@ class Caches:
             pod for pod, _ in self.preempted.values() if pod["spec"].get("nodeName") == node
         )
 
+    def making_room_on(self, node: str | None) -> bool:
+        """Whether pods marked for preemption on `node` are still there (terminating)."""
+        return any(
+            (self.pods.get(object_key(pod)) or {}).get("metadata", {}).get("uid")
+            == pod["metadata"].get("uid")
+            for pod in self.preempted_on(node)
+        )
+
     def _enqueue_reservation(self, reservation: Object) -> None:
         """The Reservation's key, and its job's: a job follows its Reservation."""
         self.enqueue(reservation_key(reservation["metadata"]["name"]))
@@ -642,6 +650,7 @@ class Caches:
             preempted=self.preempted_on(
                 jobs.placeholder_node(placeholder) if placeholder is not None else None
             ),
+            making_room=self.making_room_on(protocol.node_of(reservation) if reservation else None),
             reserved_node_gone=missing is Missing.GONE,
             reserved_node_unseen=missing is Missing.UNSEEN,
             # Before the eviction, where the pod may go (only what it tolerates, for a

@@ -20,9 +20,15 @@ from berth.api import (
     ReservationPhase,
     ReservationReason,
 )
+from berth.api.times import read_time
 from controller.actions import Event, Plan
 from controller.arbitration.workloads import rollout_of
-from controller.jobs.consumable import ended_before_eviction, opening, settling
+from controller.jobs.consumable import (
+    ended_before_eviction,
+    opened_before_placed,
+    opening,
+    settling,
+)
 from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
@@ -37,7 +43,7 @@ from controller.jobs.view import (
     source_uid,
     step,
 )
-from controller.reservations import STRAY_GRACE, unschedulable_since
+from controller.reservations import NEVER_SEEN, STRAY_GRACE, unschedulable_since
 from controller.status import (
     condition,
     reference,
@@ -131,12 +137,26 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
             return Plan().again_in(WAIT_POLL)
         if closed:
             return _reopen_when_due(view, status)
-        if view.reservation is not None and protocol.is_taken(view.reservation):
-            return Plan().again_in(WAIT_POLL)  # as before the first attempt (`reserve`)
-        left = settling(view)
-        if left is not None:
-            return Plan().again_in(left)
+        waiting = _before_another_attempt(view)
+        if waiting is not None:
+            return waiting
     return still_evicting(view, status, expired=expired)
+
+
+def _before_another_attempt(view: JobView) -> Plan | None:
+    """What an eviction to be sent again waits for, as before the first attempt
+    (`reserve`): a place a pod made meanwhile took; a place that moved while the eviction
+    was held back (opened again, so that the webhooks' caches get the settle time to see
+    it there); the settle time. None to send it."""
+    reservation = view.reservation
+    if reservation is None:
+        return None
+    if protocol.is_taken(reservation):
+        return Plan().again_in(WAIT_POLL)
+    if opened_before_placed(reservation):
+        return Plan().then(opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
+    left = settling(view)
+    return Plan().again_in(left) if left is not None else None
 
 
 def _held_back(view: JobView) -> bool:
@@ -215,15 +235,24 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     return step(view, status, *news).again_in(WAIT_POLL)
 
 
+OVERDUE = timedelta(seconds=15)
+"""How long past its deletion timestamp (the end of its grace period) a terminating pod
+is taken to be kept, by a finalizer or a node that no longer answers."""
+
+
 def _left_terminating(view: JobView, status: Object) -> Plan | None:
-    """The pod's eviction went through, but it stays terminating (a finalizer, or a node
-    that no longer answers: the very pods a drain of a failing node moves), while its
+    """The pod's eviction went through, but it stays terminating, `OVERDUE` past its grace
+    period (a finalizer, or a node that no longer answers: the very pods a drain of a
+    failing node moves), while its
     replacement (a ReplicaSet's comes at once) took the place: the job ends on what the
     replacement and the Reservation say, rather than holding its migration slots until
     its TTL, or for ever without one. None to wait for the pod as before."""
     assert view.pod is not None
     deleted = view.pod["metadata"].get("deletionTimestamp")
-    if not deleted or view.reservation is None:
+    due = read_time(deleted)
+    if due is None or view.now < due + OVERDUE or view.reservation is None:
+        # Not deleted, or still within its grace period (the deletion timestamp is when
+        # it should be gone): its shutdown is waited for, as any pod's.
         return None
     rsv = view.reservation["metadata"]["name"]
     owner = view.owner
@@ -285,10 +314,16 @@ def _kept_off(view: JobView, owner: Object, *, rsv: str) -> str | None:
     the scheduler has refused it there long enough: `STRAY_GRACE` when the node was
     cordoned, or tainted or relabelled against it (a cordon of moments, a node's
     readiness flapping, does not end the job); `NO_FIT_GRACE` for any other reason.
-    None while it may still be bound there."""
+    None while it may still be bound there.
+
+    Counted from its PodScheduled condition's transition, which the scheduler's refusals
+    keep from the gated pod's creation (False either way): a handover takes moments, so
+    about since it was handed the place."""
     refused = _refused(owner)
     since = unschedulable_since(owner) if refused else None
-    if since is None:
+    if since is None or since == NEVER_SEEN or view.making_room:
+        # A refusal of no readable time is not counted; nor one while pods on that node
+        # leave, preempted for it.
         return None
     waited = view.now - since
     name = owner["metadata"]["name"]

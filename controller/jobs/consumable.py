@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from berth import protocol
 from berth.api import ReservationConditionType, ReservationPhase, keys
+from berth.api.times import read_time
 from berth.kube.client import RESERVATIONS
 from controller.actions import Patch
 from controller.jobs.view import CONSUMABLE_SETTLE, JobView, Object
@@ -48,6 +49,17 @@ def ended_before_eviction(reservation: Object) -> str:
         f" ({ready['message']})" if ready.get("status") == "False" and ready.get("message") else ""
     )
     return f"Reservation {name!r} is {phase} before it was used{why}"
+
+
+def opened_before_placed(reservation: Object) -> bool:
+    """Whether the Reservation was opened before it was placed where it is now (in an
+    earlier second, as its Scheduled condition says): its place moved since (its node
+    deleted, cordoned or relabelled before the eviction). It is opened again, so that
+    the eviction waits the settle time after the webhooks' caches can have seen it there."""
+    opened = protocol.opened_at(reservation)
+    scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
+    placed = read_time((scheduled or {}).get("lastTransitionTime"))
+    return opened is not None and placed is not None and opened < placed
 
 
 def settling(view: JobView) -> float | None:

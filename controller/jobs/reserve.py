@@ -14,13 +14,17 @@ from berth.api import (
     ReservationPhase,
     keys,
 )
-from berth.api.times import read_time
 from berth.kube.client import PODMIGRATIONJOBS, RESERVATIONS
 from controller import template
 from controller.actions import Create, Event, Patch, Plan
 from controller.build import asks_for_preemption, reservation_for
 from controller.jobs import preempt
-from controller.jobs.consumable import ended_before_eviction, opening, settling
+from controller.jobs.consumable import (
+    ended_before_eviction,
+    opened_before_placed,
+    opening,
+    settling,
+)
 from controller.jobs.evict import start_eviction
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
@@ -363,17 +367,6 @@ def _scheduled(
     )
 
 
-def _opened_before_placed(reservation: Object) -> bool:
-    """Whether the Reservation was opened before it was placed where it is now (in an
-    earlier second, as its Scheduled condition says): its place moved since (its node
-    deleted, cordoned or relabelled before the eviction). It is opened again, so that
-    the eviction waits the settle time after the webhooks' caches can have seen it there."""
-    opened = protocol.opened_at(reservation)
-    scheduled = condition(reservation.get("status") or {}, ReservationConditionType.SCHEDULED)
-    placed = read_time((scheduled or {}).get("lastTransitionTime"))
-    return opened is not None and placed is not None and opened < placed
-
-
 def label_refused(view: JobView) -> str | None:
     """Why the job cannot go on, when the API server refused the replacement's namespace
     the label for good while the job's Reservation waited there (`LabelRefused`)."""
@@ -404,7 +397,7 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
         return step(view, status, *news).again_in(WAIT_POLL)
     if protocol.annotations_of(view.reservation).get(
         keys.CONSUMABLE
-    ) != "true" or _opened_before_placed(view.reservation):
+    ) != "true" or opened_before_placed(view.reservation):
         return step(view, status, *news, opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
     left = settling(view)
     if left is not None:

@@ -84,6 +84,10 @@ class JobView:
     reference, a ReplicaSet or StatefulSet), as the caches hold it."""
     deployment: Object | None = None
     """That ReplicaSet's Deployment, when it has one and the cache holds it."""
+    making_room: bool = False
+    """Pods on the Reservation's node that the scheduler marked for preemption are still
+    there, terminating: room is being made on it (for the replacement, after the
+    handover)."""
     workload_deleted: str | None = None
     """That controller, named, when it was deleted, and the Deployment above it too
     (the caches hold neither): no replacement will come."""

@@ -528,7 +528,10 @@ def test_a_pod_left_terminating_ends_its_job_once_the_replacement_runs(
     in a drain of a failing node): its ReplicaSet's replacement takes the place at once,
     and the job Succeeds once it is Ready, with no TTL to wait for, rather than counting
     against the node's migration limit while the old pod lingers."""
-    cluster.apply(deployment("lingers"), namespace)
+    # A grace period of 0: its deletion timestamp is the eviction's moment, and it counts
+    # as kept (by the finalizer) 15 s on.
+    quick = {"terminationGracePeriodSeconds": 0}
+    cluster.apply(deployment("lingers", spec_extra=quick), namespace)
     [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "lingers", 1), what="the pod")
     pod_name = old["metadata"]["name"]
     cluster.kubectl(

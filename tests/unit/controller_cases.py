@@ -87,6 +87,7 @@ def view(
     workload: dict[str, Any] | None = None,
     deployment: dict[str, Any] | None = None,
     workload_deleted: str | None = None,
+    making_room: bool = False,
     exhausted_pdb: str | None = None,
     sharing: tuple[dict[str, Any], ...] = (),
 ) -> jobs.JobView:
@@ -107,6 +108,7 @@ def view(
         workload=workload,
         deployment=deployment,
         workload_deleted=workload_deleted,
+        making_room=making_room,
         exhausted_pdb=exhausted_pdb,
         sharing=sharing,
     )

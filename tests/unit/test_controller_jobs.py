@@ -499,6 +499,19 @@ def test_a_reservation_opened_before_its_place_moved_is_opened_again_before_the_
     )
 
 
+def test_an_eviction_held_back_while_the_place_moved_is_sent_after_a_new_opening() -> None:
+    """Recorded Evicting, the eviction was held back (its node cordoned moments before),
+    and the place moved to node-2: it is opened again and settles before it is sent."""
+    moved = placed_again(opened=T0, placed=later(3))
+    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=moved, now=later(5))
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    [opening] = [a for a in plan.actions if isinstance(a, Patch)]
+    assert opening.patch["metadata"]["annotations"][keys.OPENED_AT] == micro_timestamp(later(5))
+    settled = placed_again(opened=later(5), placed=later(3))
+    sent = view_plan(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=settled, now=later(6))
+    assert kinds(sent) == ["Evict"]
+
+
 PLACED_AT_T0 = job(
     conditions=[
         {
@@ -1171,11 +1184,24 @@ def test_a_pod_left_terminating_whose_replacement_runs_completes_the_job() -> No
     """A drain of a failing node: the evicted pod never finishes terminating, while its
     ReplicaSet's replacement took the place and is Ready: the job ends there, rather
     than holding its migration slots until its TTL (or for ever, without one)."""
+    done = reservation(phase="Succeeded", node="node-1", owners=["web-2"])
+    # Within its grace period (its deletion timestamp, and a margin): its shutdown is
+    # waited for, as any pod's.
+    for now in (T0, later(15)):
+        waiting = view_plan(
+            job_obj=job(conditions=EVICTING),
+            pod_obj=stuck_terminating(),
+            rsv=done,
+            owner=pod("web-2", node="node-1"),
+            now=now,
+        )
+        assert waiting.actions == []
     plan = view_plan(
         job_obj=job(conditions=EVICTING),
         pod_obj=stuck_terminating(),
-        rsv=reservation(phase="Succeeded", node="node-1", owners=["web-2"]),
+        rsv=done,
         owner=pod("web-2", node="node-1"),
+        now=later(16),
     )
     status = status_of(plan)
     assert (status["phase"], status["status"]) == ("Succeed", "Complete")
@@ -1206,7 +1232,11 @@ def test_a_pod_left_terminating_is_waited_for_while_its_replacement_is_not_ready
     owner: dict[str, Any] | None, rsv: dict[str, Any]
 ) -> None:
     plan = view_plan(
-        job_obj=job(conditions=EVICTING), pod_obj=stuck_terminating(), rsv=rsv, owner=owner
+        job_obj=job(conditions=EVICTING),
+        pod_obj=stuck_terminating(),
+        rsv=rsv,
+        owner=owner,
+        now=later(60),
     )
     assert plan.actions == []
     assert plan.requeue_after
@@ -1216,7 +1246,9 @@ def test_a_pod_left_terminating_ends_its_job_when_the_reservation_ends() -> None
     """A StatefulSet's pod (its replacement comes only once it is gone): the Reservation
     expires, and the job ends then, saying so, rather than waiting for the pod."""
     expired = reservation(phase="Failed", node="node-1")
-    plan = view_plan(job_obj=job(conditions=EVICTING), pod_obj=stuck_terminating(), rsv=expired)
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING), pod_obj=stuck_terminating(), rsv=expired, now=later(60)
+    )
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationExpired")
     assert "still terminating" in cond(status, "Eviction")["message"]
@@ -1302,6 +1334,39 @@ def test_a_replacement_the_scheduler_refuses_is_reported_then_let_go() -> None:
     )
     plain = status_of(view_plan(job_obj=job(conditions=EVICTING), rsv=rsv, owner=owner))
     assert "waiting for a replacement pod" in cond(plain, "PodBoundReservation")["message"]
+
+
+@pytest.mark.parametrize(
+    ("since", "making_room"),
+    [
+        pytest.param(None, False, id="a refusal of no readable time"),
+        pytest.param(ts(later(1)), True, id="victims of a preemption for it still leaving"),
+    ],
+)
+def test_a_refused_replacement_is_not_let_go_while_it_may_yet_bind(
+    since: str | None, making_room: bool
+) -> None:
+    owner = pod("web-2", node=None)
+    refused: dict[str, Any] = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 1 Insufficient cpu.",
+    }
+    if since is not None:
+        refused["lastTransitionTime"] = since
+    owner["status"] = {"phase": "Pending", "conditions": [refused]}
+    rsv = reservation(phase="Available", node="node-1", owners=["web-2"])
+    plan = view_plan(
+        job_obj=job(conditions=EVICTING),
+        rsv=rsv,
+        owner=owner,
+        now=later(200),
+        making_room=making_room,
+    )
+    status = status_of(plan)
+    assert status["phase"] == "Running"
+    assert "does not fit on node-1" in cond(status, "PodBoundReservation")["message"]
 
 
 def test_a_node_cordoned_after_the_handover_ends_the_job_once_it_keeps_refusing() -> None:
