@@ -125,6 +125,20 @@ async def test_a_pod_marked_for_preemption_is_remembered_after_its_deletion() ->
     assert cache.preempted_on(None) == ()
 
 
+async def test_room_is_being_made_on_a_node_while_its_victims_are_there() -> None:
+    """After the handover: a replacement the scheduler preempts pods for is not let go
+    while they leave (`JobView.making_room`); remembered victims no longer count."""
+    cache, _ = caches()
+    victim = marked("victim", "node-1")
+    await watch(cache.pods, "MODIFIED", victim)
+    assert cache.making_room_on("node-1")
+    assert not cache.making_room_on("node-2")
+    await watch(cache.pods, "DELETED", victim)
+    assert cache.preempted_on("node-1")
+    assert not cache.making_room_on("node-1")
+    assert not cache.making_room_on(None)
+
+
 async def test_a_job_view_reads_the_victims_on_its_placeholders_node() -> None:
     cache, _ = caches()
     rsv = reservation()
