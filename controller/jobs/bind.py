@@ -241,12 +241,12 @@ is taken to be kept, by a finalizer or a node that no longer answers."""
 
 
 def _left_terminating(view: JobView, status: Object) -> Plan | None:
-    """The pod's eviction went through, but it stays terminating, `OVERDUE` past its grace
+    """The pod's eviction went through, but it stays terminating `OVERDUE` past its grace
     period (a finalizer, or a node that no longer answers: the very pods a drain of a
-    failing node moves), while its
-    replacement (a ReplicaSet's comes at once) took the place: the job ends on what the
-    replacement and the Reservation say, rather than holding its migration slots until
-    its TTL, or for ever without one. None to wait for the pod as before."""
+    failing node moves), while its replacement (a ReplicaSet's comes at once) took the
+    place: the job ends on what the replacement and the Reservation say, rather than
+    holding its migration slots until its TTL, or for ever without one. None to wait for
+    the pod as before."""
     assert view.pod is not None
     deleted = view.pod["metadata"].get("deletionTimestamp")
     due = read_time(deleted)
