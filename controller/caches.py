@@ -21,6 +21,7 @@ from typing import Any
 
 from berth import protocol
 from berth.api import TERMINAL_PHASES, keys
+from berth.api.times import read_time
 from berth.kube.client import (
     DEPLOYMENTS,
     NAMESPACES,
@@ -178,6 +179,9 @@ class Absences:
         return now
 
 
+ROOM_MADE = timedelta(seconds=30)
+"""How long after a pod preempted on a node left (or was due to) room counts as being made
+there (`Caches.making_room_on`)."""
 PREEMPTED_MEMORY = timedelta(minutes=30)
 """How long the caches remember a pod marked for preemption after its last event: far
 longer than a placeholder takes to bind once its victims are gone."""
@@ -405,12 +409,25 @@ class Caches:
         )
 
     def making_room_on(self, node: str | None) -> bool:
-        """Whether pods marked for preemption on `node` are still there (terminating)."""
-        return any(
-            (self.pods.get(object_key(pod)) or {}).get("metadata", {}).get("uid")
-            == pod["metadata"].get("uid")
-            for pod in self.preempted_on(node)
-        )
+        """Whether room is being made on `node` by a preemption: a pod the scheduler
+        marked for it is there, terminating within its grace period, or left less than
+        `ROOM_MADE` ago (time for the scheduler to bind the preemptor). One kept longer
+        (a finalizer, a node that no longer answers), or marked and never deleted, does
+        not count."""
+        now = datetime.now(UTC)
+        for pod, seen in self.preempted.values():
+            metadata = pod["metadata"]
+            if pod["spec"].get("nodeName") != node or node is None or not metadata.get("uid"):
+                continue
+            live = self.pods.get(object_key(pod))
+            if live is None or (live["metadata"].get("uid") != metadata["uid"]):
+                if now - seen < ROOM_MADE:
+                    return True
+                continue
+            due = read_time(live["metadata"].get("deletionTimestamp"))
+            if jobs.preemption_mark(live) is not None and due is not None and now < due + ROOM_MADE:
+                return True
+        return False
 
     def _enqueue_reservation(self, reservation: Object) -> None:
         """The Reservation's key, and its job's: a job follows its Reservation."""

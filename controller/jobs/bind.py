@@ -192,7 +192,7 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
 
     A job that ends in this pass reports only its end (its status, then its event)."""
     if not pod_gone(view):
-        left = _left_terminating(view, status)
+        left = _left_terminating(view, status, expired=expired)
         return left if left is not None else _pod_still_there(view, status, expired=expired)
     status, news = evicted(view, status)
     reservation = view.reservation
@@ -240,17 +240,18 @@ OVERDUE = timedelta(seconds=15)
 is taken to be kept, by a finalizer or a node that no longer answers."""
 
 
-def _left_terminating(view: JobView, status: Object) -> Plan | None:
+def _left_terminating(view: JobView, status: Object, *, expired: bool) -> Plan | None:
     """The pod's eviction went through, but it stays terminating `OVERDUE` past its grace
     period (a finalizer, or a node that no longer answers: the very pods a drain of a
     failing node moves), while its replacement (a ReplicaSet's comes at once) took the
     place: the job ends on what the replacement and the Reservation say, rather than
-    holding its migration slots until its TTL, or for ever without one. None to wait for
+    holding its migration slots until its TTL, or for ever without one. Past the TTL, a
+    replacement bound and Ready ends it so too, within the grace period. None to wait for
     the pod as before."""
     assert view.pod is not None
     deleted = view.pod["metadata"].get("deletionTimestamp")
     due = read_time(deleted)
-    if due is None or view.now < due + OVERDUE or view.reservation is None:
+    if due is None or view.reservation is None or (view.now < due + OVERDUE and not expired):
         # Not deleted, or still within its grace period (the deletion timestamp is when
         # it should be gone): its shutdown is waited for, as any pod's.
         return None

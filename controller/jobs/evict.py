@@ -62,9 +62,9 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
             view,
             status,
             reason=Reason.TIMEOUT,
-            message=f"TTL expired while pod {pod_key(view)} was still terminating (deleted "
-            f"at {deleted}: a finalizer or an unreachable node keeps it); the reservation "
-            "is released",
+            message=f"TTL expired while pod {pod_key(view)} was still terminating (due to be "
+            f"gone at {deleted}: a finalizer, an unreachable node or a long grace period "
+            "keeps it); the reservation is released",
         )
     if deleted or (view.job["spec"].get("paused") and not expired):
         return Plan().again_in(WAIT_POLL)
@@ -92,8 +92,8 @@ def evicted(
     gone = (
         f"pod {pod_key(view)} is gone"
         if terminating_since is None
-        else f"pod {pod_key(view)} was deleted at {terminating_since} and is still "
-        "terminating (a finalizer or an unreachable node keeps it)"
+        else f"pod {pod_key(view)} is still terminating, due to be gone at "
+        f"{terminating_since} (a finalizer or an unreachable node keeps it)"
     )
     status = with_condition(
         status,

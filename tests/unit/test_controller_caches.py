@@ -3,6 +3,7 @@ right. Objects are fed to the informers as their watches would deliver them."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -14,9 +15,9 @@ from berth.resources import parse_quantity
 from berth.settings import MigrationControllerArgs
 from controller import build, reservations
 from controller.actions import UpdateStatus
-from controller.caches import FORGET_AFTER, NODE_GRACE, Absences, Caches, lean_pod
+from controller.caches import FORGET_AFTER, NODE_GRACE, ROOM_MADE, Absences, Caches, lean_pod
 from controller.queue import job_key, reservation_key
-from tests.unit.builders import job, node, placeholder, pod, reservation
+from tests.unit.builders import job, node, placeholder, pod, reservation, ts
 
 NODE_FIT = MigrationControllerArgs.model_validate({"nodeFit": True})
 
@@ -125,18 +126,30 @@ async def test_a_pod_marked_for_preemption_is_remembered_after_its_deletion() ->
     assert cache.preempted_on(None) == ()
 
 
-async def test_room_is_being_made_on_a_node_while_its_victims_are_there() -> None:
+async def test_room_is_being_made_on_a_node_while_its_victims_leave() -> None:
     """After the handover: a replacement the scheduler preempts pods for is not let go
-    while they leave (`JobView.making_room`); remembered victims no longer count."""
+    while they leave, within their grace period, nor for `ROOM_MADE` after (time for the
+    scheduler to bind it); a victim marked and never deleted, kept past its grace, or
+    gone long ago does not count."""
     cache, _ = caches()
+    now = datetime.now(UTC)
     victim = marked("victim", "node-1")
+    await watch(cache.pods, "MODIFIED", victim)
+    assert not cache.making_room_on("node-1")  # marked, not deleted (yet, or ever)
+    victim["metadata"]["deletionTimestamp"] = ts(now + timedelta(seconds=30))
     await watch(cache.pods, "MODIFIED", victim)
     assert cache.making_room_on("node-1")
     assert not cache.making_room_on("node-2")
-    await watch(cache.pods, "DELETED", victim)
-    assert cache.preempted_on("node-1")
-    assert not cache.making_room_on("node-1")
     assert not cache.making_room_on(None)
+    victim["metadata"]["deletionTimestamp"] = ts(now - ROOM_MADE - timedelta(seconds=1))
+    await watch(cache.pods, "MODIFIED", victim)
+    assert not cache.making_room_on("node-1")  # kept past its grace: a finalizer
+    await watch(cache.pods, "DELETED", victim)
+    assert cache.making_room_on("node-1")  # gone moments ago
+    uid = victim["metadata"]["uid"]
+    seen, _ = cache.preempted[uid]
+    cache.preempted[uid] = (seen, now - ROOM_MADE - timedelta(seconds=1))
+    assert not cache.making_room_on("node-1")
 
 
 async def test_a_job_view_reads_the_victims_on_its_placeholders_node() -> None:

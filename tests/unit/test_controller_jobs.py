@@ -1210,6 +1210,17 @@ def test_a_pod_left_terminating_whose_replacement_runs_completes_the_job() -> No
     assert (eviction["status"], eviction["reason"]) == ("True", "EvictComplete")
     assert "still terminating" in eviction["message"]
     assert kinds(plan)[-1] == "Event:Complete"
+    # Past the TTL, within a long grace period: the migration worked, and says so.
+    long_grace = stuck_terminating()
+    long_grace["metadata"]["deletionTimestamp"] = ts(later(600))
+    late = view_plan(
+        job_obj=job(conditions=EVICTING),
+        pod_obj=long_grace,
+        rsv=done,
+        owner=pod("web-2", node="node-1"),
+        now=later(301),
+    )
+    assert (status_of(late)["phase"], status_of(late)["status"]) == ("Succeed", "Complete")
 
 
 @pytest.mark.parametrize(
