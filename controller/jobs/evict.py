@@ -83,9 +83,9 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
 def evicted(
     view: JobView, status: Object, *, terminating_since: str | None = None
 ) -> tuple[Object, tuple[Event, ...]]:
-    """The pod is gone (or, `terminating_since`, deleted then and kept by a finalizer or
-    an unreachable node): the status that records EvictComplete, and the news to tell
-    (none when it was recorded before)."""
+    """The pod is gone (or, `terminating_since`, still terminating past that deletion
+    timestamp, kept by a finalizer or an unreachable node): the status that records
+    EvictComplete, and the news to tell (none when it was recorded before)."""
     eviction = condition(status, Type.EVICTION) or {}
     if eviction.get("status") == "True":
         return status, ()

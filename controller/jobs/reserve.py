@@ -395,9 +395,8 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
         # controller.namespaces labels it, the Reservation being Available; the
         # namespace's watch event brings this job back.
         return step(view, status, *news).again_in(WAIT_POLL)
-    if protocol.annotations_of(view.reservation).get(
-        keys.CONSUMABLE
-    ) != "true" or opened_before_placed(view.reservation):
+    opened = protocol.annotations_of(view.reservation).get(keys.CONSUMABLE) == "true"
+    if not opened or opened_before_placed(view.reservation):
         return step(view, status, *news, opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())
     left = settling(view)
     if left is not None:

@@ -85,9 +85,9 @@ class JobView:
     deployment: Object | None = None
     """That ReplicaSet's Deployment, when it has one and the cache holds it."""
     making_room: bool = False
-    """Pods on the Reservation's node that the scheduler marked for preemption are still
-    there, terminating: room is being made on it (for the replacement, after the
-    handover)."""
+    """Room is being made on the Reservation's node by a preemption (for the replacement,
+    after the handover): a pod the scheduler marked there is terminating within its grace
+    period, or left moments ago (`Caches.making_room_on`)."""
     workload_deleted: str | None = None
     """That controller, named, when it was deleted, and the Deployment above it too
     (the caches hold neither): no replacement will come."""

@@ -13,16 +13,25 @@ from tests.e2e.kube import Cluster, pods
 PAUSE = "registry.k8s.io/pause:3.10"
 
 
-def deployment(
-    name: str, *, replicas: int = 1, cpu: str = "200m", spec_extra: dict[str, Any] | None = None
+def _workload(
+    kind: str,
+    name: str,
+    *,
+    replicas: int,
+    cpu: str,
+    controller: dict[str, Any],
+    pod: dict[str, Any],
 ) -> str:
+    """A `kind` of `replicas` pause pods labelled app=`name`, asking `cpu`; `controller`
+    and `pod` add to its spec and its pods' spec."""
     return json.dumps(
         {
             "apiVersion": "apps/v1",
-            "kind": "Deployment",
+            "kind": kind,
             "metadata": {"name": name},
             "spec": {
                 "replicas": replicas,
+                **controller,
                 "selector": {"matchLabels": {"app": name}},
                 "template": {
                     "metadata": {"labels": {"app": name}},
@@ -30,7 +39,7 @@ def deployment(
                         "containers": [
                             {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
                         ],
-                        **(spec_extra or {}),
+                        **pod,
                     },
                 },
             },
@@ -38,32 +47,25 @@ def deployment(
     )
 
 
+def deployment(
+    name: str, *, replicas: int = 1, cpu: str = "200m", spec_extra: dict[str, Any] | None = None
+) -> str:
+    return _workload(
+        "Deployment", name, replicas=replicas, cpu=cpu, controller={}, pod=spec_extra or {}
+    )
+
+
 def statefulset(
     name: str, *, replicas: int = 1, cpu: str = "200m", spec_extra: dict[str, Any] | None = None
 ) -> str:
     """A StatefulSet of `replicas` pods labelled app=`name`, started in parallel."""
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "serviceName": name,
-                "podManagementPolicy": "Parallel",
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {
-                        "containers": [
-                            {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}
-                        ],
-                        "terminationGracePeriodSeconds": 0,
-                        **(spec_extra or {}),
-                    },
-                },
-            },
-        }
+    return _workload(
+        "StatefulSet",
+        name,
+        replicas=replicas,
+        cpu=cpu,
+        controller={"serviceName": name, "podManagementPolicy": "Parallel"},
+        pod={"terminationGracePeriodSeconds": 0, **(spec_extra or {})},
     )
 
 
