@@ -38,7 +38,10 @@ from controller.jobs.view import (
     JobView,
     Object,
     fail,
+    own_reservation,
     pod_gone,
+    pod_key,
+    released,
     reservation_name,
     source_uid,
     step,
@@ -190,11 +193,16 @@ def _reopen_when_due(view: JobView, status: Object) -> Plan:
 def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     """Evicting: see the pod gone, then follow the replacement until it is bound and Ready.
 
+    A pod left terminating past its grace period (`overdue`) counts as gone: what ends
+    the job then is what the replacement and the Reservation say, as for a pod gone.
+
     A job that ends in this pass reports only its end (its status, then its event)."""
+    terminating = None
     if not pod_gone(view):
-        left = _left_terminating(view, status, expired=expired)
-        return left if left is not None else _pod_still_there(view, status, expired=expired)
-    status, news = evicted(view, status)
+        terminating = overdue(view, expired=expired)
+        if terminating is None:
+            return _pod_still_there(view, status, expired=expired)
+    status, news = evicted(view, status, terminating_since=terminating)
     reservation = view.reservation
     if reservation is not None and protocol.is_closed(reservation):
         # The pod left while its eviction waited to be tried again (deleted by someone
@@ -208,25 +216,13 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
             return _complete(view, status, owner, rsv=rsv, news=news)
         kind, reason = Type.BOUND_POD_READY, Reason.WAIT_FOR_BOUND_POD_READY
         waiting = f"waiting for pod {owner['metadata']['name']} to be ready"
-    elif view.reserved_node_gone:
-        return _node_lost(view, status, owner, rsv=rsv)
-    elif (unused := _not_to_be_bound(view, status, rsv=rsv)) is not None:
-        return unused
-    elif owner is not None and (kept_off := _kept_off(view, owner, rsv=rsv)) is not None:
-        # Its Reservation is released, and the replacement, tied to that node by its
-        # affinity, then deleted as a pod no live Reservation holds (`reservations.stray`).
-        return fail(view, status, reason=Reason.RESERVATION_LOST, message=kept_off)
+    elif (ended := _none_to_bind(view, status, owner, rsv=rsv)) is not None:
+        return ended
     else:
         kind, reason = Type.POD_BOUND_RESERVATION, Reason.WAIT_FOR_POD_BIND_RESERVATION
         waiting = _waiting_to_bind(view, owner, rsv=rsv)
     if expired:
-        return fail(
-            view,
-            status,
-            reason=Reason.TIMEOUT,
-            message=f"TTL expired after the pod was evicted, {waiting}; the "
-            "reservation is released and any gated pod let go",
-        )
+        return _timed_out(view, status, waiting=waiting, terminating=terminating)
     if not same_condition(status, kind=kind, state="False", reason=reason, message=waiting):
         status = with_condition(
             status, kind=kind, state="False", reason=reason, message=waiting, now=view.now
@@ -235,40 +231,62 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     return step(view, status, *news).again_in(WAIT_POLL)
 
 
+def _none_to_bind(view: JobView, status: Object, owner: Object | None, *, rsv: str) -> Plan | None:
+    """The job's end when no replacement is bound and none will be: the Reservation's node
+    was deleted, no replacement will bind the Reservation (`_not_to_be_bound`), or the
+    one handed over is kept off the node (`_kept_off`). None while one may be."""
+    if view.reserved_node_gone:
+        return _node_lost(view, status, owner, rsv=rsv)
+    unused = _not_to_be_bound(view, status, rsv=rsv)
+    if unused is not None:
+        return unused
+    kept_off = _kept_off(view, owner, rsv=rsv) if owner is not None else None
+    if kept_off is not None:
+        # Its Reservation is released, and the replacement, tied to that node by its
+        # affinity, then deleted as a pod no live Reservation holds (`reservations.stray`).
+        return fail(view, status, reason=Reason.RESERVATION_LOST, message=kept_off)
+    return None
+
+
+def _timed_out(view: JobView, status: Object, *, waiting: str, terminating: str | None) -> Plan:
+    """The job's end at its TTL after the eviction, saying what it waited for."""
+    still = (
+        ""
+        if terminating is None
+        else f" (pod {pod_key(view)} was still terminating, due to be gone at {terminating})"
+    )
+    return fail(
+        view,
+        status,
+        reason=Reason.TIMEOUT,
+        message=f"TTL expired after the pod was evicted{still}, {waiting}; "
+        f"{released(view)}, and any gated pod is let go",
+    )
+
+
 OVERDUE = timedelta(seconds=15)
 """How long past its deletion timestamp (the end of its grace period) a terminating pod
 is taken to be kept, by a finalizer or a node that no longer answers."""
 
 
-def _left_terminating(view: JobView, status: Object, *, expired: bool) -> Plan | None:
-    """The pod's eviction went through, but it stays terminating `OVERDUE` past its grace
-    period (a finalizer, or a node that no longer answers: the very pods a drain of a
-    failing node moves), while its replacement (a ReplicaSet's comes at once) took the
-    place: the job ends on what the replacement and the Reservation say, rather than
-    holding its migration slots until its TTL, or for ever without one. Past the TTL, a
-    replacement bound and Ready ends it so too, within the grace period. None to wait for
-    the pod as before."""
+def overdue(view: JobView, *, expired: bool) -> str | None:
+    """The deletion timestamp of the evicted pod when it is to count as gone although it
+    is still terminating: `OVERDUE` past it (a finalizer, or a node that no longer
+    answers: the very pods a drain of a failing node moves), or within its grace period
+    once the TTL has expired. Its replacement (a ReplicaSet's comes at once) may have
+    taken the place meanwhile, and the job must end on what that replacement and the
+    Reservation say rather than hold its migration slots until its TTL, or for ever
+    without one. None to wait for the pod as any pod's shutdown is waited for: not
+    deleted, within its grace period, or the Reservation's owner being the pod itself."""
     assert view.pod is not None
     deleted = view.pod["metadata"].get("deletionTimestamp")
     due = read_time(deleted)
-    if due is None or view.reservation is None or (view.now < due + OVERDUE and not expired):
-        # Not deleted, or still within its grace period (the deletion timestamp is when
-        # it should be gone): its shutdown is waited for, as any pod's.
+    if due is None or (view.now < due + OVERDUE and not expired):
         return None
-    rsv = view.reservation["metadata"]["name"]
     owner = view.owner
     if owner is not None and owner["metadata"].get("uid") == view.pod["metadata"].get("uid"):
         return None
-    if owner is not None and owner["spec"].get("nodeName"):
-        if not protocol.is_ready(owner):
-            return None
-        status, news = evicted(view, status, terminating_since=str(deleted))
-        return _complete(view, _bound(view, status, owner), owner, rsv=rsv, news=news)
-    ended = _ended_after_eviction(view.reservation, rsv=rsv)
-    if ended is None:
-        return None
-    status, _ = evicted(view, status, terminating_since=str(deleted))
-    return fail(view, status, reason=ended[0], message=ended[1])
+    return str(deleted)
 
 
 def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str) -> Plan:
@@ -331,6 +349,8 @@ def _kept_off(view: JobView, owner: Object, *, rsv: str) -> str | None:
     tail = (
         f"replacement pod {name}, tied to that node, is deleted so that its workload creates "
         "one that can run elsewhere"
+        if own_reservation(view.job, view.reservation)
+        else f"{released(view)}, and replacement pod {name} stays tied to that node while it does"
     )
     if view.reserved_node_refuses is not None and waited >= STRAY_GRACE:
         return (
@@ -386,7 +406,7 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             message=f"replacement pod {bypass['metadata']['name']} was created "
             f"without claiming Reservation {rsv!r} "
             f"({f'it {too_small}' if too_small else 'is the webhook running?'}); it is "
-            "scheduled as any pod, and the reservation is released",
+            f"scheduled as any pod, and {released(view)}",
         )
     if view.workload_deleted is not None:
         return fail(
@@ -394,7 +414,7 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             status,
             reason=Reason.WORKLOAD_SCALED_DOWN,
             message=f"{view.workload_deleted} was deleted, so no replacement will take "
-            f"Reservation {rsv!r}; the reservation is released",
+            f"Reservation {rsv!r}; {released(view)}",
         )
     scaled = (
         scaled_away(view.job["spec"]["podRef"].get("name") or "", view.workload, view.deployment)
@@ -406,8 +426,7 @@ def _not_to_be_bound(view: JobView, status: Object, *, rsv: str) -> Plan | None:
             view,
             status,
             reason=Reason.WORKLOAD_SCALED_DOWN,
-            message=f"{scaled}, so no replacement will take Reservation {rsv!r}; the "
-            "reservation is released",
+            message=f"{scaled}, so no replacement will take Reservation {rsv!r}; {released(view)}",
         )
     return None
 

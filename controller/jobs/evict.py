@@ -10,6 +10,7 @@ from berth.api import (
     PodMigrationJobPhase,
     PodMigrationJobReason,
 )
+from berth.api.times import read_time
 from controller.actions import Action, Event, Plan
 from controller.jobs.consumable import closing
 from controller.jobs.view import (
@@ -22,6 +23,7 @@ from controller.jobs.view import (
     fail,
     pod_gone,
     pod_key,
+    released,
     step,
     why_pod_gone,
     write_status,
@@ -64,7 +66,7 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
             reason=Reason.TIMEOUT,
             message=f"TTL expired while pod {pod_key(view)} was still terminating (due to be "
             f"gone at {deleted}: a finalizer, an unreachable node or a long grace period "
-            "keeps it); the reservation is released",
+            f"keeps it); {released(view)}",
         )
     if deleted or (view.job["spec"].get("paused") and not expired):
         return Plan().again_in(WAIT_POLL)
@@ -75,7 +77,7 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
             reason=Reason.TIMEOUT,
             message=f"TTL expired while pod {pod_key(view)} could not be evicted "
             f"({(condition(status, Type.EVICTION) or {}).get('message')}); "
-            "nothing was evicted and the reservation is released",
+            f"nothing was evicted and {released(view)}",
         )
     return Plan().then(evict(view)).again_in(EVICTION_RETRY)
 
@@ -83,18 +85,34 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
 def evicted(
     view: JobView, status: Object, *, terminating_since: str | None = None
 ) -> tuple[Object, tuple[Event, ...]]:
-    """The pod is gone (or, `terminating_since`, still terminating past that deletion
-    timestamp, kept by a finalizer or an unreachable node): the status that records
-    EvictComplete, and the news to tell (none when it was recorded before)."""
+    """The pod is gone (or, `terminating_since`, still terminating with that deletion
+    timestamp, and counted as gone: `bind.overdue`): the status that records
+    EvictComplete, and the news to tell (none when it was recorded before; a pod seen
+    terminating, then gone, only has the condition's message brought up to date)."""
+    gone = f"pod {pod_key(view)} is gone"
+    if terminating_since is not None:
+        due = read_time(terminating_since)
+        keeps = (
+            "a finalizer or an unreachable node keeps it"
+            if due is not None and due <= view.now
+            else "its grace period has not ended"
+        )
+        gone = (
+            f"pod {pod_key(view)} is still terminating, due to be gone at "
+            f"{terminating_since} ({keeps})"
+        )
     eviction = condition(status, Type.EVICTION) or {}
     if eviction.get("status") == "True":
-        return status, ()
-    gone = (
-        f"pod {pod_key(view)} is gone"
-        if terminating_since is None
-        else f"pod {pod_key(view)} is still terminating, due to be gone at "
-        f"{terminating_since} (a finalizer or an unreachable node keeps it)"
-    )
+        if terminating_since is not None or eviction.get("message") == gone:
+            return status, ()
+        return with_condition(
+            status,
+            kind=Type.EVICTION,
+            state="True",
+            reason=Reason.EVICT_COMPLETE,
+            message=gone,
+            now=view.now,
+        ), ()
     status = with_condition(
         status,
         kind=Type.EVICTION,

@@ -35,6 +35,7 @@ from controller.jobs.view import (
     job_name,
     own_reservation,
     pod_gone,
+    released,
     reservation_name,
     step,
     why_pod_gone,
@@ -218,7 +219,7 @@ def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | Non
             reason=Reason.TIMEOUT,
             message=f"TTL expired before the pod was evicted{waited}; nothing was evicted "
             + (
-                "and the reservation is released"
+                f"and {released(view)}"
                 if view.reservation is not None
                 else "and no reservation was created"
             ),

@@ -189,6 +189,19 @@ def own_reservation(job: Mapping[str, Any], reservation: Mapping[str, Any] | Non
     )
 
 
+def released(view: JobView) -> str:
+    """What the job's end does to its Reservation, as its message says it: the one it made
+    is released (`controller.jobs.release`); one made by hand that its reservationRef
+    names is its maker's, and stays as they wrote it."""
+    if view.reservation is None or own_reservation(view.job, view.reservation):
+        return "the reservation is released"
+    name = view.reservation["metadata"]["name"]
+    return (
+        f"Reservation {name!r}, made by hand, is not the job's to release: it stays until "
+        "its own ttl or its deletion"
+    )
+
+
 def evict(view: JobView) -> Evict:
     """Evict the migrated pod, by the configured policy and the job's delete options."""
     assert view.pod is not None

@@ -608,8 +608,17 @@ def test_a_pod_that_stays_terminating_ends_its_job_at_the_ttl(mode: str) -> None
     rsv = opened if mode == "ReservationFirst" else None
     running = job(mode=mode, conditions=evicting)
     waiting = view_plan(job_obj=running, pod_obj=stuck, rsv=rsv, now=later(299))
-    assert waiting.actions == []
+    assert "Evict" not in kinds(waiting)
     assert waiting.requeue_after is not None
+    if mode == "ReservationFirst":  # past its grace period: recorded, then waited for
+        recorded = status_of(waiting)
+        assert recorded["phase"] == "Running"
+        assert (
+            "a finalizer or an unreachable node keeps it" in cond(recorded, "Eviction")["message"]
+        )
+        running["status"] = recorded
+        again = view_plan(job_obj=running, pod_obj=stuck, rsv=rsv, now=later(299))
+        assert again.actions == []
     status = status_of(view_plan(job_obj=running, pod_obj=stuck, rsv=rsv, now=later(301)))
     assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
     assert "web-1 was still terminating" in status["message"]
@@ -1249,8 +1258,11 @@ def test_a_pod_left_terminating_is_waited_for_while_its_replacement_is_not_ready
         owner=owner,
         now=later(60),
     )
-    assert plan.actions == []
+    assert "Evict" not in kinds(plan)
     assert plan.requeue_after
+    status = status_of(plan)
+    assert status["phase"] == "Running"
+    assert "still terminating" in cond(status, "Eviction")["message"]
 
 
 def test_a_pod_left_terminating_ends_its_job_when_the_reservation_ends() -> None:
@@ -1263,6 +1275,116 @@ def test_a_pod_left_terminating_ends_its_job_when_the_reservation_ends() -> None
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "ReservationExpired")
     assert "still terminating" in cond(status, "Eviction")["message"]
+
+
+def _refused_owner() -> dict[str, Any]:
+    owner = pod("web-2", node=None)
+    owner["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                "lastTransitionTime": ts(later(1)),
+            }
+        ],
+    }
+    return owner
+
+
+def _owner_gone() -> dict[str, Any]:
+    claimed = reservation(phase="Available", node="node-1", owners=["web-2"])
+    [update] = [a for a in rsv_plan(claimed, owner=None).actions if isinstance(a, UpdateStatus)]
+    return {**claimed, "status": update.obj["status"]}
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        pytest.param({"rsv": None}, "MissingReservation", id="Reservation deleted"),
+        pytest.param({"rsv": _owner_gone()}, "ReservationOwnerGone", id="owner deleted unbound"),
+        pytest.param(
+            {"workload_deleted": "ReplicaSet web-rs (uid uid-web-rs)"},
+            "WorkloadScaledDown",
+            id="workload deleted",
+        ),
+        pytest.param(
+            {
+                "rsv": reservation(phase="Available", node="node-1", owners=["web-2"]),
+                "owner": _refused_owner(),
+                "now": later(200),
+            },
+            "ReservationLost",
+            id="handed over, refused for two minutes",
+        ),
+        pytest.param({"node_gone": True}, "ReservationLost", id="node deleted"),
+    ],
+)
+def test_a_pod_left_terminating_ends_its_job_as_a_pod_gone_would(
+    case: dict[str, Any], reason: str
+) -> None:
+    """Past its grace period the evicted pod counts as gone: whatever ends a job whose pod
+    is gone ends it too, rather than the job waiting for the pod until its TTL, or for
+    ever without one."""
+    args: dict[str, Any] = {
+        "rsv": reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
+        "now": later(60),
+        **case,
+    }
+    ttl = "" if reason != "ReservationLost" else "5m0s"
+    for pod_obj in (None, stuck_terminating()):
+        plan = view_plan(job_obj=job(conditions=EVICTING, ttl=ttl), pod_obj=pod_obj, **args)
+        status = status_of(plan)
+        assert (status["phase"], status["reason"]) == ("Failed", reason), pod_obj
+        said = cond(status, "Eviction")["message"]
+        assert ("still terminating" in said) is (pod_obj is not None)
+
+
+def test_a_job_ending_on_a_reservation_made_by_hand_says_that_it_stays() -> None:
+    """A Reservation a job's reservationRef names is its maker's: the job's end releases
+    nothing (`release`), and its message says so rather than that the place is freed
+    and the replacement let go."""
+    made = reservation(name="made", phase="Available", node="node-1", owners=["web-2"])
+    lost = status_of(
+        view_plan(
+            job_obj=job(conditions=EVICTING, reservation_ref="made"),
+            rsv=made,
+            owner=_refused_owner(),
+            now=later(200),
+        )
+    )
+    assert (lost["phase"], lost["reason"]) == ("Failed", "ReservationLost")
+    assert "Reservation 'made', made by hand, is not the job's to release" in lost["message"]
+    assert "replacement pod web-2 stays tied to that node" in lost["message"]
+    assert "is deleted" not in lost["message"]
+    own = status_of(
+        view_plan(job_obj=job(conditions=EVICTING), rsv=reservation(phase="Available",
+                  node="node-1", owners=["web-2"]), owner=_refused_owner(), now=later(200))
+    )  # fmt: skip
+    assert "is deleted so that its workload creates one" in own["message"]
+
+
+def test_a_pod_seen_terminating_then_gone_has_its_eviction_brought_up_to_date() -> None:
+    """Within its grace period when the TTL came, the pod is said to be still in it; once
+    gone, the condition says so, with no second event."""
+    long_grace = stuck_terminating()
+    long_grace["metadata"]["deletionTimestamp"] = ts(later(600))
+    waiting = reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"})
+    ended = status_of(
+        view_plan(job_obj=job(conditions=EVICTING), pod_obj=long_grace, rsv=waiting, now=later(301))
+    )
+    assert (ended["phase"], ended["reason"]) == ("Failed", "Timeout")
+    assert "its grace period has not ended" in cond(ended, "Eviction")["message"]
+    assert "web-1 was still terminating" in ended["message"]
+    running = job(conditions=EVICTING)
+    first = view_plan(job_obj=running, pod_obj=stuck_terminating(), rsv=waiting, now=later(60))
+    running["status"] = status_of(first)
+    assert "Event:EvictComplete" in kinds(first)
+    gone = view_plan(job_obj=running, pod_obj=None, rsv=waiting, now=later(70))
+    assert "Event:EvictComplete" not in kinds(gone)
+    assert cond(status_of(gone), "Eviction")["message"] == "pod default/web-1 is gone"
 
 
 def test_bound_owner_not_ready_waits() -> None:
