@@ -113,13 +113,18 @@ def _fields(user: Mapping[str, Any], _own: Mapping[str, Any]) -> str | None:
 
 
 def _priority(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
-    """The pod's own PriorityClass only: another class could outrank it."""
+    """The pod's own PriorityClass and priority only: another class could outrank it, and
+    any other value would have the controller make a PriorityClass for it (the
+    placeholder's non-preempting twin, `build.non_preempting_class`), one cluster-wide
+    object per value a job's creator picks."""
     name = user.get("priorityClassName")
     if name is not None and name != (own.get("priorityClassName") or ""):
         return f"priorityClassName {name} is not the pod's own"
     priority = user.get("priority")
-    if priority is not None and priority > (own.get("priority") or 0):
-        return f"priority {priority} is above the pod's"
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise TypeError(f"{priority!r} is not an integer")
+    if priority is not None and priority != (own.get("priority") or 0):
+        return f"priority {priority} is not the pod's own ({own.get('priority') or 0})"
     return None
 
 

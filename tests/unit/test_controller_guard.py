@@ -35,6 +35,11 @@ PIN = {
     [
         ({"priorityClassName": "system-node-critical"}, "priorityClassName"),
         ({"priority": 2_000_001_000}, "priority"),
+        pytest.param(
+            {"priority": -987654},
+            "priority -987654 is not the pod's own",
+            id="below the pod's: a PriorityClass of the controller's for each value",
+        ),
         ({"tolerations": [{"operator": "Exists"}]}, "tolerations"),
         ({"nodeName": "node-0"}, "nodeName"),
         ({"schedulerName": "other"}, "schedulerName"),
