@@ -410,18 +410,97 @@ def test_the_controller_changes_nothing_of_a_pod_or_namespace_but_its_own_marks(
     container = pod["spec"]["containers"][0]["name"]
     soft = "scheduling.koordinator.sh/soft-eviction={}"
     assert as_controller(cluster, "annotate", "-n", namespace, name, soft) == ""
+    # kubectl reads pods/status before patching it, which the controller may not: the
+    # read is granted here, in the test's namespace.
+    reader = ["-n", namespace, "status-reader"]
+    cluster.kubectl("create", "role", *reader, "--verb=get", "--resource=pods/status")
+    account = "--serviceaccount=berth-system:berth-controller"
+    cluster.kubectl("create", "rolebinding", *reader, "--role=status-reader", account)
+    gated = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated"},
+        "spec": {
+            "schedulingGates": [{"name": "example.com/hold"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    cluster.apply(json.dumps(gated), namespace)
+    status = ["patch", "-n", namespace, "pod/gated", "--subresource=status", "--type=merge", "-p"]
+    nominate = '{"status": {"nominatedNodeName": "node-1"}}'  # as for a replacement
+    cluster.wait(lambda: as_controller(cluster, *status, nominate) == "", what="the nomination")
     for change in (
         ["set", "image", "-n", namespace, name, f"{container}=evil"],
         ["label", "-n", namespace, name, "app-"],
         ["annotate", "-n", namespace, name, "other=1"],
+        # pods/status keeps the spec and the owners, not the labels or annotations.
+        [*status, '{"metadata": {"labels": {"app": "other"}}}'],
     ):
         refused = as_controller(cluster, *change)
         assert "may only change a pod's scheduling gates" in refused, (change, refused)
+    for body in ('{"status": {"phase": "Failed"}}', '{"status": {"conditions": []}}'):
+        refused = as_controller(cluster, *status, body)
+        assert "may only change a pod's status.nominatedNodeName" in refused, (body, refused)
     assert as_controller(cluster, "label", "namespace", namespace, "berth.sh/migrating=true") == ""
-    refused = as_controller(
-        cluster, "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=privileged"
+    ghost = {"apiVersion": "v1", "kind": "Node", "name": "gone", "uid": str(uuid.uuid4())}
+    for change in (
+        ["label", "namespace", namespace, "pod-security.kubernetes.io/enforce=privileged"],
+        ["patch", "namespace", namespace, "--type=merge", "-p",
+         '{"metadata": {"finalizers": ["example.com/hold"]}}'],
+    ):  # fmt: skip
+        refused = as_controller(cluster, *change)
+        assert "may only change a namespace's berth.sh/migrating label" in refused, change
+    # An owner that does not exist would have the garbage collector delete the namespace.
+    # This cluster runs OwnerReferencesPermissionEnforcement, which refuses it first (the
+    # controller may not delete namespaces); the policy holds where that plugin is off.
+    owned = {"metadata": {"ownerReferences": [ghost]}}
+    refused = as_controller(cluster, "patch", "namespace", namespace, "--type=merge", "-p",
+                            json.dumps(owned))  # fmt: skip
+    assert "cannot set an ownerRef" in refused or "berth.sh/migrating label" in refused
+
+
+@pytest.fixture
+def twin_class(cluster: Cluster) -> Iterator[str]:
+    """A placeholders' PriorityClass, as the controller makes them."""
+    name = f"berth-non-preempting-{uuid.uuid4().int % 100_000 + 100_000}"
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": int(name.rsplit("-", 1)[1]),
+        "preemptionPolicy": "Never",
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(body))
+    yield name
+    cluster.kubectl("delete", "priorityclass", name, "--wait=false", check=False)
+
+
+@pytest.mark.usefixtures("pod_policy")
+def test_only_the_controller_creates_pods_under_a_placeholder_class(
+    cluster: Cluster, namespace: str, twin_class: str
+) -> None:
+    """Each placeholder class carries the value of the class of a pod Berth migrated:
+    under the pod policy no one else's pod may name one, past the rules of the class it
+    copies."""
+    under = placeholder(priorityClassName=twin_class)
+    assert (
+        as_controller(cluster, "create", "-n", namespace, "-f", "-", input=json.dumps(under)) == ""
     )
-    assert "may only change a namespace's berth.sh/migrating label" in refused
+
+    def tenant_creates(spec: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "climber"},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]} | spec,
+        }
+        return cluster.kubectl("create", "-n", namespace, "-f", "-", "--dry-run=server",
+                               input=json.dumps(pod), check=False)  # fmt: skip
+
+    refused = tenant_creates({"priorityClassName": twin_class})
+    assert refused.returncode != 0
+    assert "are for Berth's placeholders" in refused.stderr
+    assert tenant_creates({}).returncode == 0
 
 
 @pytest.mark.parametrize(
