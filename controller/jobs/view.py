@@ -11,7 +11,7 @@ from typing import Any
 from berth import protocol
 from berth.api import PodMigrationJobMode, PodMigrationJobPhase, keys
 from berth.kube.client import PODMIGRATIONJOBS
-from berth.settings import MigrationControllerArgs
+from berth.settings import EvictionPolicy, MigrationControllerArgs
 from controller import build
 from controller.actions import Action, Event, Evict, Plan, UpdateStatus
 from controller.namespaces import LabelRefused
@@ -202,8 +202,19 @@ def released(view: JobView) -> str:
     )
 
 
+def eviction_policy(view: JobView) -> EvictionPolicy:
+    """The configured evictionPolicy; the Eviction API always for a job made from an
+    eviction the webhook intercepted (`keys.REQUESTER`): its requester asked for an
+    eviction that honours the pod's PodDisruptionBudgets, whatever the policy became
+    after the job was made (the webhook makes none under another). A job's creator who
+    writes that annotation on their own job only narrows how it evicts."""
+    if protocol.annotations_of(view.job).get(keys.REQUESTER):
+        return EvictionPolicy.EVICTION
+    return view.args.eviction_policy
+
+
 def evict(view: JobView) -> Evict:
-    """Evict the migrated pod, by the configured policy and the job's delete options."""
+    """Evict the migrated pod, by `eviction_policy` and the job's delete options."""
     assert view.pod is not None
     pod = view.pod["metadata"]
     options = delete_options(
@@ -218,7 +229,7 @@ def evict(view: JobView) -> Evict:
         pod["namespace"],
         pod["name"],
         pod["uid"],
-        policy=view.args.eviction_policy,
+        policy=eviction_policy(view),
         delete_options=options,
         reserved_node=protocol.node_of(reserved) if reserved is not None else None,
         placement=build.replacement_placement(

@@ -4,6 +4,7 @@ step by step, and in what order."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -257,6 +258,21 @@ def test_available_reservation_opens_it_then_records_evicting_before_evicting() 
     assert evict.policy == "Eviction"
     # Read again just before the eviction: the caches may lag a deletion.
     assert evict.reserved_node == "node-1"
+
+
+@pytest.mark.parametrize("policy", ["Delete", "SoftEviction"])
+def test_a_job_made_from_an_intercepted_eviction_always_evicts_through_the_api(
+    policy: str,
+) -> None:
+    """Its requester asked for an eviction, which honours PodDisruptionBudgets: a policy
+    changed since the job was made (the webhook makes none under another) never deletes
+    the pod instead; other jobs follow the policy."""
+    made = job()
+    made["metadata"]["annotations"][keys.REQUESTER] = "system:serviceaccount:ops:drainer"
+    args = MigrationControllerArgs.model_validate({"evictionPolicy": policy})
+    for one_job, expected in ((made, "Eviction"), (job(), policy)):
+        action = evict(dataclasses.replace(view(job_obj=one_job, pod_obj=pod()), args=args))
+        assert action.policy == expected
 
 
 def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> None:
