@@ -195,6 +195,9 @@ class EvictionInterception(_Args):
     labelled `berth.sh/intercept-evictions: "true"`."""
     requesters: Requesters | None = None
     """Only evictions requested by these users or groups; null: every requester."""
+    keep_finished: Duration = timedelta(hours=1)
+    """How long the controller keeps a finished job made from an eviction before it
+    deletes it (a drain makes one per pod it moves, cluster-wide); 0s: kept for ever."""
 
 
 class MigrationControllerArgs(_Args):

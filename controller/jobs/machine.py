@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from berth import protocol
 from berth.api import (
     TERMINAL_PHASES,
     PodMigrationJobConditionType,
@@ -16,9 +17,10 @@ from berth.api import (
     keys,
     parse_duration,
 )
+from berth.api.times import read_time
 from berth.eviction import delete_options_problem
 from berth.kube.client import PODMIGRATIONJOBS
-from controller.actions import Event, Patch, Plan
+from controller.actions import Delete, Event, Patch, Plan
 from controller.arbitration.candidates import Candidate
 from controller.arbitration.forbid import Rules, forbidden_to_migrate
 from controller.jobs.bind import after_eviction
@@ -27,7 +29,7 @@ from controller.jobs.marker import admitted
 from controller.jobs.release import release
 from controller.jobs.reserve import before_eviction
 from controller.jobs.view import JobView, Object, fail, job_name, pod_gone, write_status
-from controller.status import condition, job_deadline
+from controller.status import condition, created_at, job_deadline
 
 Phase = PodMigrationJobPhase
 Reason = PodMigrationJobReason
@@ -41,7 +43,12 @@ def decide(view: JobView) -> Plan:
     status: Object = dict(view.job.get("status") or {})
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
-        return _forget_admission(view).then(*release(view, status).actions)
+        collected = _collect(view, status)
+        finished = _forget_admission(view).then(*release(view, status).actions)
+        finished.then(*collected.actions)
+        if collected.requeue_after is not None:
+            finished.again_in(collected.requeue_after)
+        return finished
     spec_step = _spec_step(view, status)
     if spec_step is not None:
         return spec_step
@@ -167,6 +174,24 @@ def _not_admitted(view: JobView) -> Plan:
         write_status(view, status),
         Event(view.job, PodMigrationJobReason.NOT_ADMITTED, NOT_ADMITTED_MESSAGE, type="Warning"),
     )
+
+
+def _collect(view: JobView, status: Object) -> Plan:
+    """A finished job made from an eviction the webhook intercepted (`keys.REQUESTER`) is
+    deleted `evictionInterception.keepFinished` after it ended (drains make one per pod
+    they move, and nobody else deletes them); any other job is its creator's to delete.
+    When it ended is not recorded as such: the latest of its deadline and its
+    conditions' transitions, which it cannot have ended long after."""
+    keep = view.args.eviction_interception.keep_finished
+    if not keep or not protocol.annotations_of(view.job).get(keys.REQUESTER):
+        return Plan()
+    times = [created_at(view.job), job_deadline(view.job)]
+    times += [read_time(c.get("lastTransitionTime")) for c in status.get("conditions") or []]
+    due = max(t for t in times if t is not None) + keep
+    if view.now < due:
+        return Plan().again_in((due - view.now).total_seconds())
+    metadata = view.job["metadata"]
+    return Plan().then(Delete(PODMIGRATIONJOBS, metadata["name"], uid=metadata.get("uid")))
 
 
 def _forget_admission(view: JobView) -> Plan:

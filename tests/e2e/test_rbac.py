@@ -35,7 +35,7 @@ Grants = Mapping[tuple[str, str], set[str]]
 CLUSTER_WIDE: dict[str, Grants] = {
     "berth-controller": {
         # Informers; the job's reservationRef and admission annotations (jobs.py).
-        (f"podmigrationjobs.{KOORD}", ""): READ | {"patch"},
+        (f"podmigrationjobs.{KOORD}", ""): READ | {"patch", "delete"},
         (f"podmigrationjobs.{KOORD}/status", ""): {"update"},
         # Create, open (annotation patch) and delete the job's Reservation.
         (f"reservations.{KOORD}", ""): READ | {"create", "patch", "delete"},

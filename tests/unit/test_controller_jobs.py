@@ -275,6 +275,32 @@ def test_a_job_made_from_an_intercepted_eviction_always_evicts_through_the_api(
         assert action.policy == expected
 
 
+def test_a_finished_job_made_from_an_eviction_is_deleted_once_kept_long_enough() -> None:
+    """Drains make a job per pod they move, cluster-wide, and nobody deletes them: the
+    controller does, keepFinished (1h) after the job ended (the latest of its deadline
+    and its conditions' times); jobs a user made are theirs to delete."""
+    made = job(phase="Succeed", conditions=[{**SCHEDULED, "lastTransitionTime": ts(later(600))}])
+    made["metadata"]["annotations"][keys.REQUESTER] = "system:serviceaccount:ops:drainer"
+    kept = view_plan(job_obj=made, now=later(600 + 3599))
+    assert "Delete:podmigrationjobs" not in kinds(kept)
+    assert kept.requeue_after == 1.0
+    gone = view_plan(job_obj=made, now=later(600 + 3600))
+    [delete] = [a for a in gone.actions if isinstance(a, Delete)]
+    assert (delete.name, delete.uid) == ("job-1", "uid-job-1")
+    # Ended at its deadline (creation + 5m) when no condition says later.
+    made["status"]["conditions"] = []
+    assert "Delete:podmigrationjobs" in kinds(view_plan(job_obj=made, now=later(300 + 3600)))
+    mine = job(phase="Failed")
+    assert "Delete:podmigrationjobs" not in kinds(view_plan(job_obj=mine, now=later(86400)))
+    forever = dataclasses.replace(
+        view(job_obj=made, now=later(86400)),
+        args=MigrationControllerArgs.model_validate(
+            {"evictionInterception": {"keepFinished": "0s"}}
+        ),
+    )
+    assert "Delete:podmigrationjobs" not in kinds(jobs.decide(forever))
+
+
 def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> None:
     scheduled = job(
         conditions=[

@@ -99,7 +99,7 @@ READ = {"get", "list", "watch"}
 # Granting more fails the test as surely as granting less.
 PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
     "controller": {
-        (KOORD, "podmigrationjobs"): READ | {"patch"},
+        (KOORD, "podmigrationjobs"): READ | {"patch", "delete"},
         (KOORD, "reservations"): READ | {"create", "patch", "delete"},
         (KOORD, "podmigrationjobs/status"): {"update"},
         (KOORD, "reservations/status"): {"update"},

@@ -67,7 +67,7 @@ def test_controller_config_writes_out_every_key_with_the_design_defaults() -> No
     assert set(config) == SEED_KEYS | BERTH_KEYS
     assert set(config["namespaces"]) == {"include", "exclude"}
     assert set(config["arbitrationArgs"]) == {"enabled", "interval"}
-    assert set(config["evictionInterception"]) == {"allNamespaces", "requesters"}
+    assert set(config["evictionInterception"]) == {"allNamespaces", "requesters", "keepFinished"}
     # Where the design departs from the seeds: a vanilla scheduler, with both names.
     assert config["schedulerNames"] == ["default-scheduler", "koord-scheduler"]
     assert config["defaultJobMode"] == "ReservationFirst"
