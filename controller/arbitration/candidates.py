@@ -98,7 +98,7 @@ class Candidate(PodFacts):
 
     `healthy` means Running, Ready and not terminating (its eviction takes a replica away);
     `bypass` means the pod carries descheduler.alpha.kubernetes.io/evict, which lifts the
-    limits.
+    limits; not for a job made from an intercepted eviction.
     """
 
     __slots__ = (
@@ -118,6 +118,10 @@ class Candidate(PodFacts):
         super().__init__(pod)
         self.job, self.pod = job, pod
         self.reservation_first = (job.get("spec") or {}).get("mode") != EVICT_DIRECTLY
+        if keys.REQUESTER in ((job.get("metadata") or {}).get("annotations") or {}):
+            # Made from an eviction the webhook intercepted: whoever may evict the pod
+            # may write its annotations too, and lifts no limit of the cluster with them.
+            self.bypass = False
         self.rank = first_keys(self)
         self.age = last_keys(job)
         self.failure: Decision | None = None

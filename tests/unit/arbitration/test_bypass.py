@@ -142,3 +142,26 @@ def test_descheduler_evict_annotation_lifts_only_the_retryable_limits(
     assert decision(annotated=True).verdict == (
         "admit" if bypassed else decision(annotated=False).verdict
     )
+
+
+def test_a_job_made_from_an_eviction_lifts_no_limit_with_the_annotation() -> None:
+    """Whoever may evict a pod may annotate it too: for a job the webhook made from their
+    eviction, the annotation lifts none of the cluster's limits."""
+    api = pods_of("api", 3, nodes=["node-0", "node-5", "node-6"])
+    web = pods_of(count=3)
+    web[0]["metadata"]["annotations"].update(BYPASS)
+    busy = api[0] | {"metadata": api[0]["metadata"] | {"name": "api-x"}}
+    verdicts = {}
+    for requested in (False, True):
+        job = pending("job-1", web[0])
+        if requested:
+            job["metadata"].setdefault("annotations", {})[keys.REQUESTER] = "tenant"
+        result = decide(
+            [job],
+            pods=[*web, *api],
+            in_flight=[running("run-0", api[0]), running("run-1", busy)],
+            workloads=[workload(replicas=3), workload("api")],
+        )
+        verdicts[requested] = of(result)
+    assert verdicts[False].verdict == "admit"
+    assert verdicts[True].reason == "MaxMigratingPerNode"
