@@ -12,8 +12,11 @@ from berth.kube.client import EVENTS, Kube, KubeError
 
 log = logging.getLogger(__name__)
 
-# Events about cluster-scoped objects live in "default", as the kubelet's do for nodes.
-CLUSTER_EVENTS_NAMESPACE = "default"
+CLUSTER_EVENTS_NAMESPACE = "kube-system"
+"""Where Events about cluster-scoped objects (jobs, Reservations) go. They name the pods,
+namespaces and nodes of every migration, so not in `default`, which many may read; the
+API server takes Events with an eventTime about a cluster-scoped object only there or in
+kube-system (`legacyValidateEvent`). `kubectl describe` finds them in either."""
 
 
 def event_body(

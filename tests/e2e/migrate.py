@@ -11,6 +11,8 @@ from berth.protocol import is_ready
 from tests.e2e.kube import Cluster, pods
 
 PAUSE = "registry.k8s.io/pause:3.10"
+CLUSTER_EVENTS = "kube-system"
+"""Where Berth writes its Events about jobs and Reservations (cluster-scoped)."""
 
 
 def _workload(
@@ -160,13 +162,11 @@ def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def events(cluster: Cluster, name: str) -> list[str]:
-    """The reasons of the job's events, in the order they happened."""
-    items = cluster.get(
-        "events",
-        "-n",
-        "default",
-        f"--field-selector=involvedObject.name={name},involvedObject.kind=PodMigrationJob",
-    )["items"]
+    """The reasons of the job's events, in the order they happened: all in kube-system,
+    none in `default`, which many may read."""
+    about = f"--field-selector=involvedObject.name={name},involvedObject.kind=PodMigrationJob"
+    assert cluster.get("events", "-n", "default", about)["items"] == []
+    items = cluster.get("events", "-n", CLUSTER_EVENTS, about)["items"]
     items.sort(key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
     return [e["reason"] for e in items]
 

@@ -26,6 +26,7 @@ from berth.protocol import annotations_of, claim_of, is_gated, owner_uids, phase
 from tests.e2e.capacity import PAUSE, pod
 from tests.e2e.kube import Cluster, pods
 from tests.e2e.migrate import (
+    CLUSTER_EVENTS,
     deployment,
     job_manifest,
     job_of,
@@ -163,7 +164,7 @@ def no_token_in_events(cluster: Cluster, token: str) -> None:
 def refusals(cluster: Cluster, reservation: str) -> list[dict[str, Any]]:
     """The controller's ReservationClaimRefused events about the Reservation."""
     events = cluster.get(
-        "events", "-n", "default", f"--field-selector=involvedObject.name={reservation}"
+        "events", "-n", CLUSTER_EVENTS, f"--field-selector=involvedObject.name={reservation}"
     )["items"]
     return [e for e in events if e["reason"] == "ReservationClaimRefused"]
 
@@ -631,7 +632,10 @@ def test_a_non_preempting_class_made_with_preemption_is_never_used(
     warnings = [
         e
         for e in cluster.get(
-            "events", "-n", "default", f"--field-selector=involvedObject.name={reservation_name}"
+            "events",
+            "-n",
+            CLUSTER_EVENTS,
+            f"--field-selector=involvedObject.name={reservation_name}",
         )["items"]
         if e["reason"] == "PriorityClassMismatch"
     ]
