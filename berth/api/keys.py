@@ -95,6 +95,11 @@ HMAC over the job's UID, the pod's UID and the mode, keyed by a secret only the 
 reads. A job's status subresource is writable by whoever may abort it, so phase Running
 alone never makes the controller act: only a job carrying a valid mark was admitted."""
 
+FINISHED_AT: Final = "berth.sh/finished-at"
+"""PodMigrationJob annotation the controller writes on a finished job made from an
+intercepted eviction, when it first sees it finished (RFC 3339, to the microsecond): it
+deletes the job `evictionInterception.keepFinished` after that."""
+
 INTERCEPT_EVICTIONS: Final = "berth.sh/intercept-evictions"
 """Namespace label: "true" opts the namespace in to eviction interception: an eviction of
 a pod there (kubectl drain, the descheduler) becomes a PodMigrationJob, and the evicting

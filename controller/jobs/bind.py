@@ -260,7 +260,11 @@ def _timed_out(view: JobView, status: Object, *, waiting: str, terminating: str 
         status,
         reason=Reason.TIMEOUT,
         message=f"TTL expired after the pod was evicted{still}, {waiting}; "
-        f"{released(view)}, and any gated pod is let go",
+        + (
+            "the reservation is released and any gated pod let go"
+            if own_reservation(view.job, view.reservation) or view.reservation is None
+            else released(view)
+        ),
     )
 
 
@@ -297,7 +301,7 @@ def _node_lost(view: JobView, status: Object, owner: Object | None, *, rsv: str)
     node = protocol.node_of(view.reservation) if view.reservation else None
     message = (
         f"node {node}, where Reservation {rsv!r} held the place, was deleted after the pod "
-        "was evicted; the reservation is released"
+        f"was evicted; {released(view)}"
     )
     if owner is not None:
         message += (

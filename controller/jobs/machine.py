@@ -29,7 +29,7 @@ from controller.jobs.marker import admitted
 from controller.jobs.release import release
 from controller.jobs.reserve import before_eviction
 from controller.jobs.view import JobView, Object, fail, job_name, pod_gone, write_status
-from controller.status import condition, created_at, job_deadline
+from controller.status import condition, job_deadline, micro_timestamp
 
 Phase = PodMigrationJobPhase
 Reason = PodMigrationJobReason
@@ -43,8 +43,8 @@ def decide(view: JobView) -> Plan:
     status: Object = dict(view.job.get("status") or {})
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
-        collected = _collect(view, status)
         finished = _forget_admission(view).then(*release(view, status).actions)
+        collected = _collect(view)
         finished.then(*collected.actions)
         if collected.requeue_after is not None:
             finished.again_in(collected.requeue_after)
@@ -176,20 +176,29 @@ def _not_admitted(view: JobView) -> Plan:
     )
 
 
-def _collect(view: JobView, status: Object) -> Plan:
+def _collect(view: JobView) -> Plan:
     """A finished job made from an eviction the webhook intercepted (`keys.REQUESTER`) is
-    deleted `evictionInterception.keepFinished` after it ended (drains make one per pod
-    they move, and nobody else deletes them); any other job is its creator's to delete.
-    When it ended is not recorded as such: the latest of its deadline and its
-    conditions' transitions, which it cannot have ended long after."""
+    deleted `evictionInterception.keepFinished` after the controller first saw it finished
+    (`keys.FINISHED_AT`, written then): drains make one per pod they move, and nobody else
+    deletes them. Any other job is its creator's to delete."""
     keep = view.args.eviction_interception.keep_finished
-    if not keep or not protocol.annotations_of(view.job).get(keys.REQUESTER):
+    annotations = protocol.annotations_of(view.job)
+    if not keep or not annotations.get(keys.REQUESTER):
         return Plan()
-    times = [created_at(view.job), job_deadline(view.job)]
-    times += [read_time(c.get("lastTransitionTime")) for c in status.get("conditions") or []]
-    due = max(t for t in times if t is not None) + keep
-    if view.now < due:
-        return Plan().again_in((due - view.now).total_seconds())
+    finished = read_time(annotations.get(keys.FINISHED_AT))
+    if finished is None:  # not marked yet, or the mark cannot be read: marked now
+        mark = {"metadata": {"annotations": {keys.FINISHED_AT: micro_timestamp(view.now)}}}
+        return (
+            Plan()
+            .then(Patch(PODMIGRATIONJOBS, job_name(view), mark))
+            .again_in(keep.total_seconds())
+        )
+    try:
+        left = (finished + keep - view.now).total_seconds()
+    except OverflowError:  # kept past year 9999
+        return Plan()
+    if left > 0:
+        return Plan().again_in(left)
     metadata = view.job["metadata"]
     return Plan().then(Delete(PODMIGRATIONJOBS, metadata["name"], uid=metadata.get("uid")))
 

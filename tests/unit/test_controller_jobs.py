@@ -277,19 +277,30 @@ def test_a_job_made_from_an_intercepted_eviction_always_evicts_through_the_api(
 
 def test_a_finished_job_made_from_an_eviction_is_deleted_once_kept_long_enough() -> None:
     """Drains make a job per pod they move, cluster-wide, and nobody deletes them: the
-    controller does, keepFinished (1h) after the job ended (the latest of its deadline
-    and its conditions' times); jobs a user made are theirs to delete."""
-    made = job(phase="Succeed", conditions=[{**SCHEDULED, "lastTransitionTime": ts(later(600))}])
+    controller marks one finished when it first sees it so (after an outage too: from
+    then), and deletes it keepFinished (1h) later; jobs a user made are theirs."""
+    made = job(phase="Failed", ttl="5m0s")
     made["metadata"]["annotations"][keys.REQUESTER] = "system:serviceaccount:ops:drainer"
-    kept = view_plan(job_obj=made, now=later(600 + 3599))
+    # Seen finished two hours past its TTL (the controller was down): marked now.
+    first = view_plan(job_obj=made, now=later(7200))
+    [mark] = [a for a in first.actions if isinstance(a, Patch)]
+    assert mark.patch["metadata"]["annotations"] == {keys.FINISHED_AT: micro_timestamp(later(7200))}
+    assert "Delete:podmigrationjobs" not in kinds(first)
+    assert first.requeue_after == 3600
+    made["metadata"]["annotations"][keys.FINISHED_AT] = micro_timestamp(later(7200))
+    kept = view_plan(job_obj=made, now=later(7200 + 3599))
     assert "Delete:podmigrationjobs" not in kinds(kept)
     assert kept.requeue_after == 1.0
-    gone = view_plan(job_obj=made, now=later(600 + 3600))
+    gone = view_plan(job_obj=made, now=later(7200 + 3600))
     [delete] = [a for a in gone.actions if isinstance(a, Delete)]
     assert (delete.name, delete.uid) == ("job-1", "uid-job-1")
-    # Ended at its deadline (creation + 5m) when no condition says later.
-    made["status"]["conditions"] = []
-    assert "Delete:podmigrationjobs" in kinds(view_plan(job_obj=made, now=later(300 + 3600)))
+    # A finished job still releases its Reservation first, whatever its spec says now.
+    made["spec"]["ttl"] = "3000000h"
+    held = view_plan(job_obj=made, rsv=reservation(phase="Available", node="node-1"),
+                     now=later(7200 + 3600))  # fmt: skip
+    assert kinds(held)[0] == "Delete:reservations"  # nothing was evicted
+    made["metadata"]["annotations"][keys.FINISHED_AT] = "9999-12-31T23:59:59Z"
+    assert kinds(view_plan(job_obj=made, now=later(60))) == ["Patch:podmigrationjobs"]
     mine = job(phase="Failed")
     assert "Delete:podmigrationjobs" not in kinds(view_plan(job_obj=mine, now=later(86400)))
     forever = dataclasses.replace(
@@ -298,7 +309,7 @@ def test_a_finished_job_made_from_an_eviction_is_deleted_once_kept_long_enough()
             {"evictionInterception": {"keepFinished": "0s"}}
         ),
     )
-    assert "Delete:podmigrationjobs" not in kinds(jobs.decide(forever))
+    assert kinds(jobs.decide(forever)) == []
 
 
 def test_a_reservation_available_on_a_deleted_node_is_no_place_to_evict_to() -> None:
