@@ -438,7 +438,11 @@ def test_the_controller_changes_nothing_of_a_pod_or_namespace_but_its_own_marks(
     ):
         refused = as_controller(cluster, *change)
         assert "may only change a pod's scheduling gates" in refused, (change, refused)
-    for body in ('{"status": {"phase": "Failed"}}', '{"status": {"conditions": []}}'):
+    for body in (
+        '{"status": {"phase": "Failed"}}',
+        '{"status": {"conditions": []}}',
+        '{"status": {"podIPs": [{"ip": "10.9.9.9"}], "podIP": "10.9.9.9"}}',
+    ):
         refused = as_controller(cluster, *status, body)
         assert "may only change a pod's status.nominatedNodeName" in refused, (body, refused)
     assert as_controller(cluster, "label", "namespace", namespace, "berth.sh/migrating=true") == ""
