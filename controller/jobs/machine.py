@@ -179,8 +179,11 @@ def _not_admitted(view: JobView) -> Plan:
 def _collect(view: JobView) -> Plan:
     """A finished job made from an eviction the webhook intercepted (`keys.REQUESTER`) is
     deleted `evictionInterception.keepFinished` after the controller first saw it finished
-    (`keys.FINISHED_AT`, written then): drains make one per pod they move, and nobody else
-    deletes them. Any other job is its creator's to delete."""
+    (`keys.FINISHED_AT`, written then), once its pod is gone: drains make one per pod they
+    move, and nobody else deletes them. Not while the pod lives: the webhook numbers a
+    pod's jobs (`eviction-<pod UID>`, then `-2`...) by the names taken, and a first one
+    deleted beside a later one still running would be made again. Any other job is its
+    creator's to delete."""
     keep = view.args.eviction_interception.keep_finished
     annotations = protocol.annotations_of(view.job)
     if not keep or not annotations.get(keys.REQUESTER):
@@ -199,6 +202,8 @@ def _collect(view: JobView) -> Plan:
         return Plan()
     if left > 0:
         return Plan().again_in(left)
+    if not pod_gone(view):  # its deletion brings the job back (`Caches._on_pod`)
+        return Plan()
     metadata = view.job["metadata"]
     return Plan().then(Delete(PODMIGRATIONJOBS, metadata["name"], uid=metadata.get("uid")))
 

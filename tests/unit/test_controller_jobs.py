@@ -294,6 +294,15 @@ def test_a_finished_job_made_from_an_eviction_is_deleted_once_kept_long_enough()
     gone = view_plan(job_obj=made, now=later(7200 + 3600))
     [delete] = [a for a in gone.actions if isinstance(a, Delete)]
     assert (delete.name, delete.uid) == ("job-1", "uid-job-1")
+    # Not while its pod lives: the webhook would make a job of that name again, beside
+    # a later attempt for the same pod.
+    alive = view_plan(job_obj=made, pod_obj=pod(), now=later(7200 + 3600))
+    assert "Delete:podmigrationjobs" not in kinds(alive)
+    replaced = pod()
+    replaced["metadata"]["uid"] = "uid-web-1-again"
+    assert "Delete:podmigrationjobs" in kinds(
+        view_plan(job_obj=made, pod_obj=replaced, now=later(7200 + 3600))
+    )
     # A finished job still releases its Reservation first, whatever its spec says now.
     made["spec"]["ttl"] = "3000000h"
     held = view_plan(job_obj=made, rsv=reservation(phase="Available", node="node-1"),
