@@ -54,6 +54,14 @@ def annotations_of(obj: Object) -> Mapping[str, str]:
     return obj.get("metadata", {}).get("annotations") or {}
 
 
+def made_from_eviction(job: Object) -> bool:
+    """Whether the webhook made the PodMigrationJob from an eviction it intercepted
+    (`keys.REQUESTER`, the requester's name). A job's creator who writes it on their own
+    job only narrows what Berth does with it: the Eviction API always, no limit lifted by
+    the pod's annotation, deleted once finished and its pod gone."""
+    return bool(annotations_of(job).get(keys.REQUESTER))
+
+
 def labels_of(obj: Object) -> Mapping[str, str]:
     return obj.get("metadata", {}).get("labels") or {}
 

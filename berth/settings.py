@@ -48,6 +48,12 @@ KIND = "MigrationControllerArgs"
 API_VERSION = "descheduler/v1alpha2"
 
 
+REPLACEMENT_GRACE = timedelta(minutes=1)
+"""How long after a job's TTL the webhook still takes its requester's evictions of the
+replacement for retries of the first eviction (`webhook.evictions.already_migrated`),
+reading the finished job: the controller does not delete it before then."""
+
+
 class ConfigError(Exception):
     """The controller's configuration file cannot be used; the message says why."""
 
@@ -188,7 +194,8 @@ class Requesters(_Args):
 
 class EvictionInterception(_Args):
     """Berth's own keys: which evictions the webhook turns into PodMigrationJobs
-    (`webhook.evictions`); the webhook reads them from this same file."""
+    (`webhook.evictions`; the webhook reads them from this same file), and how long the
+    controller keeps those jobs once finished."""
 
     all_namespaces: StrictBool = False
     """Intercept evictions in every namespace `namespaces` allows, not only in those
@@ -196,8 +203,10 @@ class EvictionInterception(_Args):
     requesters: Requesters | None = None
     """Only evictions requested by these users or groups; null: every requester."""
     keep_finished: Duration = timedelta(hours=1)
-    """How long the controller keeps a finished job made from an eviction before it
-    deletes it (a drain makes one per pod it moves, cluster-wide); 0s: kept for ever."""
+    """How long the controller keeps a finished job made from an eviction, from when it
+    first sees it finished, before it deletes it once its pod is gone (a drain makes one
+    per pod it moves, cluster-wide); 0s: kept for ever. Never deleted before its creation,
+    `defaultJobTTL` and `REPLACEMENT_GRACE` have passed."""
 
 
 class MigrationControllerArgs(_Args):

@@ -1,7 +1,7 @@
 """What a job's `reservationOptions.template` may ask of the Reservation and placeholder.
 
 The controller creates the placeholder with its own rights, so a template must never get
-a job's creator more than the pod already has: no higher priority, no toleration or node
+a job's creator more than the pod already has: no priority but the pod's own, no toleration or node
 the pod could not use, no other requests, no Berth keys that would open the Reservation
 early. Nor smaller requests: the webhook binds a replacement only to a place that holds
 what it asks (`berth.protocol.asks_more`). A template that asks for more, or for less
@@ -121,9 +121,11 @@ def _priority(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
     if name is not None and name != (own.get("priorityClassName") or ""):
         return f"priorityClassName {name} is not the pod's own"
     priority = user.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+    if priority is None:
+        return None
+    if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"{priority!r} is not an integer")
-    if priority is not None and priority != (own.get("priority") or 0):
+    if priority != (own.get("priority") or 0):
         return f"priority {priority} is not the pod's own ({own.get('priority') or 0})"
     return None
 

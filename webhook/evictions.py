@@ -53,14 +53,10 @@ from berth.api import (
     parse_duration,
 )
 from berth.protocol import Object, claim_of, owner_uids, pod_claim
-from berth.settings import EvictionPolicy, MigrationControllerArgs
+from berth.settings import REPLACEMENT_GRACE, EvictionPolicy, MigrationControllerArgs
 
 JOB_PREFIX = "eviction-"
 """Name of a job made from an intercepted eviction: this prefix and the pod's UID."""
-
-REPLACEMENT_GRACE = timedelta(minutes=1)
-"""How long after a job's TTL its requester's evictions of the replacement are still taken
-for retries of the first eviction (`already_migrated`)."""
 
 
 @dataclass(frozen=True)

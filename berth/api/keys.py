@@ -98,7 +98,7 @@ alone never makes the controller act: only a job carrying a valid mark was admit
 FINISHED_AT: Final = "berth.sh/finished-at"
 """PodMigrationJob annotation the controller writes on a finished job made from an
 intercepted eviction, when it first sees it finished (RFC 3339, to the microsecond): it
-deletes the job `evictionInterception.keepFinished` after that."""
+deletes the job `evictionInterception.keepFinished` after that, once its pod is gone."""
 
 INTERCEPT_EVICTIONS: Final = "berth.sh/intercept-evictions"
 """Namespace label: "true" opts the namespace in to eviction interception: an eviction of

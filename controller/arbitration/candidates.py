@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from berth.api import PodMigrationJobMode, keys
 from berth.eviction import eviction_cost, is_healthy
+from berth.protocol import made_from_eviction
 from controller.arbitration.objects import Object
 from controller.arbitration.order import first_keys, last_keys, qos_rank
 
@@ -118,7 +119,7 @@ class Candidate(PodFacts):
         super().__init__(pod)
         self.job, self.pod = job, pod
         self.reservation_first = (job.get("spec") or {}).get("mode") != EVICT_DIRECTLY
-        if keys.REQUESTER in ((job.get("metadata") or {}).get("annotations") or {}):
+        if made_from_eviction(job):
             # Made from an eviction the webhook intercepted: whoever may evict the pod
             # may write its annotations too, and lifts no limit of the cluster with them.
             self.bypass = False

@@ -33,6 +33,7 @@ from controller.jobs.evict import evicted, still_evicting
 from controller.jobs.view import (
     CONSUMABLE_SETTLE,
     EVICTION_RETRY,
+    OVERDUE,
     REOPEN_AFTER,
     WAIT_POLL,
     JobView,
@@ -197,7 +198,7 @@ def after_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     the job then is what the replacement and the Reservation say, as for a pod gone.
 
     A job that ends in this pass reports only its end (its status, then its event)."""
-    terminating = None
+    terminating: str | None = None
     if not pod_gone(view):
         terminating = overdue(view, expired=expired)
         if terminating is None:
@@ -242,8 +243,9 @@ def _none_to_bind(view: JobView, status: Object, owner: Object | None, *, rsv: s
         return unused
     kept_off = _kept_off(view, owner, rsv=rsv) if owner is not None else None
     if kept_off is not None:
-        # Its Reservation is released, and the replacement, tied to that node by its
-        # affinity, then deleted as a pod no live Reservation holds (`reservations.stray`).
+        # The job's own Reservation is released, and the replacement, tied to that node
+        # by its affinity, then deleted as a pod no live Reservation holds
+        # (`reservations.stray`); one made by hand stays, and holds the replacement.
         return fail(view, status, reason=Reason.RESERVATION_LOST, message=kept_off)
     return None
 
@@ -259,18 +261,9 @@ def _timed_out(view: JobView, status: Object, *, waiting: str, terminating: str 
         view,
         status,
         reason=Reason.TIMEOUT,
-        message=f"TTL expired after the pod was evicted{still}, {waiting}; "
-        + (
-            "the reservation is released and any gated pod let go"
-            if own_reservation(view.job, view.reservation) or view.reservation is None
-            else released(view)
-        ),
+        message=f"TTL expired after the pod was evicted{still}, {waiting}; {released(view)}"
+        + (" and any gated pod let go" if own_reservation(view.job, view.reservation) else ""),
     )
-
-
-OVERDUE = timedelta(seconds=15)
-"""How long past its deletion timestamp (the end of its grace period) a terminating pod
-is taken to be kept, by a finalizer or a node that no longer answers."""
 
 
 def overdue(view: JobView, *, expired: bool) -> str | None:

@@ -15,6 +15,7 @@ from controller.actions import Action, Event, Plan
 from controller.jobs.consumable import closing
 from controller.jobs.view import (
     EVICTION_RETRY,
+    OVERDUE,
     REOPEN_AFTER,
     WAIT_POLL,
     JobView,
@@ -92,11 +93,12 @@ def evicted(
     gone = f"pod {pod_key(view)} is gone"
     if terminating_since is not None:
         due = read_time(terminating_since)
-        keeps = (
-            "a finalizer or an unreachable node keeps it"
-            if due is not None and due <= view.now
-            else "its grace period has not ended"
-        )
+        if due is not None and view.now < due:
+            keeps = "its grace period has not ended"
+        elif due is not None and view.now < due + OVERDUE:
+            keeps = "its grace period has just ended"
+        else:
+            keeps = "a finalizer or an unreachable node keeps it"
         gone = (
             f"pod {pod_key(view)} is still terminating, due to be gone at "
             f"{terminating_since} ({keeps})"

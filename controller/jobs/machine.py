@@ -20,6 +20,7 @@ from berth.api import (
 from berth.api.times import read_time
 from berth.eviction import delete_options_problem
 from berth.kube.client import PODMIGRATIONJOBS
+from berth.settings import REPLACEMENT_GRACE
 from controller.actions import Delete, Event, Patch, Plan
 from controller.arbitration.candidates import Candidate
 from controller.arbitration.forbid import Rules, forbidden_to_migrate
@@ -28,8 +29,16 @@ from controller.jobs.evict import evict_directly
 from controller.jobs.marker import admitted
 from controller.jobs.release import release
 from controller.jobs.reserve import before_eviction
-from controller.jobs.view import JobView, Object, fail, job_name, pod_gone, write_status
-from controller.status import condition, job_deadline, micro_timestamp
+from controller.jobs.view import (
+    JobView,
+    Object,
+    fail,
+    job_name,
+    pod_gone,
+    source_uid,
+    write_status,
+)
+from controller.status import condition, created_at, job_deadline, micro_timestamp
 
 Phase = PodMigrationJobPhase
 Reason = PodMigrationJobReason
@@ -38,17 +47,12 @@ Reason = PodMigrationJobReason
 def decide(view: JobView) -> Plan:
     """The next step for one job: a job without a mode first gets the configured one, then
     Pending ones only wait for their TTL (arbitration starts them), Running ones move on,
-    finished ones release what they held. A Running job that arbitration did not admit
-    (no valid admission mark) goes back to Pending, untouched."""
+    finished ones release what they held (`_finished`). A Running job that arbitration
+    did not admit (no valid admission mark) goes back to Pending, untouched."""
     status: Object = dict(view.job.get("status") or {})
     phase = status.get("phase") or Phase.PENDING
     if phase in TERMINAL_PHASES:
-        finished = _forget_admission(view).then(*release(view, status).actions)
-        collected = _collect(view)
-        finished.then(*collected.actions)
-        if collected.requeue_after is not None:
-            finished.again_in(collected.requeue_after)
-        return finished
+        return _finished(view, status)
     spec_step = _spec_step(view, status)
     if spec_step is not None:
         return spec_step
@@ -176,42 +180,56 @@ def _not_admitted(view: JobView) -> Plan:
     )
 
 
-def _collect(view: JobView) -> Plan:
-    """A finished job made from an eviction the webhook intercepted (`keys.REQUESTER`) is
-    deleted `evictionInterception.keepFinished` after the controller first saw it finished
-    (`keys.FINISHED_AT`, written then), once its pod is gone: drains make one per pod they
-    move, and nobody else deletes them. Not while the pod lives: the webhook numbers a
-    pod's jobs (`eviction-<pod UID>`, then `-2`...) by the names taken, and a first one
-    deleted beside a later one still running would be made again. Any other job is its
-    creator's to delete."""
+def _finished(view: JobView, status: Object) -> Plan:
+    """A finished job: its admission mark goes (written back to Running, since its status
+    is the user's to write, it goes through arbitration again instead of resuming), its
+    Reservation is released, and one made from an eviction is deleted in time
+    (`_collect`). One patch of its annotations, first: the actions stop at a failure, so
+    nothing is deleted before the release went through."""
+    marks: dict[str, str | None] = {}
+    if keys.ADMISSION in protocol.annotations_of(view.job):
+        marks[keys.ADMISSION] = None
+    collected = _collect(view, marks)
+    plan = Plan()
+    if marks:
+        patch = {"metadata": {"annotations": marks}}
+        plan.then(Patch(PODMIGRATIONJOBS, job_name(view), patch))
+    plan.then(*release(view, status).actions, *collected.actions)
+    if collected.requeue_after is not None:
+        plan.again_in(collected.requeue_after)
+    return plan
+
+
+def _collect(view: JobView, marks: dict[str, str | None]) -> Plan:
+    """A finished job made from an eviction the webhook intercepted
+    (`protocol.made_from_eviction`) is deleted `evictionInterception.keepFinished` after
+    the controller first saw it finished (`keys.FINISHED_AT`, added to `marks` then),
+    once its pod is gone: drains make one per pod they move, and nobody else deletes
+    them. Not while the pod lives: the webhook numbers a pod's jobs (`eviction-<pod
+    UID>`, then `-2`...) by the names taken, and a first one deleted beside a later one
+    still running would be made again. Any other job is its creator's to delete."""
     keep = view.args.eviction_interception.keep_finished
-    annotations = protocol.annotations_of(view.job)
-    if not keep or not annotations.get(keys.REQUESTER):
+    if not keep or not protocol.made_from_eviction(view.job):
         return Plan()
-    finished = read_time(annotations.get(keys.FINISHED_AT))
+    finished = read_time(protocol.annotations_of(view.job).get(keys.FINISHED_AT))
     if finished is None:  # not marked yet, or the mark cannot be read: marked now
-        mark = {"metadata": {"annotations": {keys.FINISHED_AT: micro_timestamp(view.now)}}}
-        return (
-            Plan()
-            .then(Patch(PODMIGRATIONJOBS, job_name(view), mark))
-            .again_in(keep.total_seconds())
-        )
+        marks[keys.FINISHED_AT] = micro_timestamp(view.now)
+        return Plan().again_in(keep.total_seconds())
+    # Not before the webhook stops reading it to answer a retried eviction of the
+    # replacement (`webhook.evictions.already_migrated`).
+    read_until = created_at(view.job) + view.args.default_job_ttl + REPLACEMENT_GRACE
     try:
-        left = (finished + keep - view.now).total_seconds()
+        left = (max(finished + keep, read_until) - view.now).total_seconds()
     except OverflowError:  # kept past year 9999
         return Plan()
     if left > 0:
         return Plan().again_in(left)
-    if not pod_gone(view):  # its deletion brings the job back (`Caches._on_pod`)
+    # The pod by the UID the job was made for (the webhook writes it in podRef; a job
+    # never admitted has no other record of it): its deletion brings the job back
+    # (`Caches._on_pod`).
+    uid = source_uid(view.job) or view.job["spec"]["podRef"].get("uid")
+    if view.pod is not None and (uid is None or view.pod["metadata"]["uid"] == uid):
         return Plan()
-    metadata = view.job["metadata"]
-    return Plan().then(Delete(PODMIGRATIONJOBS, metadata["name"], uid=metadata.get("uid")))
-
-
-def _forget_admission(view: JobView) -> Plan:
-    """A finished job loses its admission mark: written back to Running (its status is
-    the user's to write), it goes through arbitration again instead of resuming."""
-    if keys.ADMISSION not in (view.job["metadata"].get("annotations") or {}):
-        return Plan()
-    patch = {"metadata": {"annotations": {keys.ADMISSION: None}}}
-    return Plan().then(Patch(PODMIGRATIONJOBS, job_name(view), patch))
+    return Plan().then(
+        Delete(PODMIGRATIONJOBS, job_name(view), uid=view.job["metadata"].get("uid"))
+    )

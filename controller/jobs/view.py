@@ -101,6 +101,11 @@ def job_name(view: JobView) -> str:
     return str(view.job["metadata"]["name"])
 
 
+OVERDUE = timedelta(seconds=15)
+"""How long past its deletion timestamp (the end of its grace period) a terminating pod
+is taken to be kept, by a finalizer or a node that no longer answers (`bind.overdue`)."""
+
+
 def pod_key(view: JobView) -> str:
     ref = view.job["spec"]["podRef"]
     return f"{ref.get('namespace')}/{ref.get('name')}"
@@ -204,11 +209,10 @@ def released(view: JobView) -> str:
 
 def eviction_policy(view: JobView) -> EvictionPolicy:
     """The configured evictionPolicy; the Eviction API always for a job made from an
-    eviction the webhook intercepted (`keys.REQUESTER`): its requester asked for an
-    eviction that honours the pod's PodDisruptionBudgets, whatever the policy became
-    after the job was made (the webhook makes none under another). A job's creator who
-    writes that annotation on their own job only narrows how it evicts."""
-    if protocol.annotations_of(view.job).get(keys.REQUESTER):
+    eviction the webhook intercepted (`protocol.made_from_eviction`): its requester asked
+    for an eviction that honours the pod's PodDisruptionBudgets, whatever the policy
+    became after the job was made (the webhook makes none under another)."""
+    if protocol.made_from_eviction(view.job):
         return EvictionPolicy.EVICTION
     return view.args.eviction_policy
 

@@ -310,6 +310,28 @@ def test_a_finished_job_made_from_an_eviction_is_deleted_once_kept_long_enough()
     assert kinds(held)[0] == "Delete:reservations"  # nothing was evicted
     made["metadata"]["annotations"][keys.FINISHED_AT] = "9999-12-31T23:59:59Z"
     assert kinds(view_plan(job_obj=made, now=later(60))) == ["Patch:podmigrationjobs"]
+    # Never admitted (timed out Pending, say): the pod's UID is the one the webhook wrote in
+    # podRef; a StatefulSet's pod of the same name made again does not keep the job.
+    pending = job(phase="Failed", pod_uid=None)
+    pending["spec"]["podRef"]["uid"] = "uid-web-1"
+    pending["metadata"]["annotations"].update(
+        {keys.REQUESTER: "tenant", keys.FINISHED_AT: micro_timestamp(later(7200))}
+    )
+    for uid, deleted in (("uid-web-1", False), ("uid-web-1-again", True)):
+        again = pod()
+        again["metadata"]["uid"] = uid
+        plan = view_plan(job_obj=pending, pod_obj=again, now=later(7200 + 3600))
+        assert ("Delete:podmigrationjobs" in kinds(plan)) is deleted
+    # Never before the webhook stops reading it (creation, defaultJobTTL and a minute),
+    # however short keepFinished is.
+    brief = dataclasses.replace(
+        view(job_obj=pending, now=later(300 + 59)),
+        args=MigrationControllerArgs.model_validate(
+            {"evictionInterception": {"keepFinished": "1s"}}
+        ),
+    )
+    pending["metadata"]["annotations"][keys.FINISHED_AT] = micro_timestamp(later(10))
+    assert jobs.decide(brief).requeue_after == 1.0
     mine = job(phase="Failed")
     assert "Delete:podmigrationjobs" not in kinds(view_plan(job_obj=mine, now=later(86400)))
     forever = dataclasses.replace(

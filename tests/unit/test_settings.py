@@ -194,6 +194,7 @@ flowControlBurst: 5
         ("defaultJobTTL: 300", "defaultJobTTL: 300 is not a Go duration string"),
         ("defaultJobTTL: -5m", "defaultJobTTL: must not be negative, got -5m0s"),
         ("defaultJobTTL: 0s", "defaultJobTTL: must be longer than 0s, got 0s"),
+        ("evictionInterception: {keepFinished: -1h}", "must not be negative"),
         ("schedulerNames: koord-scheduler", "schedulerNames: input should be a valid list"),
         ("schedulerNames: [1]", "schedulerNames[0]: input should be a valid string, got 1"),
         ("evictQPS: fast", "evictQPS: 'fast' is not a non-negative number"),
