@@ -444,7 +444,7 @@ def test_the_controller_changes_nothing_of_a_pod_or_namespace_but_its_own_marks(
         '{"status": {"podIPs": [{"ip": "10.9.9.9"}], "podIP": "10.9.9.9"}}',
     ):
         refused = as_controller(cluster, *status, body)
-        assert "may only change a pod's status.nominatedNodeName" in refused, (body, refused)
+        assert "may change no pod status but status.nominatedNodeName" in refused, (body, refused)
     assert as_controller(cluster, "label", "namespace", namespace, "berth.sh/migrating=true") == ""
     ghost = {"apiVersion": "v1", "kind": "Node", "name": "gone", "uid": str(uuid.uuid4())}
     for change in (
