@@ -90,32 +90,12 @@ def evicted(
     timestamp, and counted as gone: `bind.overdue`): the status that records
     EvictComplete, and the news to tell (none when it was recorded before; a pod seen
     terminating, then gone, only has the condition's message brought up to date)."""
-    gone = f"pod {pod_key(view)} is gone"
-    if terminating_since is not None:
-        due = read_time(terminating_since)
-        if due is not None and view.now < due:
-            keeps = "its grace period has not ended"
-        elif due is not None and view.now < due + OVERDUE:
-            keeps = "its grace period has just ended"
-        else:
-            keeps = "a finalizer or an unreachable node keeps it"
-        gone = (
-            f"pod {pod_key(view)} is still terminating, due to be gone at "
-            f"{terminating_since} ({keeps})"
-        )
+    gone = _gone(view, terminating_since)
     eviction = condition(status, Type.EVICTION) or {}
-    if eviction.get("status") == "True":
-        if terminating_since is not None or eviction.get("message") == gone:
-            return status, ()
-        return with_condition(
-            status,
-            kind=Type.EVICTION,
-            state="True",
-            reason=Reason.EVICT_COMPLETE,
-            message=gone,
-            now=view.now,
-        ), ()
-    status = with_condition(
+    recorded = eviction.get("status") == "True"
+    if recorded and (terminating_since is not None or eviction.get("message") == gone):
+        return status, ()
+    updated = with_condition(
         status,
         kind=Type.EVICTION,
         state="True",
@@ -123,9 +103,27 @@ def evicted(
         message=gone,
         now=view.now,
     )
-    status.update(status=Reason.EVICT_COMPLETE, reason="", message="")
-    return status, (
+    if recorded:
+        return updated, ()
+    updated.update(status=Reason.EVICT_COMPLETE, reason="", message="")
+    return updated, (
         Event(view.job, Reason.EVICT_COMPLETE, f'Pod "{pod_key(view)}" has been evicted'),
+    )
+
+
+def _gone(view: JobView, terminating_since: str | None) -> str:
+    """What the Eviction condition says of the pod: gone, or still terminating and why."""
+    if terminating_since is None:
+        return f"pod {pod_key(view)} is gone"
+    due = read_time(terminating_since)
+    if due is not None and view.now < due:
+        keeps = "its grace period has not ended"
+    elif due is not None and view.now < due + OVERDUE:
+        keeps = "its grace period has just ended"
+    else:
+        keeps = "a finalizer or an unreachable node keeps it"
+    return (
+        f"pod {pod_key(view)} is still terminating, due to be gone at {terminating_since} ({keeps})"
     )
 
 
