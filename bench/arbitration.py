@@ -196,7 +196,10 @@ def build(*, jobs: int, nodes: int, pods: int, seed: int = 1) -> Snapshot:
             pdbs.append(pdb(owner, rng))
     workload_of = {p["metadata"]["uid"]: uid for uid, members in pods_of.items() for p in members}
     above = {
-        f"uid-rs-{w['metadata']['namespace']}-{w['metadata']['name']}": uid
+        controlled_key(
+            w["metadata"]["namespace"],
+            f"uid-rs-{w['metadata']['namespace']}-{w['metadata']['name']}",
+        ): uid
         for uid, w in workloads.items()
         if w["kind"] == "Deployment"
     }
@@ -248,7 +251,9 @@ def build(*, jobs: int, nodes: int, pods: int, seed: int = 1) -> Snapshot:
         history=history,
         pods={f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in all_pods},
         workload_of=above,
-        workloads=workloads,
+        workloads={
+            controlled_key(w["metadata"]["namespace"], uid): w for uid, w in workloads.items()
+        },
         pods_of_workload={
             controlled_key(workloads[uid]["metadata"]["namespace"], uid): members
             for uid, members in pods_of.items()
@@ -329,7 +334,9 @@ def touch(snapshot: Snapshot, rounds: int) -> list[float]:
                 item.get("kind")
             metadata.get("labels", {}).get("app")
             metadata.get("annotations", {}).get(keys.EVICTION_COST)
-            snapshot.workload_of.get(metadata["ownerReferences"][0]["uid"])
+            snapshot.workload_of.get(
+                controlled_key(metadata["namespace"], metadata["ownerReferences"][0]["uid"])
+            )
             job["metadata"].get("creationTimestamp")
         timings.append((time.perf_counter() - start) * 1000)
     return timings

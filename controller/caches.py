@@ -822,29 +822,34 @@ def _workload_uid(replicasets: Store, pod: Mapping[str, Any] | None) -> str | No
 
 
 class _WorkloadOf(Mapping[str, str]):
-    """Controller UID → the workload above it: a ReplicaSet's Deployment, from the caches.
-    A ReplicaSet that another kind controls (an Argo Rollout, which Berth does not cache)
-    is its own workload: its spec and status are what the limits can read."""
+    """`protocol.controlled_key` of a controller → the workload above it: a ReplicaSet's
+    Deployment, from the caches, for the pods of the ReplicaSet's own namespace only (a
+    pod elsewhere may name its UID). A ReplicaSet that another kind controls (an Argo
+    Rollout, which Berth does not cache) is its own workload: its spec and status are
+    what the limits can read."""
 
     def __init__(self, replicasets: Store) -> None:
         self.replicasets = replicasets
 
-    def __getitem__(self, uid: str) -> str:
+    def __getitem__(self, key: str) -> str:
+        namespace, _, uid = key.partition("/")
         for replicaset in self.replicasets.by_index("uid", uid):
             above = _deployment_above(replicaset)
-            if above is not None:
+            if above is not None and replicaset["metadata"].get("namespace") == namespace:
                 return above
-        raise KeyError(uid)
+        raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
         return (
-            o["metadata"]["uid"]
-            for o in self.replicasets.store.values()
-            if _deployment_above(o) is not None
+            _key_of(o) for o in self.replicasets.store.values() if _deployment_above(o) is not None
         )
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def _key_of(obj: Object) -> str:
+    return protocol.controlled_key(obj["metadata"].get("namespace") or "", obj["metadata"]["uid"])
 
 
 def _deployment_above(replicaset: Object) -> str | None:
@@ -856,20 +861,22 @@ def _deployment_above(replicaset: Object) -> str | None:
 
 
 class _Workloads(Mapping[str, Object]):
-    """Workload UID → Deployment, StatefulSet or ReplicaSet, from the caches."""
+    """`protocol.controlled_key` of a workload → its Deployment, StatefulSet or
+    ReplicaSet, from the caches: found by UID within the namespace of the key only."""
 
     def __init__(self, stores: list[Store]) -> None:
         self.stores = stores
 
-    def __getitem__(self, uid: str) -> Object:
+    def __getitem__(self, key: str) -> Object:
+        namespace, _, uid = key.partition("/")
         for store in self.stores:
-            found = store.by_index("uid", uid)
-            if found:
-                return found[0]
-        raise KeyError(uid)
+            for found in store.by_index("uid", uid):
+                if found["metadata"].get("namespace") == namespace:
+                    return found
+        raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
-        return (o["metadata"]["uid"] for s in self.stores for o in s.store.values())
+        return (_key_of(o) for s in self.stores for o in s.store.values())
 
     def __len__(self) -> int:
         return sum(len(s.store) for s in self.stores)

@@ -112,7 +112,7 @@ class Candidate(PodFacts):
         "rank",
         "reservation_first",
         "workload",
-        "workload_uid",
+        "workload_key",
     )
 
     def __init__(self, job: Object, *, pod: Object) -> None:
@@ -126,7 +126,8 @@ class Candidate(PodFacts):
         self.rank = first_keys(self)
         self.age = last_keys(job)
         self.failure: Decision | None = None
-        self.workload_uid: str | None = None
+        self.workload_key: str | None = None
+        """`controlled_key` of the pod's workload: its UID within the pod's namespace."""
         self.workload: Workload | None = None
         self.order: tuple[Any, ...] = ()
         self.pdbs: tuple[PdbIndex, list[tuple[str, Object]]] | None = None

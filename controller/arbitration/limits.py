@@ -97,9 +97,9 @@ def _pdb(c: Candidate, r: Round) -> Wait | None:
 def _workload_migrating(c: Candidate, r: Round) -> Wait | None:
     """maxMigratingPerWorkload: Running and admitted jobs of the workload."""
     w = c.workload
-    if w is None or c.workload_uid is None:
+    if w is None or c.workload_key is None:
         return None
-    migrating = r.per_workload.get(c.workload_uid, 0)
+    migrating = r.per_workload.get(c.workload_key, 0)
     if migrating < w.max_migrating:
         return None
     return WaitReason.MAX_MIGRATING_PER_WORKLOAD, (
@@ -164,10 +164,10 @@ def _object_limiter(c: Candidate, r: Round) -> Wait | None:
     any window of `duration`; maxMigrating reads as maxMigratingPerWorkload does (a count,
     a percentage of the replicas, or 0 for the size table)."""
     limiter, w = r.rates.object_limiter, c.workload
-    if limiter is None or w is None or c.workload_uid is None:
+    if limiter is None or w is None or c.workload_key is None:
         return None
     limit = max_per_workload(limiter.max_migrating, w.expected)
-    count = len(r.rates.window.get(c.workload_uid, ()))
+    count = len(r.rates.window.get(c.workload_key, ()))
     if count < limit:
         return None
     return WaitReason.OBJECT_LIMITERS, (

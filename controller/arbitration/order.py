@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from berth.api import PodMigrationJobPhase, keys
-from berth.protocol import annotations_of
+from berth.protocol import annotations_of, controlled_key
 from berth.scheduling import qos_class
 from controller.arbitration.objects import Object, pod_key, same_objects
 
@@ -56,14 +56,14 @@ def last_keys(job: Object) -> tuple[str, str]:
 
 def sort_key(c: Candidate, history: History, migrating: Mapping[str, int]) -> tuple[Any, ...]:
     """The candidate's place in the order; `migrating` counts Running jobs per workload."""
-    uid = c.workload_uid
-    if uid is None:
+    workload = c.workload_key
+    if workload is None:
         return (*c.rank, history.failures.get(c.key, 0), 0, 0, *c.age)
     return (
         *c.rank,
         history.failures.get(c.key, 0),
-        history.migrations.get(uid, 0),
-        migrating.get(uid, 0),
+        history.migrations.get(workload, 0),
+        migrating.get(workload, 0),
         *c.age,
     )
 
@@ -88,7 +88,7 @@ def sorted_in_steps(items: Sequence[T], key: Callable[[T], Any]) -> list[T]:
 
 class History:
     """What the finished jobs say: failed jobs per pod (namespace/name) and migrations
-    per workload (UID), for the order."""
+    per workload (`protocol.controlled_key`), for the order."""
 
     def __init__(self, jobs: Sequence[Object]) -> None:
         self.jobs = tuple(jobs)
@@ -99,7 +99,7 @@ class History:
                 self.failures[pod_key(job)] += 1
             workload = annotations_of(job).get(keys.WORKLOAD)
             if workload:
-                self.migrations[workload] += 1
+                self.migrations[controlled_key(pod_key(job).partition("/")[0], workload)] += 1
 
     def holds(self, jobs: Sequence[Object]) -> bool:
         """Whether these counts were made from these very objects."""

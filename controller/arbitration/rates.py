@@ -39,8 +39,8 @@ class LimiterState:
     admissions: TokenBucket = TokenBucket()
     """flowControlQPS/flowControlBurst."""
     workload_admissions: Mapping[str, tuple[datetime, ...]] = field(default_factory=dict)
-    """objectLimiters.workload: when jobs of each workload (by UID) were admitted, within
-    the window."""
+    """objectLimiters.workload: when jobs of each workload (`protocol.controlled_key`)
+    were admitted, within the window."""
 
 
 class Rates:
@@ -87,12 +87,12 @@ class Rates:
             return self.flow_wait
         return None
 
-    def admitted(self, workload_uid: str | None) -> None:
+    def admitted(self, workload: str | None) -> None:
         """Take a job admitted now (of this workload, if it has one) off the limiters."""
         self.evict_tokens -= 1
         self.flow_tokens -= 1
-        if workload_uid and self.object_limiter is not None:
-            self.window.setdefault(workload_uid, []).append(self.now)
+        if workload and self.object_limiter is not None:
+            self.window.setdefault(workload, []).append(self.now)
 
     def state(self) -> LimiterState:
         """The rate limiters' state to hand to the next round."""
@@ -102,7 +102,7 @@ class Rates:
             admissions=(
                 TokenBucket(self.flow_tokens, now) if args.flow_control_qps else TokenBucket()
             ),
-            workload_admissions={uid: tuple(times) for uid, times in self.window.items()},
+            workload_admissions={key: tuple(times) for key, times in self.window.items()},
         )
 
 

@@ -17,7 +17,7 @@ from operator import attrgetter
 from typing import Literal, NamedTuple
 
 from berth.api import ALREADY_MIGRATING, PodMigrationJobReason, keys
-from berth.protocol import annotations_of
+from berth.protocol import annotations_of, controlled_key
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
 from controller.arbitration.candidates import Candidate, PodFacts
@@ -56,13 +56,15 @@ class Snapshot:
     pods: Mapping[str, Object]
     """Pods by "namespace/name"."""
     workload_of: Mapping[str, str]
-    """Controller UID → UID of the workload above it (a ReplicaSet's Deployment); any
-    other controller is its own workload, and a pod's workload is its controller's."""
+    """`controlled_key` of a controller → UID of the workload above it in its namespace
+    (a ReplicaSet's Deployment); any other controller is its own workload, and a pod's
+    workload is its controller's."""
     workloads: Mapping[str, Object] = field(default_factory=dict)
-    """Workload UID → the workload object; its spec.replicas is the expected replicas."""
+    """`controlled_key` of a workload → the workload object; its spec.replicas is the
+    expected replicas."""
     pods_of_workload: Mapping[str, Sequence[Object]] = field(default_factory=dict)
-    """Workload UID → its pods; read only for owners whose status reports no
-    availableReplicas."""
+    """`controlled_key` of a workload → its pods; read only for owners whose status
+    reports no availableReplicas."""
     pdbs: Sequence[Object] = ()
     """PodDisruptionBudgets (policy/v1)."""
     nodes: Mapping[str, Object] = field(default_factory=dict)
@@ -188,14 +190,16 @@ class Round:
             pod = None  # a new pod of the same name: the job's pod is gone
         facts = self.facts_of(pod) if pod is not None else None
         node = annotations.get(keys.SOURCE_NODE) or (facts.node if facts else None)
-        workload = annotations.get(keys.WORKLOAD) or (
-            self.workload_uid(facts.controller) if facts else None
+        namespace = key.partition("/")[0]
+        uid = annotations.get(keys.WORKLOAD) or (
+            self.workload_uid(facts.controller, namespace) if facts else None
         )
+        workload = controlled_key(namespace, uid) if uid else None
         self.migrating.add(key)
         self.total += 1
         if node:
             self.per_node[node] += 1
-        self.per_namespace[key.partition("/")[0]] += 1
+        self.per_namespace[namespace] += 1
         if workload:
             self.per_workload[workload] += 1
             self.workloads.in_flight[workload] += 1
@@ -234,8 +238,9 @@ class Round:
             if c.failure is not None:
                 failed.append(c.failure)
                 continue
-            c.workload_uid = uid = workload_uid(c.controller)
-            c.workload = workload(uid, c.namespace) if uid else None
+            uid = workload_uid(c.controller, c.namespace)
+            c.workload_key = controlled_key(c.namespace, uid) if uid else None
+            c.workload = workload(c.workload_key) if c.workload_key else None
             c.order = sort_key(c, history, per_workload)
             candidates.append(c)
         return candidates
@@ -250,10 +255,12 @@ class Round:
             )
         return c
 
-    def workload_uid(self, controller: str | None) -> str | None:
-        """The workload of a pod with this controller: the one above the controller, or
-        the controller itself."""
-        return self.snapshot.workload_of.get(controller, controller) if controller else None
+    def workload_uid(self, controller: str | None, namespace: str) -> str | None:
+        """The workload of a pod of `namespace` with this controller: the one above the
+        controller, or the controller itself."""
+        if not controller:
+            return None
+        return self.snapshot.workload_of.get(controlled_key(namespace, controller), controller)
 
     def facts_of(self, pod: Object) -> PodFacts:
         """The pod's facts, read again only from an object the last round did not see."""
@@ -309,9 +316,9 @@ class Round:
         self.total += 1
         self.per_node[c.node] += 1
         self.per_namespace[c.namespace] += 1
-        if c.workload_uid and c.workload:
-            self.per_workload[c.workload_uid] += 1
+        if c.workload_key and c.workload:
+            self.per_workload[c.workload_key] += 1
             c.workload.available -= c.healthy
         if c.healthy:
             self.disruptions.take(c)
-        self.rates.admitted(c.workload_uid if c.workload else None)
+        self.rates.admitted(c.workload_key if c.workload else None)

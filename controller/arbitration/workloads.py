@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from berth.eviction import is_healthy
-from berth.protocol import controlled_key, is_terminal_pod
+from berth.protocol import is_terminal_pod
 from berth.settings import MigrationControllerArgs
 from controller.arbitration.objects import Object, object_key
 
@@ -58,28 +58,30 @@ class Workloads:
     ) -> None:
         self.snapshot, self.last, self.migrating = snapshot, last, migrating
         self.healthy_in_flight: defaultdict[str, int] = defaultdict(int)
-        """Per workload, Running jobs' pods that its status still counts as available."""
+        """Per workload (`protocol.controlled_key`, as every count here), Running jobs'
+        pods that its status still counts as available."""
         self.in_flight: defaultdict[str, int] = defaultdict(int)
         """Per workload, its Running jobs: each pod is leaving, or its replacement not yet
         running, so at most `expected` less these are available, whatever a status that
         lags behind a pod's deletion still says."""
         self.read: dict[str, tuple[Object, Workload]] = {}
-        """Workload UID → (object, its limits before this round's counts), for the next
+        """Workload → (object, its limits before this round's counts), for the next
         round's memo; only kinds whose status reports availability."""
         self.built: dict[str, Workload] = {}
 
-    def get(self, uid: str, namespace: str) -> Workload:
-        """The limits and availability in this round of the workload `uid` of a pod in
-        `namespace` (its pods are found there only: `protocol.controlled_key`)."""
-        key = controlled_key(namespace, uid)
+    def get(self, key: str) -> Workload:
+        """The limits and availability in this round of the workload `key`
+        (`protocol.controlled_key`: its UID within the namespace of its pods, which are
+        found there only, as its object is)."""
         found = self.built.get(key)
         if found is None:
-            found = self.built[key] = self._build(uid, key)
+            found = self.built[key] = self._build(key)
         return found
 
-    def _build(self, uid: str, key: str) -> Workload:
+    def _build(self, key: str) -> Workload:
         snapshot, args = self.snapshot, self.snapshot.args
-        obj = snapshot.workloads.get(uid)
+        uid = key.partition("/")[2]
+        obj = snapshot.workloads.get(key)
         if obj is None or obj.get("kind") not in REPORTS_AVAILABLE:
             # A finished pod (a Job's, Succeeded) is no replica the workload runs.
             running = [p for p in snapshot.pods_of_workload.get(key, ()) if not is_terminal_pod(p)]
@@ -87,17 +89,17 @@ class Workloads:
                 1 for pod in running if is_healthy(pod) and object_key(pod) not in self.migrating
             )
             return workload_limits(uid, obj, running, available=available, args=args)
-        known = self.last.get(uid)
+        known = self.last.get(key)
         if known is None or known[0] is not obj:
             available = (obj.get("status") or {}).get("availableReplicas") or 0
             replicas = (obj.get("spec") or {}).get("replicas")
             pods = () if isinstance(replicas, int) else snapshot.pods_of_workload.get(key, ())
             known = (obj, workload_limits(uid, obj, pods, available=available, args=args))
-        self.read[uid] = known
+        self.read[key] = known
         w = known[1]
         available = min(
-            w.available - self.healthy_in_flight.get(uid, 0),
-            w.expected - self.in_flight.get(uid, 0),
+            w.available - self.healthy_in_flight.get(key, 0),
+            w.expected - self.in_flight.get(key, 0),
         )
         return replace(w, available=available)
 

@@ -432,9 +432,14 @@ def test_the_workload_of_a_replicaset_is_its_deployment_or_itself() -> None:
     cache.replicasets.put(replicaset("of-deployment", "Deployment"))
     cache.replicasets.put(replicaset("of-rollout", "Rollout"))
     workload_of = cache.frozen().workload_of()
-    assert workload_of.get("uid-of-deployment") == "uid-Deployment"
-    assert workload_of.get("uid-of-rollout") is None
-    assert set(workload_of) == {"uid-of-deployment"}
+    assert workload_of.get("default/uid-of-deployment") == "uid-Deployment"
+    assert workload_of.get("default/uid-of-rollout") is None
+    assert set(workload_of) == {"default/uid-of-deployment"}
+    # A pod of another namespace naming that ReplicaSet's UID is none of its pods.
+    assert workload_of.get("other/uid-of-deployment") is None
+    workloads = cache.frozen().workloads()
+    assert workloads["default/uid-of-deployment"]["metadata"]["name"] == "of-deployment"
+    assert workloads.get("other/uid-of-deployment") is None
 
 
 @pytest.mark.parametrize(

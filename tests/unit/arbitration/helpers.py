@@ -65,11 +65,21 @@ def workload_uid(target: Object) -> str | None:
 
 
 def workload_of(pods: Sequence[Object]) -> dict[str, str]:
-    """Controller UID → workload UID, as the controller's caches answer it."""
+    """`controlled_key` of a controller → workload UID, as the controller's caches
+    answer it."""
     return {
-        controller["uid"]: uid
+        controlled_key(p["metadata"]["namespace"], controller["uid"]): uid
         for p in pods
         if (uid := workload_uid(p)) and (controller := protocol.controller_of(p))
+    }
+
+
+def workloads_by_key(workloads: Sequence[Object]) -> dict[str, Object]:
+    """`controlled_key` of each workload → the workload, as the controller's caches
+    answer it."""
+    return {
+        controlled_key(w["metadata"].get("namespace") or "", w["metadata"]["uid"]): w
+        for w in workloads
     }
 
 
@@ -132,7 +142,7 @@ def decide(
         pending=jobs,
         pods={f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods},
         workload_of=workload_of(pods),
-        workloads={w["metadata"]["uid"]: w for w in workloads},
+        workloads=workloads_by_key(workloads),
         pods_of_workload=pods_by_workload,
         nodes={n["metadata"]["name"]: n for n in nodes},
         free={name: _free(value) for name, value in (free or {}).items()},

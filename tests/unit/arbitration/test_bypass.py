@@ -118,7 +118,9 @@ def test_descheduler_evict_annotation_lifts_only_the_retryable_limits(
                 "limiter",
             )
         }
-        admitted = {"uid-web": (T0 - timedelta(minutes=1),)} if setting.get("admitted") else {}
+        admitted = (
+            {"default/uid-web": (T0 - timedelta(minutes=1),)} if setting.get("admitted") else {}
+        )
         limiter = setting.get("limiter") or LimiterState(workload_admissions=admitted)
         result = decide(
             [pending("job-1", web[0], mode=setting.get("mode", "ReservationFirst"))],

@@ -164,6 +164,34 @@ def test_max_migrating_per_workload(
         )
 
 
+def test_a_workload_uid_named_in_another_namespace_is_another_workload() -> None:
+    """Pods may name any UID as their controller: pods of namespace `other` whose
+    controller names web's UID (a ReplicaSet of `default` and the Deployment above it)
+    count neither against web's limits nor read web's status; the garbage collector
+    deletes them, and until then they are a workload of their own namespace."""
+    web, forged = pods_of(count=3), pods_of(count=2, namespace="other", nodes=["node-8"] * 2)
+    in_flight = [running(f"far-{i}", forged[i]) for i in range(2)]
+    decision = one(
+        web[0],
+        pods=[*web, *forged],
+        workloads=[workload(replicas=3)],
+        in_flight=in_flight,
+        maxMigratingPerWorkload=1,
+        maxUnavailablePerWorkload=1,
+        maxMigratingPerNode=0,
+    )
+    assert decision.verdict == "admit"
+    mine = one(
+        web[0],
+        pods=web,
+        workloads=[workload(replicas=3)],
+        in_flight=[running("near-0", web[1])],
+        maxMigratingPerWorkload=1,
+        maxUnavailablePerWorkload=1,
+    )
+    assert (mine.verdict, mine.reason) == ("wait", "MaxMigratingPerWorkload")
+
+
 @pytest.mark.parametrize(
     ("replicas", "available", "limit", "migrating", "ready", "verdict"),
     [

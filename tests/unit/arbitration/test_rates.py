@@ -99,10 +99,10 @@ def test_object_limiters(before: tuple[Any, ...], admitted: list[str], kept: int
         [pending("job-0", web[0], age=10), pending("job-1", web[1])],
         pods=web,
         workloads=[workload()],
-        limiter=LimiterState(workload_admissions={"uid-web": before}),
+        limiter=LimiterState(workload_admissions={"default/uid-web": before}),
         objectLimiters={"workload": {"duration": "5m", "maxMigrating": 1}},
         **LOOSE,
     )
     assert [n for n, v in verdicts(result).items() if v == "admit"] == admitted
     assert of(result, "job-1").reason == "ObjectLimiters"
-    assert len(result.limiter.workload_admissions["uid-web"]) == kept
+    assert len(result.limiter.workload_admissions["default/uid-web"]) == kept

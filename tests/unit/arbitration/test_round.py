@@ -31,6 +31,7 @@ from tests.unit.arbitration.helpers import (
     tweaked,
     verdicts,
     workload_of,
+    workloads_by_key,
 )
 from tests.unit.builders import T0, pdb, pod, workload
 
@@ -121,7 +122,7 @@ def round_with(
             in_flight=(),
             pods={f"default/{p['metadata']['name']}": p for p in pods},
             workload_of=workload_of(pods),
-            workloads={w["metadata"]["uid"]: w for w in workloads},
+            workloads=workloads_by_key(workloads),
             args=args,
             memo=memo,
             now=T0,
