@@ -147,7 +147,22 @@ class Interceptor:
             return passed
         now, default_ttl = datetime.now(UTC), self.settings.default_job_ttl
         for attempt in range(1, evictions.ATTEMPTS + 1):
-            job, created = await self._job(pod, eviction, attempt, made=made)
+            try:
+                job, created = await self._job(pod, eviction, attempt, made=made)
+            except KubeError as error:
+                if not refused_outright(error):
+                    raise
+                # No job was made, and a retry would be refused the same way: holding
+                # the eviction back would block the drain for good.
+                if made is not None:
+                    made.clear()
+                passed = Pass(
+                    "JobRefused",
+                    f"the API server refused to create its PodMigrationJob ({error}); the "
+                    "eviction goes ahead as asked",
+                )
+                self.event(pod, "EvictionAllowed", passed.message, event_type="Warning")
+                return passed
             if created or not evictions.stale(job, now=now, default_ttl=default_ttl):
                 break
         name = job["metadata"]["name"]
@@ -243,6 +258,13 @@ class Interceptor:
         task = asyncio.create_task(self.recorder.record(pod, reason, message, event_type))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+
+def refused_outright(error: KubeError) -> bool:
+    """Whether the API server refused a create without making anything: a client error
+    (bad request, no right, no such resource, an admission policy or a validation rule
+    said no), not a conflict, a timeout or throttling, whose retry may fare otherwise."""
+    return 400 <= error.status < 500 and error.status not in (408, 409, 429)
 
 
 def _count(result: metrics.EvictionResult, reason: str) -> None:

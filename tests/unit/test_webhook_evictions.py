@@ -6,13 +6,14 @@ import asyncio
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
+from unittest.mock import AsyncMock
 
 import orjson
 import pytest
 
 from berth import web
 from berth.api import ALREADY_MIGRATING, keys
-from berth.kube.client import NAMESPACES, Kube
+from berth.kube.client import NAMESPACES, Kube, KubeError
 from berth.settings import MigrationControllerArgs
 from tests.served import served
 from tests.unit.builders import T0, job, later, pod, reservation, with_status
@@ -476,6 +477,49 @@ async def test_an_eviction_whose_job_may_exist_is_not_let_through() -> None:
     assert result["allowed"] is False
     assert result["status"]["code"] == 429
     assert "eviction-uid-web-1" in result["status"]["message"]
+
+
+class _RefusingCreates(_SlowCreates):
+    """An API server that refuses every job create with `status` (an admission policy,
+    a quota, a validation rule), or throttles it."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status = status
+
+    async def create(self, _resource: Any, body: dict[str, Any], **_: Any) -> Any:
+        self.created.append(body["metadata"]["name"])
+        raise KubeError(self.status, {"reason": "Forbidden", "message": "denied by policy"})
+
+
+@pytest.mark.parametrize(("status", "let_through"), [(403, True), (422, True), (429, False)])
+async def test_a_job_create_refused_outright_lets_the_eviction_through(
+    status: int, let_through: bool
+) -> None:
+    """A refused create made no job, and every retry would be refused the same way:
+    answering 429 would block the drain for good. A throttled create is retried."""
+    kube = _RefusingCreates(status)
+    interceptor = Interceptor(
+        cast(Kube, kube),
+        interception=Interception(MigrationControllerArgs()),
+        reservations={},
+        deadline=5,
+    )
+    interceptor.recorder.record = AsyncMock()  # type: ignore[method-assign]
+    app = web.App()
+    app.post("/", interceptor.labelled)
+    async with served(app) as client:
+        answer = await client.post("/", data=eviction_review())
+        result = (await answer.json())["response"]
+    assert kube.created == ["eviction-uid-web-1"]
+    assert result["allowed"] is let_through
+    if let_through:
+        _pod, reason, message, kind = interceptor.recorder.record.call_args.args
+        assert (reason, kind) == ("EvictionAllowed", "Warning")
+        assert "refused to create its PodMigrationJob" in message
+        assert f"HTTP {status}" in message
+    else:
+        assert result["status"]["code"] == 429
 
 
 @pytest.mark.parametrize(
