@@ -73,9 +73,9 @@ EVICTION_REVIEWS = Counter(
     "is migrated by a PodMigrationJob; reason JobCreated or JobInProgress), passed (the "
     "eviction goes ahead; reason BerthEviction, DryRun, ControllerDryRun, EvictionPolicy, "
     "NotOptedIn, NamespaceExcluded, RequesterNotListed, PodNotFound, OtherPod, "
-    "NotMigratable, JobEnded, JobMismatch or JobRefused), gone (404: a retry on the replacement of a "
-    "migrated pod; AlreadyMigrated), error (the API server failed; the eviction goes "
-    "ahead), malformed (refused).",
+    "NotMigratable, JobEnded, JobMismatch or JobRefused), gone (404: a retry on the "
+    "replacement of a migrated pod; AlreadyMigrated), error (the API server failed; the "
+    "eviction goes ahead), malformed (refused).",
     ["result", "reason"],
 )
 

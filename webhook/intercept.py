@@ -146,25 +146,12 @@ class Interceptor:
         if passed:
             return passed
         now, default_ttl = datetime.now(UTC), self.settings.default_job_ttl
-        for attempt in range(1, evictions.ATTEMPTS + 1):
-            try:
-                job, created = await self._job(pod, eviction, attempt, made=made)
-            except KubeError as error:
-                if not refused_outright(error):
-                    raise
-                # No job was made, and a retry would be refused the same way: holding
-                # the eviction back would block the drain for good.
-                if made is not None:
-                    made.clear()
-                passed = Pass(
-                    "JobRefused",
-                    f"the API server refused to create its PodMigrationJob ({error}); the "
-                    "eviction goes ahead as asked",
-                )
-                self.event(pod, "EvictionAllowed", passed.message, event_type="Warning")
-                return passed
-            if created or not evictions.stale(job, now=now, default_ttl=default_ttl):
-                break
+        try:
+            job, created = await self._current_job(pod, eviction, now=now, made=made)
+        except KubeError as error:
+            if not refused_outright(error):
+                raise
+            return self.refused(pod, error, made=made)
         name = job["metadata"]["name"]
         answer = evictions.verdict(job, pod, now=now, default_ttl=default_ttl)
         if isinstance(answer, Deny) and created:
@@ -204,6 +191,32 @@ class Interceptor:
             if error.not_found:
                 return None
             raise
+
+    def refused(self, pod: Object, error: KubeError, *, made: list[str] | None) -> Pass:
+        """The job's create was refused outright: no job was made, and a retry would be
+        refused the same way, so holding the eviction back would block the drain for
+        good."""
+        if made is not None:
+            made.clear()
+        passed = Pass(
+            "JobRefused",
+            f"the API server refused to create its PodMigrationJob ({error}); the eviction "
+            "goes ahead as asked",
+        )
+        self.event(pod, "EvictionAllowed", passed.message, event_type="Warning")
+        return passed
+
+    async def _current_job(
+        self, pod: Object, eviction: Eviction, *, now: datetime, made: list[str] | None
+    ) -> tuple[Object, bool]:
+        """The pod's job for this eviction, made now (True) or found: the first of its
+        `evictions.ATTEMPTS` names not taken by a stale job."""
+        default_ttl = self.settings.default_job_ttl
+        for attempt in range(1, evictions.ATTEMPTS + 1):
+            job, created = await self._job(pod, eviction, attempt, made=made)
+            if created or not evictions.stale(job, now=now, default_ttl=default_ttl):
+                break
+        return job, created
 
     async def _job(
         self, pod: Object, eviction: Eviction, attempt: int, *, made: list[str] | None
