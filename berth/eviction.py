@@ -12,7 +12,10 @@ Objects are the API server's dicts; these functions are pure.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
 
 from berth import protocol
 from berth.api import keys
@@ -105,3 +108,34 @@ def delete_options_problem(options: object) -> str | None:
     if policy is not None and policy not in PROPAGATION_POLICIES:
         return f".propagationPolicy {policy!r} is not one of {', '.join(PROPAGATION_POLICIES)}"
     return None
+
+
+SOFT_EVICTION_INITIATOR = "PodMigrationJob/"
+"""How the soft-eviction annotation Berth writes names who triggered it: the job, after
+this prefix."""
+
+
+def soft_eviction(job: str, delete_options: Mapping[str, Any], now: datetime) -> str:
+    """The value of `keys.SOFT_EVICTION` that the SoftEviction policy writes on the pod of
+    job `job`: when, why, who triggered it, and the delete options to use."""
+    return json.dumps(
+        {
+            "timestamp": now.isoformat(),
+            "reason": "PodMigrationJob",
+            "initiator": f"{SOFT_EVICTION_INITIATOR}{job}",
+            "deleteOptions": dict(delete_options),
+        }
+    )
+
+
+def soft_evicted_by(pod: Object) -> str | None:
+    """The job whose soft eviction the pod carries (`soft_eviction`), or None: none, or
+    one that someone else wrote."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.SOFT_EVICTION)
+    try:
+        initiator = json.loads(value).get("initiator") if isinstance(value, str) else None
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(initiator, str) or not initiator.startswith(SOFT_EVICTION_INITIATOR):
+        return None
+    return initiator.removeprefix(SOFT_EVICTION_INITIATOR) or None

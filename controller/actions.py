@@ -83,6 +83,8 @@ class Evict:
     placement: Object = field(default_factory=dict)
     """The replacement's tolerations, node selector and required node affinity
     (`build.replacement_placement`)."""
+    job: str = ""
+    """The job evicting the pod, named in a soft eviction's annotation."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ cache fails instead of overwriting newer state.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 
 from berth import metrics, protocol
 from berth.api import keys
+from berth.eviction import soft_eviction
 from berth.kube.client import (
     JSON_PATCH,
     NODES,
@@ -225,13 +225,7 @@ class Executor:
                     PODS, action.name, namespace=action.namespace, uid=action.uid, options=options
                 )
             elif action.policy == EvictionPolicy.SOFT_EVICTION:
-                value = json.dumps(
-                    {
-                        "timestamp": datetime.now(UTC).isoformat(),
-                        "reason": "PodMigrationJob",
-                        "deleteOptions": options,
-                    }
-                )
+                value = soft_eviction(action.job, options, datetime.now(UTC))
                 # The UID in the patch is the precondition: a new pod of that name (a
                 # StatefulSet's) fails validation ("field is immutable") untouched.
                 patch = {

@@ -9,8 +9,10 @@ from berth.api import (
     PodMigrationJobConditionType,
     PodMigrationJobPhase,
     PodMigrationJobReason,
+    keys,
 )
 from berth.api.times import read_time
+from berth.eviction import soft_evicted_by
 from controller.actions import Action, Event, Plan
 from controller.jobs.consumable import closing
 from controller.jobs.view import (
@@ -22,6 +24,7 @@ from controller.jobs.view import (
     Object,
     evict,
     fail,
+    job_name,
     pod_gone,
     pod_key,
     released,
@@ -69,7 +72,18 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
             f"gone at {deleted}: a finalizer, an unreachable node or a long grace period "
             f"keeps it); {released(view)}",
         )
-    if deleted or (view.job["spec"].get("paused") and not expired):
+    soft = soft_evicted_by(view.pod) == job_name(view)
+    if soft and expired:
+        return fail(
+            view,
+            status,
+            reason=Reason.TIMEOUT,
+            message=f"TTL expired while pod {pod_key(view)}, annotated for soft eviction "
+            f"({keys.SOFT_EVICTION}), was still there: nothing acting on that annotation "
+            f"evicted it; the annotation is removed and {released(view)}",
+        )
+    if deleted or soft or (view.job["spec"].get("paused") and not expired):
+        # Terminating, or annotated: whatever acts on the annotation removes the pod.
         return Plan().again_in(WAIT_POLL)
     if expired:
         return fail(

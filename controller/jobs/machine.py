@@ -18,8 +18,8 @@ from berth.api import (
     parse_duration,
 )
 from berth.api.times import read_time
-from berth.eviction import delete_options_problem
-from berth.kube.client import PODMIGRATIONJOBS
+from berth.eviction import delete_options_problem, soft_evicted_by
+from berth.kube.client import PODMIGRATIONJOBS, PODS
 from berth.settings import REPLACEMENT_GRACE
 from controller.actions import Delete, Event, Patch, Plan
 from controller.arbitration.candidates import Candidate
@@ -64,7 +64,7 @@ def decide(view: JobView) -> Plan:
     expired = due is not None and view.now >= due
     eviction = condition(status, PodMigrationJobConditionType.EVICTION)
     evicting = eviction is not None
-    if view.pod is not None and not pod_gone(view) and not (evicting and _eviction_sent(view.pod)):
+    if view.pod is not None and not pod_gone(view) and not (evicting and _eviction_sent(view)):
         # Arbitration's rules, run again on the pod as it is now, before any eviction
         # and before each further attempt: one refused (a PDB), or held back before it
         # was sent (its place's node cordoned moments before, a restart).
@@ -79,12 +79,12 @@ def decide(view: JobView) -> Plan:
     return after_eviction(view, status, expired=expired)
 
 
-def _eviction_sent(pod: Object) -> bool:
-    """Whether an eviction reached the pod: it is terminating, or carries the SoftEviction
-    policy's annotation."""
-    metadata = pod.get("metadata") or {}
-    return bool(metadata.get("deletionTimestamp")) or keys.SOFT_EVICTION in (
-        metadata.get("annotations") or {}
+def _eviction_sent(view: JobView) -> bool:
+    """Whether the job's eviction reached its pod: it is terminating, or carries this
+    job's soft eviction (`berth.eviction.soft_evicted_by`)."""
+    assert view.pod is not None
+    return bool(view.pod["metadata"].get("deletionTimestamp")) or (
+        soft_evicted_by(view.pod) == job_name(view)
     )
 
 
@@ -194,10 +194,23 @@ def _finished(view: JobView, status: Object) -> Plan:
     if marks:
         patch = {"metadata": {"annotations": marks}}
         plan.then(Patch(PODMIGRATIONJOBS, job_name(view), patch))
-    plan.then(*release(view, status).actions, *collected.actions)
+    plan.then(*release(view, status).actions, *_soft_eviction_withdrawn(view), *collected.actions)
     if collected.requeue_after is not None:
         plan.again_in(collected.requeue_after)
     return plan
+
+
+def _soft_eviction_withdrawn(view: JobView) -> tuple[Patch, ...]:
+    """A pod this job annotated for soft eviction, still there once the job has ended
+    (its TTL, an abort): the annotation goes. Whatever acts on it would otherwise evict
+    the pod later, with no Reservation holding a place for it. UID-guarded: a new pod of
+    the same name fails the patch untouched."""
+    pod = view.pod
+    if pod is None or soft_evicted_by(pod) != job_name(view):
+        return ()
+    metadata = pod["metadata"]
+    patch = {"metadata": {"uid": metadata["uid"], "annotations": {keys.SOFT_EVICTION: None}}}
+    return (Patch(PODS, metadata["name"], patch, namespace=metadata.get("namespace")),)
 
 
 def _collect(view: JobView, marks: dict[str, str | None]) -> Plan:

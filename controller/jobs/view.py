@@ -239,4 +239,5 @@ def evict(view: JobView) -> Evict:
         placement=build.replacement_placement(
             view.pod, where=reserved is not None and own_reservation(view.job, reserved)
         ),
+        job=job_name(view),
     )

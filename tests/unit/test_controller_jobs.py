@@ -12,6 +12,7 @@ import pytest
 
 from berth import protocol
 from berth.api import keys
+from berth.eviction import soft_eviction
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
@@ -496,12 +497,18 @@ def test_a_pod_forbidden_since_admission_is_never_evicted(
     )
 
 
+SOFT = soft_eviction("job-1", {}, T0)
+"""The soft eviction job-1 writes on its pod."""
+
+
 @pytest.mark.parametrize(
     ("sent", "forbidden"),
     [
         pytest.param({}, True, id="held back before it was sent"),
         pytest.param({"deletionTimestamp": ts(later(1))}, False, id="terminating"),
-        pytest.param({"annotations": {**NEVER, keys.SOFT_EVICTION: "{}"}}, False, id="soft"),
+        pytest.param({"annotations": {**NEVER, keys.SOFT_EVICTION: SOFT}}, False, id="soft"),
+        # Someone else's soft eviction is not this job's: it was not sent.
+        pytest.param({"annotations": {**NEVER, keys.SOFT_EVICTION: "{}"}}, True, id="not ours"),
     ],
 )
 def test_a_pod_forbidden_while_its_eviction_waits_is_never_evicted(
@@ -517,6 +524,42 @@ def test_a_pod_forbidden_while_its_eviction_waits_is_never_evicted(
     refused = "Event:ForbiddenMigratePod" in kinds(plan)
     assert refused is forbidden, kinds(plan)
     assert not any(isinstance(a, Evict) for a in plan.actions) or not forbidden
+
+
+def test_a_soft_eviction_is_sent_once_and_withdrawn_when_its_job_ends_with_the_pod_there() -> None:
+    """SoftEviction only annotates the pod; whatever acts on the annotation evicts it. The
+    job waits for that without annotating it again; at its TTL it fails saying so, and
+    the annotation goes (UID-guarded): acted on later, it would evict the pod with no
+    Reservation holding a place. Another's soft eviction on the pod is left alone."""
+    soft = MigrationControllerArgs.model_validate({"evictionPolicy": "SoftEviction"})
+    annotated = pod(annotations={keys.SOFT_EVICTION: SOFT})
+
+    def plan(job_obj: dict[str, Any], pod_obj: dict[str, Any], at: datetime) -> Any:
+        seen = view(job_obj=job_obj, pod_obj=pod_obj, rsv=OPEN, now=at)
+        return jobs.decide(dataclasses.replace(seen, args=soft))
+
+    fresh = plan(job(conditions=EVICTING), pod(), later(5))
+    assert any(isinstance(a, Evict) and a.job == "job-1" for a in fresh.actions)
+    waiting = plan(job(conditions=EVICTING), annotated, later(5))
+    assert waiting.actions == []
+    assert waiting.requeue_after is not None
+    expired = plan(job(conditions=EVICTING), annotated, later(400))
+    assert kinds(expired) == ["UpdateStatus:podmigrationjobs", "Event:Timeout"]
+    message = status_of(expired)["message"]
+    assert "annotated for soft eviction" in message
+    assert "nothing was evicted" not in message
+    ended = job(phase="Failed", conditions=EVICTING)
+    [withdrawn] = [
+        a
+        for a in plan(ended, annotated, later(401)).actions
+        if isinstance(a, Patch) and a.namespace
+    ]
+    assert withdrawn.patch == {
+        "metadata": {"uid": "uid-web-1", "annotations": {keys.SOFT_EVICTION: None}}
+    }
+    others = pod(annotations={keys.SOFT_EVICTION: soft_eviction("job-2", {}, T0)})
+    assert not any(isinstance(a, Patch) for a in plan(ended, others, later(401)).actions)
+    assert not any(isinstance(a, Patch) for a in plan(ended, pod(), later(401)).actions)
 
 
 def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> None:
