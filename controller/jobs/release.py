@@ -36,6 +36,10 @@ def release(view: JobView, status: Object) -> Plan:
         return Plan().then(Delete(RESERVATIONS, meta["name"], uid=meta["uid"]))
     if protocol.phase(reservation) in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
         return Plan()
+    if view.owner is not None and (view.owner.get("spec") or {}).get("nodeName"):
+        # Used: its recorded owner is bound. The Reservation's own pass records it
+        # Succeeded (Allocated), which a release here, coming first, would make Failed.
+        return Plan()
     released = copy.deepcopy(reservation)
     released["status"] = with_condition(
         {**(reservation.get("status") or {}), "phase": ReservationPhase.FAILED},

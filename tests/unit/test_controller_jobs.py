@@ -2074,6 +2074,22 @@ def test_finished_job_after_eviction_releases_its_reservation() -> None:
     assert update.obj["status"]["phase"] == "Failed"
 
 
+def test_a_job_ended_with_its_replacement_bound_leaves_the_reservation_to_record_its_use() -> None:
+    """The job Succeeded on seeing its replacement bound and Ready; the Reservation's own
+    pass records it Succeeded (Allocated). A release coming first would make it Failed
+    (Released), as if its place had not been used."""
+    used = reservation(phase="Available", node="node-1")
+    used["status"]["currentOwners"] = [{"namespace": "default", "name": "web-2", "uid": "u2"}]
+    replacement = pod("web-2", node="node-1")
+    done = job(phase="Succeed", conditions=EVICTING)
+    assert view_plan(job_obj=done, rsv=used, owner=replacement).actions == []
+    unbound = pod("web-2", node=None)
+    aborted = job(phase="Aborted", conditions=EVICTING)
+    assert kinds(view_plan(job_obj=aborted, rsv=used, owner=unbound)) == [
+        "UpdateStatus:reservations"
+    ]
+
+
 def test_rolled_back_job_deletes_even_an_expired_reservation() -> None:
     plan = view_plan(job_obj=job(phase="Failed"), rsv=reservation(phase="Failed"))
     assert kinds(plan) == ["Delete:reservations"]
