@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from berth import protocol
 from berth.api import ReservationPhase
 from berth.protocol import Object
-from berth.resources import POD_SLOT, Resources, add, node_charge, parse_resources, subtract
+from berth.resources import (
+    POD_SLOT,
+    Resources,
+    add,
+    maximum,
+    node_charge,
+    parse_resources,
+    subtract,
+)
 
 DELETED = "DELETED"
 
@@ -97,6 +105,10 @@ class Ledger:
         self._records: dict[str, protocol.Placeholder] = {}  # Reservation -> its placeholder
         self._naming: dict[str, set[str]] = {}  # Reservation -> UIDs of pods that name it
         self._placeholder_of: dict[str, str] = {}  # pod UID -> Reservation, as charged
+        # Reservation -> the most its placeholders were charged (a runtime class's
+        # overhead included, which status.allocatable leaves out), kept once they are
+        # gone: what the Reservation holds in handover is at least that.
+        self._placeholder_charged: dict[str, Resources] = {}
 
     # ----- events ---------------------------------------------------------------------
 
@@ -135,6 +147,8 @@ class Ledger:
     def on_reservation(self, kind: str, reservation: Object) -> None:
         name = reservation["metadata"]["name"]
         old = self._reservations.pop(name, None)
+        if kind == DELETED:
+            self._placeholder_charged.pop(name, None)
         for uid in old.owners if old else ():
             if self._owners.get(uid) == name:
                 del self._owners[uid]
@@ -273,6 +287,8 @@ class Ledger:
             self._placeholder_of[uid] = placeholder_for
             if not entry.terminal:
                 self._live_placeholders.setdefault(placeholder_for, set()).add(uid)
+                charged = self._placeholder_charged.get(placeholder_for, {})
+                self._placeholder_charged[placeholder_for] = maximum(charged, entry.requests)
 
     def _uncharge(self, uid: str, entry: PodEntry) -> None:
         if entry.claim is not None:
@@ -304,7 +320,8 @@ class Ledger:
                 del self._handover[node]
         reservation = self._reservations.get(name)
         if reservation is not None and self._in_handover(reservation):
-            self._handover.setdefault(reservation.node, {})[name] = reservation.held
+            held = maximum(reservation.held, self._placeholder_charged.get(name, {}))
+            self._handover.setdefault(reservation.node, {})[name] = held
             self._handover_node[name] = reservation.node
 
     def _in_handover(self, reservation: _Reservation) -> bool:

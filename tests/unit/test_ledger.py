@@ -411,6 +411,29 @@ def test_promised_counts_bound_placeholders_and_handover() -> None:
     assert free_cpu(ledger, "node-0") == Decimal(2)
 
 
+def test_a_handover_holds_the_overhead_its_placeholder_was_charged() -> None:
+    """A runtime class's overhead is charged on the placeholder (the API server sets it on
+    every pod of the class) and on the owner alike, but status.allocatable leaves it out:
+    once the placeholder is gone, the handover holds what it was charged, overhead
+    included, so that no other pod takes that part of the place."""
+    with_overhead = pod("r-placeholder", cpu="2", node="node-0", placeholder="r")
+    with_overhead["spec"]["overhead"] = {"cpu": "500m"}
+    ledger = ledger_after(
+        [
+            ("reservation", "ADDED", reservation("r")),
+            ("pod", "ADDED", with_overhead),
+            ("pod", "ADDED", pod("other", cpu="3", node="node-0")),
+        ]
+    )
+    assert free_cpu(ledger, "node-0") == Decimal("2.5")
+    ledger.on_reservation("MODIFIED", R_OWNED)
+    ledger.on_pod("DELETED", with_overhead)
+    assert free_cpu(ledger, "node-0") == Decimal("2.5")
+    assert ledger.handover("node-0")["r"]["cpu"] == Decimal("2.5")
+    ledger.on_reservation("DELETED", R_OWNED)
+    assert free_cpu(ledger, "node-0") == Decimal(5)
+
+
 def forged(name: str, **change: Any) -> dict[str, Any]:
     """A 2-CPU pod on node-0 that says it is r's placeholder, altered as asked."""
     obj = pod(name, cpu="2", node="node-0", placeholder="r")
