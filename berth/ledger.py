@@ -314,9 +314,9 @@ class Ledger:
         """Put the Reservation in or out of handover after anything it depends on changed."""
         node = self._handover_node.pop(name, None)
         if node is not None:
-            held = self._handover[node]
-            del held[name]
-            if not held:
+            on_node = self._handover[node]
+            del on_node[name]
+            if not on_node:
                 del self._handover[node]
         reservation = self._reservations.get(name)
         if reservation is not None and self._in_handover(reservation):

@@ -592,6 +592,8 @@ class _Connection(asyncio.Protocol):
                     version=head.version,
                 )
             )
+            limits = self.site.limits
+            self.arm(limits.header_timeout if self.buffer else limits.idle_timeout)
             return True
         self.refuse(refused, head)
         return False

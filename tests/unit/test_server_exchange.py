@@ -293,6 +293,23 @@ async def test_a_client_that_does_not_read_is_not_read_from(site: tuple[Echo, _S
     writer.close()
 
 
+async def test_a_request_turned_away_leaves_its_connection_the_idle_deadline() -> None:
+    """After a refusal that keeps the connection (404, the body read), the next request
+    may come within the idle deadline, as after an answer: not within what was left of
+    the refused request's header deadline."""
+    limits = Limits(header_timeout=1.0, idle_timeout=60.0)
+    async with listening(Echo().app(), host="127.0.0.1", port=0, limits=limits) as listened:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listened.port)
+        writer.write(post("/nowhere", b"{}"))
+        assert (await answer(reader))[0] == 404
+        [connection] = listened.connections
+        assert connection.deadline is not None
+        assert connection.deadline - asyncio.get_running_loop().time() > 30
+        writer.write(post("/echo", b"{}"))
+        assert (await answer(reader))[0] == 200
+        writer.close()
+
+
 async def test_a_stopping_server_closes_idle_connections() -> None:
     served = Echo()
     async with listening(served.app(), host="127.0.0.1", port=0) as listened:
