@@ -22,6 +22,7 @@ from berth import metrics, web
 from berth.kube.client import NAMESPACES, NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
+from berth.scheduling import node_refusal
 from berth.settings import MigrationControllerArgs
 from webhook import evictions, review
 from webhook.evictions import Answer, Deny, Eviction, Gone, Pass
@@ -236,7 +237,7 @@ class Interceptor:
     async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
         """`Gone` when the pod is the replacement of a pod this requester's eviction had
         migrated (`evictions.already_migrated`). Rare: one GET of the job, and, when the
-        job says so, one of the replacement's node to see it is not cordoned."""
+        job says so, one of the replacement's node to see it is not being drained."""
         name = evictions.replaced_in(pod, self.reservations)
         if name is None:
             return None
@@ -247,24 +248,28 @@ class Interceptor:
                 return None
             raise
         gone = evictions.already_migrated(
-            job, pod, eviction=eviction, now=datetime.now(UTC), cordoned=False
+            job, pod, eviction=eviction, now=datetime.now(UTC), draining=False
         )
         if gone is None:
             return None
         # The node is read only for an eviction that would be answered 404 otherwise.
         node = (pod.get("spec") or {}).get("nodeName")
-        if isinstance(node, str) and node and await self.cordoned(node):
+        if isinstance(node, str) and node and await self.draining(node, pod):
             return None
         return gone
 
-    async def cordoned(self, node: str) -> bool:
+    async def draining(self, node: str, pod: Object) -> bool:
+        """Whether `node` takes no new pod like `pod` (`berth.scheduling.node_refusal`):
+        cordoned, or tainted NoSchedule or NoExecute against it, as Cluster Autoscaler
+        (ToBeDeletedByClusterAutoscaler) and Karpenter (karpenter.sh/disrupted) mark a
+        node they are draining to remove it."""
         try:
             found = await self.kube.get(NODES, node)
         except KubeError as error:
             if error.not_found:
                 return False
             raise
-        return bool((found.get("spec") or {}).get("unschedulable"))
+        return node_refusal(found, pod.get("spec") or {}) is not None
 
     def event(self, pod: Object, reason: str, message: str, event_type: str = "Normal") -> None:
         """Record an event on the pod without holding the answer up for it."""

@@ -328,13 +328,13 @@ def test_a_retry_on_the_replacement_is_answered_gone(
     user: str, after: timedelta, gone: bool
 ) -> None:
     answer = already_migrated(
-        migrated_by(user), REPLACEMENT, eviction=EVICTION, now=T0 + after, cordoned=False
+        migrated_by(user), REPLACEMENT, eviction=EVICTION, now=T0 + after, draining=False
     )
     assert isinstance(answer, Gone) == gone
 
 
 @pytest.mark.parametrize(
-    ("replacement", "eviction", "cordoned"),
+    ("replacement", "eviction", "draining"),
     [
         # The pod the job migrated, still there: not a replacement.
         (pod(), EVICTION, False),
@@ -348,16 +348,49 @@ def test_a_retry_on_the_replacement_is_answered_gone(
     ],
 )
 def test_an_eviction_of_the_replacement_that_is_no_retry_is_not_answered_gone(
-    replacement: dict[str, Any], eviction: Eviction, cordoned: bool
+    replacement: dict[str, Any], eviction: Eviction, draining: bool
 ) -> None:
     answer = already_migrated(
         migrated_by(ADMIN),
         replacement,
         eviction=eviction,
         now=T0 + timedelta(seconds=10),
-        cordoned=cordoned,
+        draining=draining,
     )
     assert answer is None
+
+
+class _Node:
+    """An API server holding one node, `spec` as given."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+
+    async def get(self, _resource: Any, name: str, _namespace: str | None = None) -> Any:
+        return {"metadata": {"name": name}, "spec": self.spec}
+
+
+@pytest.mark.parametrize(
+    ("spec", "draining"),
+    [
+        ({}, False),
+        ({"unschedulable": True}, True),
+        # Cluster Autoscaler and Karpenter taint a node they remove; they do not cordon it.
+        ({"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}, True),
+        ({"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}, True),
+        ({"taints": [{"key": "soon", "effect": "PreferNoSchedule"}]}, False),
+    ],
+)
+async def test_the_replacements_node_is_drained_when_it_takes_no_new_pod_like_it(
+    spec: dict[str, Any], draining: bool
+) -> None:
+    interceptor = Interceptor(
+        cast(Kube, _Node(spec)),
+        interception=Interception(MigrationControllerArgs()),
+        reservations={},
+        deadline=5,
+    )
+    assert await interceptor.draining("node-2", REPLACEMENT) is draining
 
 
 # --- the wire ---------------------------------------------------------------
