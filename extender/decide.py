@@ -281,11 +281,13 @@ class Pending:
     requests: Resources
     reserved: tuple[str, str] | None
     """`(reservation, node)` when the pod is a Reservation's recorded owner."""
-    placeholder: bool
     reservation_pod: bool
     """The pod names a Reservation as its controller, recorded as its placeholder or not
-    (yet): such a pod never preempts past a PodDisruptionBudget. What a pod says of itself
-    is enough here: it only ever takes something away from the pod."""
+    (yet): such a pod never preempts past a PodDisruptionBudget, and is scored by the
+    placement strategy (the controller records a placeholder only once its create is
+    answered, and kube-scheduler may score it before). What a pod says of itself is
+    enough here: it only ever takes something away from the pod, or orders the nodes for
+    that pod alone."""
 
 
 def pod_name(pod: Object) -> str:
@@ -297,7 +299,6 @@ def pending(ledger: Ledger, pod: Object) -> Pending:
     return Pending(
         requests=node_charge(pod.get("spec") or {}),
         reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
-        placeholder=ledger.placeholder_of_pod(pod) is not None,
         reservation_pod=placeholder_reservation(pod) is not None,
     )
 
@@ -390,7 +391,7 @@ def filter_nodes(ledger: Ledger, args: ExtenderArgs) -> Object:
 def prioritize(ledger: Ledger, args: ExtenderArgs, *, placement: Placement) -> list[Object]:
     """`HostPriorityList`: a 0 to 10 score for every candidate node."""
     pod = pending(ledger, args.pod)
-    if pod.reserved is None and not pod.placeholder:
+    if pod.reserved is None and not pod.reservation_pod:
         # Any other pod scores the maximum on a node where nothing is promised: only the
         # few nodes with a Reservation on them are worked out.
         promising = ledger.promising_nodes()
@@ -416,7 +417,7 @@ def score(ledger: Ledger, pod: Pending, node: str, *, placement: Placement) -> i
     if pod.reserved is not None:
         return MAX_SCORE if node == pod.reserved[1] else 0
     allocatable = ledger.allocatable(node)
-    if pod.placeholder:
+    if pod.reservation_pod:
         free = ledger.free(node)
         if allocatable is None or free is None:
             return 0

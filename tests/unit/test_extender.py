@@ -274,12 +274,14 @@ def scores(ledger: Ledger, args: dict[str, Any], placement: Placement) -> dict[s
             {"node-0": 10, "node-1": 5, "node-2": 6},
             id="forged placeholder label",
         ),
-        # So does an owner reference to it: only the pod the Reservation records is one.
+        # An owner reference to it is enough to be scored as one (kube-scheduler may score
+        # the placeholder before the controller records it): a pod that forges it orders
+        # the nodes for itself alone.
         pytest.param(
             {"cpu": "2", "placeholder": "new", "uid": "uid-forger"},
             Placement.SPREAD,
-            {"node-0": 10, "node-1": 5, "node-2": 6},
-            id="forged owner reference",
+            {"node-0": 9, "node-1": 5, "node-2": 7},
+            id="placeholder not recorded yet",
         ),
         # Others: promised to Reservations 0/8, 4/8 (handover), 3/8 (placeholder).
         pytest.param(
