@@ -186,6 +186,14 @@ class Webhook:
             looked_up = created_by_controller(controller_of(pod), creator_of(request))
             workload_uid = await self.workload_uid(pod) if looked_up else None
             decision = decide(request, reservations=reservations, workload_uid=workload_uid)
+        if isinstance(decision, Skip) and decision.recheck is not None:
+            reread = await self.reread(decision.recheck)
+            if reread is not None:
+                decision = decide(
+                    request,
+                    reservations={**reservations, decision.recheck: reread},
+                    workload_uid=workload_uid,
+                )
         stale = worth_a_fresh_look(decision, pod, reservations, looked_up, workload_uid)
         if stale:
             opened = await self.refresh(stale)
@@ -239,6 +247,15 @@ class Webhook:
             elif is_consumable(fresh):
                 opened[name] = fresh
         return opened
+
+    async def reread(self, name: str) -> Object | None:
+        """The Reservation `name` as the API server has it now (None: not found, or not
+        read)."""
+        try:
+            return await self.kube.get(RESERVATIONS, name)
+        except KubeError as error:
+            log.warning("could not re-read reservation %s: %s", name, error)
+            return None
 
     async def workload_uid(self, pod: Object) -> str | None:
         """The top-level workload of a pod whose controller is a ReplicaSet the API server

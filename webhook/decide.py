@@ -61,6 +61,11 @@ class Skip:
     unconfirmed: bool = False
     """Decided without the pod's top-level workload, which could change it: worth asking
     the API server for the pod's ReplicaSet and deciding again."""
+    recheck: str | None = None
+    """The Reservation the pod's claim names, which this cache shows open to any claim:
+    a review reinvoked moments after the claim may come before the cache has seen it,
+    and the pod then needs its patch again (a later webhook may have changed its
+    affinity or gates). Worth reading from the API server and deciding again."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +235,8 @@ def _reassert(
     if not _waits_for(reservation, token):
         return Skip(
             f"carries claim {fingerprint(token)} for reservation {name}, "
-            "which no longer waits for it"
+            "which no longer waits for it",
+            recheck=name if is_consumable(reservation) else None,
         )
     if not matches_owner(reservation, pod, workload_uid=workload_uid):
         return Skip(

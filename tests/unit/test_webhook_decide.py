@@ -216,8 +216,9 @@ def requests(**values: str) -> dict[str, Any]:
             ("r1", TOKEN),
             id="reinvoked",
         ),
-        # A token the cache does not see on the Reservation buys nothing: a reinvoked pod
-        # already carries its whole patch, and a forged token must not get the gate.
+        # A token the cache does not see on the Reservation buys nothing on this cache (a
+        # forged token must not get the gate); an open one is read again (`recheck`: a
+        # reinvocation may come before the cache shows its claim).
         pytest.param(
             [claimed_by("r1")],
             [reservation("r1")],
@@ -338,6 +339,25 @@ def test_decide(
     else:
         assert isinstance(decision, Claim)
         assert [r["metadata"]["name"] for r in decision.candidates] == expected
+
+
+@pytest.mark.parametrize(
+    ("cached", "recheck"),
+    [
+        (reservation("r1"), "r1"),  # open, unclaimed: this cache may lag the claim
+        (reservation("r1", claim="other"), None),
+        (reservation("r1", consumable=False), None),
+        (reservation("r1", claim=TOKEN, phase="Succeeded"), None),
+    ],
+)
+def test_a_claim_the_cache_does_not_show_on_an_open_reservation_is_worth_a_read(
+    cached: dict[str, Any], recheck: str | None
+) -> None:
+    decision = decide(
+        request(claimed_by("r1")), reservations=by_name(cached), workload_uid=REPLICASET_UID
+    )
+    assert isinstance(decision, Skip)
+    assert decision.recheck == recheck
 
 
 def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:

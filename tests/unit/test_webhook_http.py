@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from berth.api import keys
+from berth.kube.client import RESERVATIONS
 from tests.served import served
 from tests.unit.webhook_cases import (
     DEPLOYMENT_UID,
@@ -170,6 +171,34 @@ async def test_reinvocation_answers_from_the_cache_alone(
     assert answer["patchType"] == "JSONPatch"
     patched = apply_patch(partly_bound["object"], json.loads(base64.b64decode(answer["patch"])))
     assert patched["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
+
+
+async def test_a_reinvocation_before_the_cache_shows_the_claim_reads_the_reservation(
+    http: aiohttp.ClientSession, webhook: Webhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reinvoked moments after its claim, the pod may reach a replica whose cache still
+    shows the Reservation open, unclaimed; a later webhook may have replaced its affinity
+    or gates. The Reservation is read again, and the pod gets its patch back."""
+    webhook.reservations.put(reservation("r1"))
+    reads: list[str] = []
+
+    async def get(resource: Any, name: str, _namespace: str | None = None) -> Any:
+        if resource != RESERVATIONS:  # the pod's ReplicaSet, confirmed
+            return {"metadata": {"name": name, "namespace": NAMESPACE, "uid": REPLICASET_UID}}
+        reads.append(name)
+        return reservation("r1", claim=TOKEN)
+
+    monkeypatch.setattr(webhook.kube, "get", get)
+    partly_bound = request(claimed_by("r1"))
+    response = await http.post("/mutate-pod", data=review_body(request=partly_bound))
+    answer = (await response.json())["response"]
+    assert reads == ["r1"]
+    patched = apply_patch(partly_bound["object"], json.loads(base64.b64decode(answer["patch"])))
+    assert patched["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
+    # A token of its own making buys nothing more for being read again.
+    forged = request(claimed_by("r1", token="forged"))
+    response = await http.post("/mutate-pod", data=review_body(request=forged))
+    assert "patch" not in (await response.json())["response"]
 
 
 async def test_a_rollouts_pod_reinvoked_is_judged_by_its_deployment_as_when_it_claimed(
