@@ -39,6 +39,7 @@ from berth.resources import (
     parse_resources,
     subtract,
 )
+from berth.scheduling import HostPort, host_ports
 
 DELETED = "DELETED"
 
@@ -75,6 +76,8 @@ class _Reservation:
     node: str
     owners: frozenset[str]
     held: Resources
+    ports: frozenset[HostPort]
+    """The host ports of its template, which its placeholder took on the node."""
 
 
 def held_by(reservation: Object) -> Resources:
@@ -158,8 +161,12 @@ class Ledger:
         node = protocol.node_of(reservation)
         if kind != DELETED and node and protocol.phase(reservation) == ReservationPhase.AVAILABLE:
             owners = frozenset(protocol.owner_uids(reservation))
+            template = (reservation.get("spec") or {}).get("template") or {}
             self._reservations[name] = _Reservation(
-                node=node, owners=owners, held=held_by(reservation)
+                node=node,
+                owners=owners,
+                held=held_by(reservation),
+                ports=host_ports(template.get("spec") or {}),
             )
             for uid in owners:
                 self._owners[uid] = name
@@ -215,6 +222,11 @@ class Ledger:
     def handover(self, node: str) -> Mapping[str, Resources]:
         """The Reservations in handover on the node, with what each holds."""
         return self._handover.get(node, {})
+
+    def held_ports(self, reservation: str) -> frozenset[HostPort]:
+        """The host ports a Reservation in handover holds: its placeholder took them."""
+        found = self._reservations.get(reservation)
+        return found.ports if found is not None else frozenset()
 
     def handover_nodes(self) -> Set[str]:
         """The nodes with a Reservation in handover: a view, read it before any event."""

@@ -4,8 +4,8 @@ Some of Berth's decisions repeat a judgement the scheduler or the API server mak
 pods a label selector names, whether another node could take a pod (arbitration's
 nodeFit), which QoS class a pod has. Read differently, a decision would promise what the
 scheduler then refuses, so these readings live in one place. Only the hard rules are
-here (required affinity, NoSchedule and NoExecute taints); preferences, inter-pod
-affinity, spreading and ports stay the scheduler's business.
+here (required affinity, NoSchedule and NoExecute taints, host ports); preferences,
+inter-pod affinity and spreading stay the scheduler's business.
 
 Objects are the API server's dicts; these functions are pure.
 """
@@ -249,3 +249,31 @@ def qos_class(pod: Object) -> str:
     if best_effort:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
+
+
+# ----- host ports -------------------------------------------------------------------------
+
+HostPort = tuple[int, str, str]
+"""`(hostPort, protocol, hostIP)` as the NodePorts plugin reads a container port:
+protocol TCP and host IP 0.0.0.0 (every address) when not given."""
+
+ANY_ADDRESS = "0.0.0.0"
+
+
+def host_ports(spec: Mapping[str, Any]) -> frozenset[HostPort]:
+    """The host ports the pod's containers (init containers too) take on its node."""
+    return frozenset(
+        (port["hostPort"], port.get("protocol") or "TCP", port.get("hostIP") or ANY_ADDRESS)
+        for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+        for port in container.get("ports") or ()
+        if port.get("hostPort")
+    )
+
+
+def ports_conflict(first: HostPort, second: HostPort) -> bool:
+    """Whether two pods taking these host ports cannot share a node (the NodePorts
+    plugin's HostPortInfo): the same port and protocol, on the same address or on every
+    address."""
+    return first[:2] == second[:2] and (
+        first[2] == second[2] or ANY_ADDRESS in (first[2], second[2])
+    )

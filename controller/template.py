@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from berth.resources import pod_requests
+from berth.scheduling import host_ports
 from controller.status import UNREADABLE, unreadable
 
 Object = dict[str, Any]
@@ -157,22 +158,13 @@ def _affinity(user: Mapping[str, Any], _own: Mapping[str, Any]) -> str | None:
 def _host_ports(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
     """No host port the pod does not use: the placeholder takes its containers' host
     ports on its node, which would let a job's creator hold any port there."""
-    mine = _host_ports_of(own)
-    extra = sorted(_host_ports_of(user) - mine)
+    mine = host_ports(own)
+    extra = sorted(host_ports(user) - mine)
     return (
         f"containers: hostPort {extra[0][0]}/{extra[0][1]} is not one of the pod's"
         if extra
         else None
     )
-
-
-def _host_ports_of(spec: Mapping[str, Any]) -> set[tuple[int, str, str]]:
-    return {
-        (port["hostPort"], port.get("protocol") or "TCP", port.get("hostIP") or "")
-        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-        for port in container.get("ports") or []
-        if port.get("hostPort")
-    }
 
 
 def _requests(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:

@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from berth.ledger import Ledger
 from berth.protocol import Object, placeholder_reservation
 from berth.resources import Resources, add, fits, node_charge, subtract
+from berth.scheduling import HostPort, host_ports, ports_conflict
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +282,7 @@ class Pending:
     requests: Resources
     reserved: tuple[str, str] | None
     """`(reservation, node)` when the pod is a Reservation's recorded owner."""
+    ports: frozenset[HostPort]
     reservation_pod: bool
     """The pod names a Reservation as its controller, recorded as its placeholder or not
     (yet): such a pod never preempts past a PodDisruptionBudget, and is scored by the
@@ -299,6 +301,7 @@ def pending(ledger: Ledger, pod: Object) -> Pending:
     return Pending(
         requests=node_charge(pod.get("spec") or {}),
         reserved=ledger.reserved_for(str(pod["metadata"].get("uid") or "")),
+        ports=host_ports(pod.get("spec") or {}),
         reservation_pod=placeholder_reservation(pod) is not None,
     )
 
@@ -326,6 +329,20 @@ def refusal(
     held = [name for name in ledger.handover(node) if name != own]
     if not held:
         return None
+    for name in held if pod.ports else ():
+        taken = next(
+            (
+                port
+                for port in ledger.held_ports(name)
+                if any(ports_conflict(port, mine) for mine in pod.ports)
+            ),
+            None,
+        )
+        if taken is not None:
+            return Refusal(
+                f"host port {taken[0]}/{taken[1]} held for Reservation {name} in handover",
+                unresolvable=True,  # preempting a pod frees no port the place holds
+            )
     free = ledger.free(node, for_reservation=own)
     if free is None:
         return None

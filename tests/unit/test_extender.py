@@ -235,6 +235,41 @@ def test_filter_with_whole_nodes(ledger: Ledger) -> None:
     assert result["FailedNodes"] == {"node-1": HELD}
 
 
+def with_host_port(port: int, ip: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"containerPort": port, "hostPort": port}
+    if ip is not None:
+        entry["hostIP"] = ip
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("ports", "refused"),
+    [
+        ([with_host_port(8080)], True),
+        ([with_host_port(8080, "10.0.0.7")], True),  # the place holds it on every address
+        ([with_host_port(9090)], False),
+        ([], False),
+    ],
+)
+def test_a_handover_holds_the_host_ports_its_placeholder_took(
+    ledger: Ledger, ports: list[dict[str, Any]], refused: bool
+) -> None:
+    """The placeholder took its template's host ports on the node; once it is gone, no
+    other pod may take them before the owner (the resources aside): preempting frees
+    none, so the node is unresolvable for it. The owner itself takes them."""
+    held = reservation("p", node="node-0", cpu="1", owners=("p-owner",))
+    held["spec"]["template"]["spec"]["containers"][0]["ports"] = [with_host_port(8080)]
+    ledger.on_reservation("ADDED", held)
+    args = scheduled(FILTER_ARGS, cpu="1")
+    args["Pod"]["spec"]["containers"][0]["ports"] = ports
+    result = filter_nodes(ledger, parse_args(args))
+    expected = {"node-0": "host port 8080/TCP held for Reservation p in handover"}
+    assert result["FailedAndUnresolvableNodes"] == (expected if refused else {})
+    owner = scheduled(FILTER_ARGS, cpu="1", uid="p-owner")
+    owner["Pod"]["spec"]["containers"][0]["ports"] = [with_host_port(8080)]
+    assert filter_nodes(ledger, parse_args(owner))["NodeNames"] == ["node-0"]
+
+
 def scores(ledger: Ledger, args: dict[str, Any], placement: Placement) -> dict[str, int]:
     result = prioritize(ledger, parse_args(args), placement=placement)
     assert [entry["Host"] for entry in result] == args["NodeNames"]

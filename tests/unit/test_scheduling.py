@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from berth.scheduling import (
+    host_ports,
     node_affinity_matches,
     node_gates,
     node_refusal,
     node_schedulable,
     parse_selector,
+    ports_conflict,
     qos_class,
     selector_matches,
     taints_tolerated,
@@ -216,3 +218,35 @@ def test_qos_class(containers: list[Object], status: str | None, expected: str) 
     if status:
         target["status"]["qosClass"] = status
     assert qos_class(target) == expected
+
+
+def test_host_ports_default_as_the_scheduler_reads_them() -> None:
+    spec = {
+        "initContainers": [{"ports": [{"containerPort": 53, "hostPort": 53, "protocol": "UDP"}]}],
+        "containers": [
+            {"ports": [{"containerPort": 80}, {"containerPort": 80, "hostPort": 8080}]},
+            {"ports": [{"containerPort": 9, "hostPort": 9, "hostIP": "10.0.0.1"}]},
+        ],
+    }
+    assert host_ports(spec) == {
+        (53, "UDP", "0.0.0.0"),
+        (8080, "TCP", "0.0.0.0"),
+        (9, "TCP", "10.0.0.1"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "conflict"),
+    [
+        ((80, "TCP", "0.0.0.0"), (80, "TCP", "10.0.0.1"), True),
+        ((80, "TCP", "10.0.0.1"), (80, "TCP", "10.0.0.1"), True),
+        ((80, "TCP", "10.0.0.1"), (80, "TCP", "10.0.0.2"), False),
+        ((80, "TCP", "0.0.0.0"), (80, "UDP", "0.0.0.0"), False),
+        ((80, "TCP", "0.0.0.0"), (81, "TCP", "0.0.0.0"), False),
+    ],
+)
+def test_host_ports_conflict_on_one_address_or_every_address(
+    first: tuple[int, str, str], second: tuple[int, str, str], conflict: bool
+) -> None:
+    assert ports_conflict(first, second) is conflict
+    assert ports_conflict(second, first) is conflict
