@@ -28,6 +28,7 @@ old token are ungated by the stray-gate sweep.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -46,7 +47,7 @@ from berth.api.times import read_time
 from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
 from controller import build
 from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
-from controller.build import allocatable_of, placeholder_for
+from controller.build import allocatable_of, placeholder_for, placeholder_prefix
 from controller.status import (
     UNREADABLE,
     deadline,
@@ -495,8 +496,13 @@ def _replace_placeholder(view: ReservationView, status: Object, plan: Plan, *, l
 def placeholder_refused(view: ReservationView, *, status_code: int, message: str) -> Plan:
     """The API server refused to create the placeholder: say why on the Reservation
     (Scheduled=False, `FailedCreate`, and a Warning event, once per message), so that its
-    job does not wait "for the scheduler" until its TTL. The create is tried again."""
+    job does not wait "for the scheduler" until its TTL. The create is tried again,
+    backing off: the name the API server generated for each attempt is left out of the
+    message, which would otherwise differ each time, and each write of it bring the
+    Reservation straight back to the queue, and the create with it."""
     status: Object = dict(view.reservation.get("status") or {})
+    prefix = placeholder_prefix(_name(view))
+    message = re.sub(re.escape(prefix) + r"[a-z0-9]+", f"{prefix}*", message)
     said = (
         f"the placeholder pod cannot be created: the API server answered {status_code}: {message}"
     )

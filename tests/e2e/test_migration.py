@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import Counter
@@ -32,6 +33,7 @@ from tests.e2e.migrate import (
     phase_is,
     ready_pods,
 )
+from tests.e2e.scrape import scrape, total
 
 pytestmark = pytest.mark.e2e
 
@@ -369,7 +371,11 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation(
 ) -> None:
     """A ResourceQuota that allows no more pods refuses the placeholder: the Reservation
     says so (Scheduled=False, FailedCreate, the API server's message) and a Warning event,
-    and holds nothing; once the quota allows it, the placeholder is made and bound."""
+    and holds nothing; the create is tried again, backing off, and said once (the name
+    the API server generates for each attempt is left out of the message: one that
+    differed each time was written each time, and each write brought the Reservation
+    straight back to the queue, a create and an event per write, for the whole TTL); once
+    the quota allows it, the placeholder is made and bound."""
     cluster.apply(deployment("quota"), namespace)
     pod = cluster.wait(lambda: ready_pods(cluster, namespace, "quota", 1), what="the pod")[0]
     quota = {
@@ -387,19 +393,29 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation(
         found = cluster.get("reservation", rsv_name).get("status", {}).get("conditions") or []
         return next((c for c in found if c["type"] == "Scheduled"), {})
 
+    def errors() -> float:
+        """Reservation passes that failed, the refused creates among them."""
+        samples = asyncio.run(scrape(cluster, "berth-controller"))
+        return total(samples, "berth_reconcile_errors_total", kind="rsv")
+
     try:
         refused = cluster.wait(
             lambda: (c := scheduled()).get("reason") == "FailedCreate" and c,
             what="the Reservation to say its placeholder was refused",
         )
         assert "exceeded quota" in refused["message"]
+        assert f'"berth-placeholder-{rsv_name}-*"' in refused["message"]
         assert cluster.get("reservation", rsv_name)["status"].get("phase") != "Available"
-        assert "FailedCreate" in [
-            e["reason"]
+        attempts = errors()
+        cluster.wait(lambda: errors() >= attempts + 2, what="two more attempts at the create")
+        said = [
+            e["message"]
             for e in cluster.get(
                 "events", "-A", f"--field-selector=involvedObject.name={rsv_name}"
             )["items"]
+            if e["reason"] == "FailedCreate"
         ]
+        assert len(set(said)) == 1, said
         cluster.kubectl("delete", "resourcequota", "no-more-pods", "-n", namespace)
         cluster.wait(
             lambda: cluster.get("reservation", rsv_name)["status"].get("phase") == "Available",

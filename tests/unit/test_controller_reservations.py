@@ -585,17 +585,25 @@ def rsv_view(rsv: dict[str, Any]) -> reservations.ReservationView:
 def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once() -> None:
     """A ResourceQuota, Pod Security or an admission webhook refuses the placeholder: the
     Reservation says so (its job would otherwise wait "for the scheduler" until its TTL),
-    once per message; the create is tried again after the API-error back-off."""
+    once per message; the create is tried again after the API-error back-off. The name
+    the API server generated for each attempt is left out: a message that differed each
+    time would be written each time, and each write would bring the Reservation straight
+    back to the queue, and the create with it, without any back-off."""
     rsv = reservation(phase="Pending", node=None)
-    message = 'pods "berth-placeholder-x" is forbidden: exceeded quota: pods'
-    plan = reservations.placeholder_refused(rsv_view(rsv), status_code=403, message=message)
+    prefix = f"berth-placeholder-{rsv['metadata']['name']}-"
+    refused = 'pods "{}" is forbidden: exceeded quota: pods, requested: pods=1'
+    plan = reservations.placeholder_refused(
+        rsv_view(rsv), status_code=403, message=refused.format(prefix + "wdssc")
+    )
     assert kinds(plan) == ["UpdateStatus:reservations", "Event:FailedCreate"]
     scheduled = next(c for c in status_of(plan)["conditions"] if c["type"] == "Scheduled")
     assert scheduled["reason"] == "FailedCreate"
-    assert "answered 403: " + message in scheduled["message"]
+    assert "answered 403: " + refused.format(prefix + "*") in scheduled["message"]
     said = reservation(phase="Pending", node=None)
     said["status"] = status_of(plan)
-    again = reservations.placeholder_refused(rsv_view(said), status_code=403, message=message)
+    again = reservations.placeholder_refused(
+        rsv_view(said), status_code=403, message=refused.format(prefix + "rdv66")
+    )
     assert again.actions == []
 
 
