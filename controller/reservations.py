@@ -501,8 +501,10 @@ def placeholder_refused(view: ReservationView, *, status_code: int, message: str
     message, which would otherwise differ each time, and each write of it bring the
     Reservation straight back to the queue, and the create with it."""
     status: Object = dict(view.reservation.get("status") or {})
-    prefix = placeholder_prefix(_name(view))
-    message = re.sub(re.escape(prefix) + r"[a-z0-9]+", f"{prefix}*", message)
+    # As the API server makes a name of a generateName: at most 58 characters of it,
+    # then 5 random ones (`names.SimpleNameGenerator`).
+    prefix = placeholder_prefix(_name(view))[:58]
+    message = re.sub(re.escape(prefix) + r"[a-z0-9]{5}", f"{prefix}*", message)
     said = (
         f"the placeholder pod cannot be created: the API server answered {status_code}: {message}"
     )

@@ -582,7 +582,8 @@ def rsv_view(rsv: dict[str, Any]) -> reservations.ReservationView:
     )  # fmt: skip
 
 
-def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once() -> None:
+@pytest.mark.parametrize("name", ["rsv-1", "r" * 60])
+def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once(name: str) -> None:
     """A ResourceQuota, Pod Security or an admission webhook refuses the placeholder: the
     Reservation says so (its job would otherwise wait "for the scheduler" until its TTL),
     once per message; the create is tried again after the API-error back-off. The name
@@ -590,7 +591,9 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once() 
     time would be written each time, and each write would bring the Reservation straight
     back to the queue, and the create with it, without any back-off."""
     rsv = reservation(phase="Pending", node=None)
-    prefix = f"berth-placeholder-{rsv['metadata']['name']}-"
+    rsv["metadata"]["name"] = name
+    # The API server keeps 58 characters of a long generateName.
+    prefix = f"berth-placeholder-{name}-"[:58]
     refused = 'pods "{}" is forbidden: exceeded quota: pods, requested: pods=1'
     plan = reservations.placeholder_refused(
         rsv_view(rsv), status_code=403, message=refused.format(prefix + "wdssc")
@@ -600,6 +603,7 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once() 
     assert scheduled["reason"] == "FailedCreate"
     assert "answered 403: " + refused.format(prefix + "*") in scheduled["message"]
     said = reservation(phase="Pending", node=None)
+    said["metadata"]["name"] = name
     said["status"] = status_of(plan)
     again = reservations.placeholder_refused(
         rsv_view(said), status_code=403, message=refused.format(prefix + "rdv66")
