@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -33,11 +35,12 @@ import aiohttp
 
 from berth import metrics, web
 from berth.api import ReservationPhase, keys
-from berth.kube.client import RESERVATIONS, Kube, KubeError
+from berth.kube.client import PODS, RESERVATIONS, Kube, KubeError
 from berth.kube.informer import Informer
 from berth.protocol import (
     Object,
     claim_of,
+    claimed_at,
     controller_of,
     created_by_controller,
     fingerprint,
@@ -47,6 +50,7 @@ from berth.protocol import (
     node_of,
     phase,
     placeholder_namespace,
+    pod_claim,
     top_level_workload,
 )
 from berth.server import Limits, Tls, add_health, add_metrics, cancel_on_signals, serve
@@ -56,7 +60,9 @@ from webhook.decide import (
     Patch,
     Reassert,
     Skip,
+    TakeOver,
     bind_patch,
+    contested,
     creator_of,
     decide,
     opening,
@@ -71,6 +77,10 @@ log = logging.getLogger(__name__)
 API_ERRORS = (KubeError, aiohttp.ClientError, TimeoutError)
 """What a call to the API server may raise: an answer other than 2xx, or no answer (the
 deadline passed)."""
+
+LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+"""What a label's value may be: a claim that is not one (written by hand on the
+Reservation) cannot be looked for, and is not taken over."""
 
 DEADLINE = 2.0
 """Seconds a review's work may take: below the 3 s `timeoutSeconds` of
@@ -174,18 +184,27 @@ class Webhook:
         pod = pod_of(request)
         # Confirming the pod's controller costs a GET (or two): only worth it while some
         # Reservation of its namespace can be claimed at all, which is rare.
-        in_flight = any(is_consumable(r) or opening(r) for r in reservations.values())
+        # A Reservation whose claim no pod may carry is one, for a pod that carries none.
+        unclaimed = pod_claim(pod) is None
+        in_flight = any(
+            is_consumable(r) or opening(r) or (unclaimed and contested(r))
+            for r in reservations.values()
+        )
         # A pod its controller did not create is refused without asking anything.
         looked_up = in_flight and created_by_controller(controller_of(pod), creator_of(request))
         workload_uid = await self.workload_uid(pod) if looked_up else None
-        decision = decide(request, reservations=reservations, workload_uid=workload_uid)
+        decision = decide(
+            request, reservations=reservations, workload_uid=workload_uid, contest=True
+        )
         if isinstance(decision, Skip) and decision.unconfirmed and not looked_up:
             # A pod reinvoked with its claim, matching its Reservation only through the
             # Deployment above its ReplicaSet (a rollout's): that ReplicaSet, confirmed
             # when it claimed, is remembered (`webhook.owners`).
             looked_up = created_by_controller(controller_of(pod), creator_of(request))
             workload_uid = await self.workload_uid(pod) if looked_up else None
-            decision = decide(request, reservations=reservations, workload_uid=workload_uid)
+            decision = decide(
+                request, reservations=reservations, workload_uid=workload_uid, contest=True
+            )
         if isinstance(decision, Skip) and decision.recheck is not None:
             reread = await self.reread(decision.recheck)
             if reread is not None:
@@ -193,13 +212,17 @@ class Webhook:
                     request,
                     reservations={**reservations, decision.recheck: reread},
                     workload_uid=workload_uid,
+                    contest=True,
                 )
         stale = worth_a_fresh_look(decision, pod, reservations, looked_up, workload_uid)
         if stale:
             opened = await self.refresh(stale)
             if opened:
                 decision = decide(
-                    request, reservations={**reservations, **opened}, workload_uid=workload_uid
+                    request,
+                    reservations={**reservations, **opened},
+                    workload_uid=workload_uid,
+                    contest=True,
                 )
         if isinstance(decision, Skip):
             # Why a pod was not bound is worth an INFO line only for a pod that some
@@ -224,6 +247,8 @@ class Webhook:
                 "re-adding what a later webhook removed" if patch else "nothing to add",
             )
             return "reasserted", patch
+        if isinstance(decision, TakeOver):
+            return await self.take_over(pod, decision, attempt)
         return await self.claim(pod, decision, attempt)
 
     def live(self, namespace: str) -> dict[str, Object]:
@@ -291,7 +316,47 @@ class Webhook:
         )
         return "lost", []
 
-    async def claim_one(self, pod: Object, reservation: Object, attempt: Attempt) -> Patch | None:
+    async def take_over(
+        self, pod: Object, decision: TakeOver, attempt: Attempt
+    ) -> tuple[metrics.WebhookResult, Patch]:
+        """Claim anew the first candidate whose claim no pod carries, as the API server
+        has the pods now (a pod that carries it is found by the label of its claim); the
+        claim is conditional on the copy that showed the old claim, so a Reservation that
+        moved on meanwhile (its owner recorded, released, claimed again) is left alone."""
+        namespace = pod["metadata"].get("namespace") or ""
+        for candidate in decision.candidates:
+            old = claim_of(candidate) or ""
+            if not LABEL_VALUE.fullmatch(old) or await self.carried(old, namespace):
+                continue
+            patch = await self.claim_one(pod, candidate, attempt, replacing=old)
+            if patch is not None:
+                since = claimed_at(candidate)
+                now = datetime.now(UTC)
+                log.info(
+                    "pod %s → claimed reservation %s on node %s (claim %s), taken over from "
+                    "claim %s, which no pod carries %ss after it was written (its pod was "
+                    "refused after this webhook claimed for it: a quota, a policy)",
+                    describe(pod),
+                    candidate["metadata"]["name"],
+                    node_of(candidate),
+                    fingerprint(attempt.token),
+                    fingerprint(old),
+                    f"{(now - since).total_seconds():.0f}" if since else "?",
+                )
+                return "claimed", patch
+        return "skipped", []
+
+    async def carried(self, token: str, namespace: str) -> bool:
+        """Whether a pod of `namespace` carries the claim `token`, as the API server has
+        the pods now (a quorum read)."""
+        found = await self.kube.list(
+            PODS, namespace=namespace, label_selector=f"{keys.CLAIM}={token}"
+        )
+        return any(pod_claim(pod) == token for pod in found.get("items") or [])
+
+    async def claim_one(
+        self, pod: Object, reservation: Object, attempt: Attempt, *, replacing: str | None = None
+    ) -> Patch | None:
         """The patch that binds `pod` to `reservation`, now claimed with the attempt's
         token; None when it is no longer to be had.
 
@@ -304,6 +369,8 @@ class Webhook:
         for retry in (False, True):
             try:
                 if retry:
+                    if replacing is not None:
+                        return None  # it moved on: its claim is no longer the one no pod had
                     reservation = await self.kube.get(RESERVATIONS, name)
                     if not is_consumable(reservation):
                         return None

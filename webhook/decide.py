@@ -39,6 +39,7 @@ from berth.protocol import (
     fingerprint,
     is_bindable,
     is_consumable,
+    is_open,
     is_replicaset,
     is_taken,
     matches_owner,
@@ -84,16 +85,32 @@ class Reassert:
     token: str
 
 
-Decision = Skip | Claim | Reassert
+@dataclass(frozen=True)
+class TakeOver:
+    """No Reservation is open to a claim, but these are claimed by a pod that may never
+    have been stored, no owner recorded yet: the claim is written while its pod is being
+    admitted, which may refuse it after (a ResourceQuota, a policy, a validating
+    webhook). Each may be claimed anew, in this order, once the API server shows no pod
+    carrying its claim."""
+
+    candidates: tuple[Object, ...]
+
+
+Decision = Skip | Claim | Reassert | TakeOver
 
 
 def decide(
-    request: Mapping[str, Any], *, reservations: Mapping[str, Object], workload_uid: str | None
+    request: Mapping[str, Any],
+    *,
+    reservations: Mapping[str, Object],
+    workload_uid: str | None,
+    contest: bool = False,
 ) -> Decision:
     """The decision for one AdmissionReview `request`, given the cached `reservations` by
     name. `workload_uid` is the pod's top-level workload (see `berth.protocol.top_level_workload`),
     resolved by the caller through the API server; None when the API server did not
-    confirm the pod's controller, and then the pod takes no Reservation."""
+    confirm the pod's controller, and then the pod takes no Reservation. `contest` lets a
+    claim that no pod may carry be taken over (`TakeOver`)."""
     if request.get("operation") != "CREATE":
         return Skip("not a pod CREATE")
     if request.get("dryRun"):
@@ -115,7 +132,35 @@ def decide(
             f"its controller {controller.get('kind')} {controller.get('name')} "
             f"(uid {controller.get('uid')}) is not confirmed by the API server"
         )
-    return _claim(pod, consumable, workload_uid=workload_uid)
+    decision = _claim(pod, consumable, workload_uid=workload_uid)
+    if isinstance(decision, Skip) and contest:
+        return _take_over(pod, reservations, workload_uid=workload_uid) or decision
+    return decision
+
+
+def _take_over(
+    pod: Object, reservations: Mapping[str, Object], *, workload_uid: str | None
+) -> TakeOver | None:
+    """The open Reservations `pod` would take but for a claim no owner was recorded for,
+    oldest opening first (None: none). A ReplicaSet's pod whose controller the API server
+    did not confirm takes none."""
+    if workload_uid is None and is_replicaset(controller_of(pod) or {}):
+        return None
+    claimed = [
+        r
+        for r in reservations.values()
+        if contested(r)
+        and matches_owner(r, pod, workload_uid=workload_uid)
+        and asks_more(pod, r) is None
+    ]
+    return TakeOver(tuple(sorted(claimed, key=opening_order))) if claimed else None
+
+
+def contested(reservation: Object) -> bool:
+    """Open, claimed, and no owner recorded yet: its claim may be one no pod carries."""
+    return (
+        is_open(reservation) and claim_of(reservation) is not None and not owner_uids(reservation)
+    )
 
 
 def _claim(pod: Object, consumable: list[Object], *, workload_uid: str | None) -> Decision:
@@ -274,16 +319,18 @@ def pod_of(request: Mapping[str, Any]) -> Object:
 
 def bind_patch(pod: Object, *, reservation: Object, token: str) -> Patch:
     """The JSONPatch that binds `pod` to the claimed `reservation`: Berth's scheduling
-    gate, a required node affinity to the Reservation's node, the binding annotations, and
-    Berth's extended resource on the first container (so that kube-scheduler asks the
-    extender about this pod). Only what is missing is added, so a patched pod yields an
-    empty patch."""
+    gate, a required node affinity to the Reservation's node, the binding annotations, the
+    claim as a label too (so that the API server can say whether any pod carries a claim:
+    `TakeOver`), and Berth's extended resource on the first container (so that
+    kube-scheduler asks the extender about this pod). Only what is missing is added, so a
+    patched pod yields an empty patch."""
     node = reservation["status"]["nodeName"]
     allocated = orjson.dumps(
         {"name": reservation["metadata"]["name"], "uid": reservation["metadata"]["uid"]}
     ).decode()
     return [
         *_annotations_patch(pod, {keys.RESERVATION_ALLOCATED: allocated, keys.CLAIM: token}),
+        *_labels_patch(pod, {keys.CLAIM: token}),
         *_gate_patch(pod),
         *_affinity_patch(pod, node),
         *_resource_patch(pod),
@@ -343,6 +390,17 @@ def _annotations_patch(pod: Object, wanted: Mapping[str, str]) -> Patch:
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(wanted)}]
     return [
         {"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value}
+        for key, value in wanted.items()
+        if current.get(key) != value
+    ]
+
+
+def _labels_patch(pod: Object, wanted: Mapping[str, str]) -> Patch:
+    current = pod["metadata"].get("labels")
+    if not current:
+        return [{"op": "add", "path": "/metadata/labels", "value": dict(wanted)}]
+    return [
+        {"op": "add", "path": f"/metadata/labels/{_escape(key)}", "value": value}
         for key, value in wanted.items()
         if current.get(key) != value
     ]

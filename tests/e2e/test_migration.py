@@ -426,6 +426,94 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation(
         cluster.kubectl("delete", "reservation", rsv_name, "--ignore-not-found")
 
 
+def refusing_pods_of(app: str, namespace: str) -> str:
+    """A ValidatingAdmissionPolicy, and its binding, that refuse the pods labelled
+    app=`app` created in `namespace`: as a ResourceQuota, a policy or a validating
+    webhook does, after the mutating webhooks."""
+    name = f"refuse-{namespace}"[:63]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "the-app",
+                    "expression": f"has(object.metadata.labels) && "
+                    f"object.metadata.labels[?'app'].orValue('') == '{app}'",
+                },
+            ],
+            "validations": [{"expression": "false", "message": "refused for the test"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+    return yaml.safe_dump_all([policy, binding])
+
+
+def test_a_replacement_refused_after_its_claim_leaves_the_reservation_to_the_next(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The first replacement is refused after the webhook claimed the Reservation for it
+    (a policy, a quota, a validating webhook: here a ValidatingAdmissionPolicy), and
+    that claim binds no pod. Once pods are let in again, the ReplicaSet's next pod finds
+    no pod carrying the claim (by its label), takes the Reservation over, and the
+    migration ends on the reserved node, well before the controller would release that
+    claim (30 s)."""
+    cluster.apply(deployment("tight"), namespace)
+    [old] = cluster.wait(lambda: ready_pods(cluster, namespace, "tight", 1), what="the pod")
+
+    def refused() -> list[str]:
+        """What the ReplicaSet says of its creates refused (its ReplicaFailure)."""
+        return [
+            c["message"]
+            for rs in cluster.get("replicasets", "-n", namespace, "-l", "app=tight")["items"]
+            for c in (rs.get("status") or {}).get("conditions") or ()
+            if c["type"] == "ReplicaFailure" and "refused for the test" in c["message"]
+        ]
+
+    name, manifest = job_manifest(old, ttl="2m")
+    try:
+        cluster.apply(refusing_pods_of("tight", namespace))
+        cluster.apply(manifest)
+        cluster.wait(refused, what="the first replacement refused after its claim")
+    finally:
+        cluster.kubectl(
+            "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            f"refuse-{namespace}"[:63], "--ignore-not-found",
+        )  # fmt: skip
+    job = cluster.wait(
+        lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job to end", timeout=150
+    )
+    status = job["status"]
+    assert status["phase"] == "Succeed", status
+    [new] = cluster.wait(lambda: ready_pods(cluster, namespace, "tight", 1), what="the new pod")
+    assert new["metadata"]["name"] == status["podRef"]["name"]
+    assert new["spec"]["nodeName"] == status["nodeName"]
+    assert leftovers(cluster, namespace)["gated"] == []
+
+
 def test_a_reservation_the_api_server_refuses_ends_the_job_saying_why(
     cluster: Cluster, namespace: str
 ) -> None:

@@ -66,10 +66,11 @@ CLUSTER_WIDE: dict[str, Grants] = {
         # The top-level workload of a ReplicaSet's pod.
         ("replicasets.apps", ""): {"get"},
         # Eviction interception: the job for the pod (create; on AlreadyExists, get),
-        # the pod an eviction names (the review carries only its name), an Event on it.
+        # the pod an eviction names (the review carries only its name), an Event on it;
+        # the pods carrying a claim (list, by its label) before it is taken over.
         (f"podmigrationjobs.{KOORD}", ""): {"create", "get"},
-        ("pods", ""): {"get"},
-        # Whether the node of a replacement evicted again is cordoned (being drained).
+        ("pods", ""): {"get", "list"},
+        # Whether the node of a replacement evicted again refuses it (being drained).
         ("nodes", ""): {"get"},
         # The label of an eviction's namespace, read again on the labelled path.
         ("namespaces", ""): {"get"},

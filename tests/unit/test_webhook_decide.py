@@ -23,7 +23,15 @@ from tests.unit.webhook_cases import (
     reservation,
     set_in,
 )
-from webhook.decide import Claim, Reassert, Skip, decide, pod_of, worth_a_fresh_look
+from webhook.decide import (
+    Claim,
+    Reassert,
+    Skip,
+    TakeOver,
+    decide,
+    pod_of,
+    worth_a_fresh_look,
+)
 
 
 def closed(name: str) -> dict[str, Any]:
@@ -358,6 +366,42 @@ def test_a_claim_the_cache_does_not_show_on_an_open_reservation_is_worth_a_read(
     )
     assert isinstance(decision, Skip)
     assert decision.recheck == recheck
+
+
+@pytest.mark.parametrize(
+    ("cached", "taken_over"),
+    [
+        (reservation("r1", claim="old"), True),
+        # An owner recorded: the claim was carried.
+        (handed_over(reservation("r1", claim="old")), False),
+        # Made for another workload, or closed: not this pod's to take.
+        (reservation("r1", claim="old", owner_uid="00000000-0000-4000-8000-0000000000aa"), False),
+        (reservation("r1", claim="old", consumable=False), False),
+    ],
+)
+def test_a_claim_no_owner_took_may_be_contested_by_a_pod_of_its_workload(
+    cached: dict[str, Any], taken_over: bool
+) -> None:
+    """A claim is written while its pod is being admitted; refused after that (a quota,
+    a policy), the pod is never stored and the claim binds nothing. The workload's next
+    pod may take the Reservation over: `webhook.app` first asks the API server whether
+    any pod carries the old claim."""
+    decision = decide(
+        request(), reservations=by_name(cached), workload_uid=REPLICASET_UID, contest=True
+    )
+    if taken_over:
+        assert isinstance(decision, TakeOver)
+        assert [r["metadata"]["name"] for r in decision.candidates] == ["r1"]
+    else:
+        assert isinstance(decision, Skip)
+    # Not asked to contest claims, or its ReplicaSet not confirmed: nothing is taken over.
+    for workload_uid, contest in ((REPLICASET_UID, False), (None, True)):
+        assert isinstance(
+            decide(
+                request(), reservations=by_name(cached), workload_uid=workload_uid, contest=contest
+            ),
+            Skip,
+        )
 
 
 def test_decide_uses_the_request_namespace_when_the_pod_has_none() -> None:

@@ -201,6 +201,50 @@ async def test_a_reinvocation_before_the_cache_shows_the_claim_reads_the_reserva
     assert "patch" not in (await response.json())["response"]
 
 
+@pytest.mark.parametrize("carried", [False, True])
+async def test_a_claim_no_pod_carries_is_taken_over_by_the_workloads_next_pod(
+    http: aiohttp.ClientSession, webhook: Webhook, monkeypatch: pytest.MonkeyPatch, carried: bool
+) -> None:
+    """The pod the webhook claimed for was refused after it (a ResourceQuota): the claim
+    binds nothing until the controller releases it. The workload's next pod asks the API
+    server for the pods carrying that claim (by its label); none: it claims the
+    Reservation anew, conditional on the copy that showed the old claim. A pod that
+    carries it keeps it."""
+    webhook.reservations.put(reservation("r1", claim="0ld"))
+    listed: list[str | None] = []
+    patched: list[Any] = []
+    holder = {"metadata": {"name": "web-1", "annotations": {keys.CLAIM: "0ld"}}}
+
+    async def get(_resource: Any, name: str, _namespace: str | None = None) -> Any:
+        return {"metadata": {"name": name, "namespace": NAMESPACE, "uid": REPLICASET_UID}}
+
+    async def list_(_resource: Any, **query: Any) -> Any:
+        listed.append(query.get("label_selector"))
+        return {"items": [holder] if carried else []}
+
+    async def patch(_resource: Any, _name: str, body: Any, **_: Any) -> Any:
+        patched.append(body)
+        return body
+
+    monkeypatch.setattr(webhook.kube, "get", get)
+    monkeypatch.setattr(webhook.kube, "list", list_)
+    monkeypatch.setattr(webhook.kube, "patch", patch)
+    response = await http.post("/mutate-pod", data=review_body())
+    answer = (await response.json())["response"]
+    assert listed == [f"{keys.CLAIM}=0ld"]
+    if carried:
+        assert patched == []
+        assert "patch" not in answer
+        return
+    [claim] = patched
+    assert claim["metadata"]["resourceVersion"] == "7"
+    token = claim["metadata"]["annotations"][keys.CLAIM]
+    assert token != "0ld"
+    pod = apply_patch(REVIEW["request"]["object"], json.loads(base64.b64decode(answer["patch"])))
+    assert pod["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
+    assert pod["metadata"]["labels"][keys.CLAIM] == token
+
+
 async def test_a_rollouts_pod_reinvoked_is_judged_by_its_deployment_as_when_it_claimed(
     http: aiohttp.ClientSession, webhook: Webhook
 ) -> None:
