@@ -344,6 +344,11 @@ class Webhook:
                     f"{(now - since).total_seconds():.0f}" if since else "?",
                 )
                 return "claimed", patch
+        log.info(
+            "pod %s: not bound; reservation %s is claimed by a pod that exists",
+            describe(pod),
+            ", ".join(c["metadata"]["name"] for c in decision.candidates),
+        )
         return "skipped", []
 
     async def carried(self, token: str, namespace: str) -> bool:
