@@ -345,7 +345,7 @@ class Webhook:
                 )
                 return "claimed", patch
         log.info(
-            "pod %s: not bound; reservation %s is claimed by a pod that exists",
+            "pod %s: not bound; reservation %s: claimed by a pod that exists, or changed since",
             describe(pod),
             ", ".join(c["metadata"]["name"] for c in decision.candidates),
         )
