@@ -21,9 +21,9 @@ The checks, in order:
   no UID precondition: without this, it would evict the replacement in turn, gated and
   not yet scheduled (a pod Berth never migrates, below), or bound to its reserved node.
   It is answered 404 (the pod it meant is gone), which drain counts as done. Not when the
-  replacement's node takes no new pod like it (cordoned, or tainted NoSchedule or
-  NoExecute against it, as Cluster Autoscaler and Karpenter mark a node they remove):
-  that is a drain of that node, and the replacement is migrated off it as any pod is.
+  replacement's node is being drained (cordoned, or tainted NoSchedule or NoExecute
+  against it, as Cluster Autoscaler and Karpenter mark a node they remove): that is a
+  drain of that node, and the replacement is migrated off it as any pod is.
 - `screen_pod`: the pod. A pod Berth never migrates (`berth.eviction.forbidden`: no
   controller, DaemonSet, static, not scheduled, terminating, ...) is evicted as asked.
 - `verdict`: the job for the pod (named after the pod's UID, so every replica and every
@@ -257,8 +257,8 @@ def already_migrated(
     `job` was made from: the job is that requester's, its TTL (with `REPLACEMENT_GRACE`)
     has not run out, and `pod` took the name of the pod the job migrated (a retry by name
     reaches a replacement no other way) without being that pod. Not when the eviction
-    names a UID (it means this pod), nor when the replacement's node takes no new pod
-    like it (`draining`: a drain of that node is evicting it)."""
+    names a UID (it means this pod), nor when the replacement's node is being drained
+    (`draining`: a drain of that node is evicting it)."""
     metadata = job["metadata"]
     if (metadata.get("annotations") or {}).get(keys.REQUESTER) != eviction.user:
         return None

@@ -22,7 +22,7 @@ from berth import metrics, web
 from berth.kube.client import NAMESPACES, NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
-from berth.scheduling import node_refusal
+from berth.scheduling import taints_tolerated
 from berth.settings import MigrationControllerArgs
 from webhook import evictions, review
 from webhook.evictions import Answer, Deny, Eviction, Gone, Pass
@@ -149,10 +149,8 @@ class Interceptor:
         now, default_ttl = datetime.now(UTC), self.settings.default_job_ttl
         try:
             job, created = await self._current_job(pod, eviction, now=now, made=made)
-        except KubeError as error:
-            if not refused_outright(error):
-                raise
-            return self.refused(pod, error, made=made)
+        except CreateRefused as refusal:
+            return self.refused(pod, refusal.error, made=made)
         name = job["metadata"]["name"]
         answer = evictions.verdict(job, pod, now=now, default_ttl=default_ttl)
         if isinstance(answer, Deny) and created:
@@ -230,6 +228,8 @@ class Interceptor:
         try:
             return await self.kube.create(PODMIGRATIONJOBS, body), True
         except KubeError as error:
+            if refused_outright(error):
+                raise CreateRefused(error) from error
             if error.status != 409:  # AlreadyExists: another replica, or an earlier retry
                 raise
         return await self.kube.get(PODMIGRATIONJOBS, body["metadata"]["name"]), False
@@ -259,8 +259,8 @@ class Interceptor:
         return gone
 
     async def draining(self, node: str, pod: Object) -> bool:
-        """Whether `node` takes no new pod like `pod` (`berth.scheduling.node_refusal`):
-        cordoned, or tainted NoSchedule or NoExecute against it, as Cluster Autoscaler
+        """Whether `node` is being drained: cordoned (whatever the pod tolerates), or
+        tainted NoSchedule or NoExecute against `pod`, as Cluster Autoscaler
         (ToBeDeletedByClusterAutoscaler) and Karpenter (karpenter.sh/disrupted) mark a
         node they are draining to remove it."""
         try:
@@ -269,13 +269,22 @@ class Interceptor:
             if error.not_found:
                 return False
             raise
-        return node_refusal(found, pod.get("spec") or {}) is not None
+        cordoned = bool((found.get("spec") or {}).get("unschedulable"))
+        return cordoned or not taints_tolerated(pod.get("spec") or {}, found)
 
     def event(self, pod: Object, reason: str, message: str, event_type: str = "Normal") -> None:
         """Record an event on the pod without holding the answer up for it."""
         task = asyncio.create_task(self.recorder.record(pod, reason, message, event_type))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+
+class CreateRefused(Exception):
+    """The job's create was refused outright (`refused_outright`): no job was made."""
+
+    def __init__(self, error: KubeError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def refused_outright(error: KubeError) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 from berth import web
 from berth.api import ALREADY_MIGRATING, keys
-from berth.kube.client import NAMESPACES, Kube, KubeError
+from berth.kube.client import NAMESPACES, PODMIGRATIONJOBS, Kube, KubeError
 from berth.settings import MigrationControllerArgs
 from tests.served import served
 from tests.unit.builders import T0, job, later, pod, reservation, with_status
@@ -370,11 +370,18 @@ class _Node:
         return {"metadata": {"name": name}, "spec": self.spec}
 
 
+TOLERATES_ALL = {
+    **REPLACEMENT,
+    "spec": {**REPLACEMENT["spec"], "tolerations": [{"operator": "Exists"}]},
+}
+
+
 @pytest.mark.parametrize(
     ("spec", "draining"),
     [
         ({}, False),
         ({"unschedulable": True}, True),
+        ({"unschedulable": True, "tolerant": True}, True),  # a cordon is a drain, tolerated or not
         # Cluster Autoscaler and Karpenter taint a node they remove; they do not cordon it.
         ({"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}, True),
         ({"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}, True),
@@ -384,13 +391,15 @@ class _Node:
 async def test_the_replacements_node_is_drained_when_it_takes_no_new_pod_like_it(
     spec: dict[str, Any], draining: bool
 ) -> None:
+    tolerant = spec.pop("tolerant", False)
     interceptor = Interceptor(
         cast(Kube, _Node(spec)),
         interception=Interception(MigrationControllerArgs()),
         reservations={},
         deadline=5,
     )
-    assert await interceptor.draining("node-2", REPLACEMENT) is draining
+    replacement = TOLERATES_ALL if tolerant else REPLACEMENT
+    assert await interceptor.draining("node-2", replacement) is draining
 
 
 # --- the wire ---------------------------------------------------------------
@@ -523,6 +532,38 @@ class _RefusingCreates(_SlowCreates):
     async def create(self, _resource: Any, body: dict[str, Any], **_: Any) -> Any:
         self.created.append(body["metadata"]["name"])
         raise KubeError(self.status, {"reason": "Forbidden", "message": "denied by policy"})
+
+
+class _ExistsThenUnreadable(_SlowCreates):
+    """The job exists (409 on create), and the GET that follows is refused."""
+
+    async def create(self, _resource: Any, body: dict[str, Any], **_: Any) -> Any:
+        self.created.append(body["metadata"]["name"])
+        raise KubeError(409, {"reason": "AlreadyExists", "message": "exists"})
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        if resource == PODMIGRATIONJOBS:
+            raise KubeError(401, {"reason": "Unauthorized", "message": "token rotated"})
+        return await super().get(resource, name, namespace)
+
+
+async def test_a_job_that_exists_but_cannot_be_read_keeps_the_eviction_waiting() -> None:
+    """Only a refused create means no job: a job found to exist, then not read, may run,
+    so the requester is told to retry."""
+    kube = _ExistsThenUnreadable()
+    interceptor = Interceptor(
+        cast(Kube, kube),
+        interception=Interception(MigrationControllerArgs()),
+        reservations={},
+        deadline=5,
+    )
+    app = web.App()
+    app.post("/", interceptor.labelled)
+    async with served(app) as client:
+        answer = await client.post("/", data=eviction_review())
+        result = (await answer.json())["response"]
+    assert result["allowed"] is False
+    assert result["status"]["code"] == 429
 
 
 @pytest.mark.parametrize(("status", "let_through"), [(403, True), (422, True), (429, False)])
