@@ -128,14 +128,24 @@ def soft_eviction(job: str, delete_options: Mapping[str, Any], now: datetime) ->
     )
 
 
-def soft_evicted_by(pod: Object) -> str | None:
-    """The job whose soft eviction the pod carries (`soft_eviction`), or None: none, or
-    one that someone else wrote."""
+def soft_evicted(pod: Object) -> bool:
+    """Whether the pod carries a soft eviction, whoever wrote it: whatever acts on it is
+    to remove the pod."""
+    return keys.SOFT_EVICTION in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+def soft_evicted_by(pod: Object, job: str) -> bool:
+    """Whether the pod's soft eviction is the one job `job` wrote (`soft_eviction`), or
+    one an earlier version of Berth wrote, naming no job (only one job migrates a pod at
+    a time); not one someone else wrote."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.SOFT_EVICTION)
     try:
-        initiator = json.loads(value).get("initiator") if isinstance(value, str) else None
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(initiator, str) or not initiator.startswith(SOFT_EVICTION_INITIATOR):
-        return None
-    return initiator.removeprefix(SOFT_EVICTION_INITIATOR) or None
+        found = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return False
+    if not isinstance(found, dict):
+        return False
+    initiator = found.get("initiator")
+    if initiator is None:
+        return bool(found.get("reason") == "PodMigrationJob")
+    return bool(initiator == f"{SOFT_EVICTION_INITIATOR}{job}")

@@ -12,7 +12,8 @@ from berth.api import (
     keys,
 )
 from berth.api.times import read_time
-from berth.eviction import soft_evicted_by
+from berth.eviction import soft_evicted, soft_evicted_by
+from berth.settings import EvictionPolicy
 from controller.actions import Action, Event, Plan
 from controller.jobs.consumable import closing
 from controller.jobs.view import (
@@ -53,10 +54,13 @@ def start_eviction(view: JobView, status: Object) -> tuple[Object, tuple[Action,
         now=view.now,
     )
     status.update(status=Reason.EVICTING, reason="", message="")
-    return status, (
-        Event(view.job, Reason.EVICTING, f'Try to evict Pod "{pod["namespace"]}/{pod["name"]}"'),
-        evict(view),
-    )
+    event = Event(view.job, Reason.EVICTING, f'Try to evict Pod "{pod["namespace"]}/{pod["name"]}"')
+    eviction = evict(view)
+    if eviction.policy == EvictionPolicy.SOFT_EVICTION and soft_evicted(view.pod):
+        # Annotated already (by someone else): whatever acts on it removes the pod, and
+        # that writer's request is not overwritten.
+        return status, (event,)
+    return status, (event, eviction)
 
 
 def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
@@ -72,15 +76,16 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
             f"gone at {deleted}: a finalizer, an unreachable node or a long grace period "
             f"keeps it); {released(view)}",
         )
-    soft = soft_evicted_by(view.pod) == job_name(view)
+    soft = soft_evicted(view.pod)
     if soft and expired:
+        removed = "removed" if soft_evicted_by(view.pod, job_name(view)) else "left to its writer"
         return fail(
             view,
             status,
             reason=Reason.TIMEOUT,
             message=f"TTL expired while pod {pod_key(view)}, annotated for soft eviction "
             f"({keys.SOFT_EVICTION}), was still there: nothing acting on that annotation "
-            f"evicted it; the annotation is removed and {released(view)}",
+            f"evicted it; the annotation is {removed} and {released(view)}",
         )
     if deleted or soft or (view.job["spec"].get("paused") and not expired):
         # Terminating, or annotated: whatever acts on the annotation removes the pod.

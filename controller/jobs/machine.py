@@ -18,7 +18,7 @@ from berth.api import (
     parse_duration,
 )
 from berth.api.times import read_time
-from berth.eviction import delete_options_problem, soft_evicted_by
+from berth.eviction import delete_options_problem, soft_evicted, soft_evicted_by
 from berth.kube.client import PODMIGRATIONJOBS, PODS
 from berth.settings import REPLACEMENT_GRACE
 from controller.actions import Delete, Event, Patch, Plan
@@ -80,12 +80,10 @@ def decide(view: JobView) -> Plan:
 
 
 def _eviction_sent(view: JobView) -> bool:
-    """Whether the job's eviction reached its pod: it is terminating, or carries this
-    job's soft eviction (`berth.eviction.soft_evicted_by`)."""
+    """Whether an eviction reached the job's pod: it is terminating, or carries a soft
+    eviction (`berth.eviction.soft_evicted`)."""
     assert view.pod is not None
-    return bool(view.pod["metadata"].get("deletionTimestamp")) or (
-        soft_evicted_by(view.pod) == job_name(view)
-    )
+    return bool(view.pod["metadata"].get("deletionTimestamp")) or soft_evicted(view.pod)
 
 
 def _spec_step(view: JobView, status: Object) -> Plan | None:
@@ -206,7 +204,7 @@ def _soft_eviction_withdrawn(view: JobView) -> tuple[Patch, ...]:
     the pod later, with no Reservation holding a place for it. UID-guarded: a new pod of
     the same name fails the patch untouched."""
     pod = view.pod
-    if pod is None or soft_evicted_by(pod) != job_name(view):
+    if pod is None or not soft_evicted_by(pod, job_name(view)):
         return ()
     metadata = pod["metadata"]
     patch = {"metadata": {"uid": metadata["uid"], "annotations": {keys.SOFT_EVICTION: None}}}

@@ -16,6 +16,7 @@ from berth.eviction import soft_eviction
 from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
+from controller.jobs.evict import start_eviction
 from controller.jobs.view import EVICTION_RETRY, evict
 from controller.namespaces import LabelRefused
 from controller.status import micro_timestamp
@@ -507,8 +508,8 @@ SOFT = soft_eviction("job-1", {}, T0)
         pytest.param({}, True, id="held back before it was sent"),
         pytest.param({"deletionTimestamp": ts(later(1))}, False, id="terminating"),
         pytest.param({"annotations": {**NEVER, keys.SOFT_EVICTION: SOFT}}, False, id="soft"),
-        # Someone else's soft eviction is not this job's: it was not sent.
-        pytest.param({"annotations": {**NEVER, keys.SOFT_EVICTION: "{}"}}, True, id="not ours"),
+        # Someone else's soft eviction reached the pod too: whatever acts on it removes it.
+        pytest.param({"annotations": {**NEVER, keys.SOFT_EVICTION: "{}"}}, False, id="not ours"),
     ],
 )
 def test_a_pod_forbidden_while_its_eviction_waits_is_never_evicted(
@@ -557,9 +558,21 @@ def test_a_soft_eviction_is_sent_once_and_withdrawn_when_its_job_ends_with_the_p
     assert withdrawn.patch == {
         "metadata": {"uid": "uid-web-1", "annotations": {keys.SOFT_EVICTION: None}}
     }
-    others = pod(annotations={keys.SOFT_EVICTION: soft_eviction("job-2", {}, T0)})
-    assert not any(isinstance(a, Patch) for a in plan(ended, others, later(401)).actions)
+    # One an earlier version wrote names no job: only one job migrates a pod at a time.
+    legacy = pod(annotations={keys.SOFT_EVICTION: '{"reason": "PodMigrationJob"}'})
+    assert any(isinstance(a, Patch) for a in plan(ended, legacy, later(401)).actions)
+    for value in (soft_eviction("job-2", {}, T0), '{"reason": "another tool"}', "{"):
+        others = pod(annotations={keys.SOFT_EVICTION: value})
+        assert not any(isinstance(a, Patch) for a in plan(ended, others, later(401)).actions)
+        left = status_of(plan(job(conditions=EVICTING), others, later(400)))["message"]
+        assert "the annotation is left to its writer" in left
     assert not any(isinstance(a, Patch) for a in plan(ended, pod(), later(401)).actions)
+    # Annotated by someone else before the eviction: not overwritten, and waited for.
+    status, effects = start_eviction(
+        dataclasses.replace(view(job_obj=job(), pod_obj=others, rsv=OPEN), args=soft), {}
+    )
+    assert not any(isinstance(e, Evict) for e in effects)
+    assert cond(status, "Eviction")["reason"] == "Evicting"
 
 
 def test_nothing_is_opened_or_evicted_until_the_namespace_shows_the_label() -> None:
