@@ -714,18 +714,24 @@ class Caches:
         store = {"ReplicaSet": self.replicasets, "StatefulSet": self.statefulsets}.get(
             str(ref.get("kind"))
         )
-        found = store.by_index("uid", str(ref.get("uid"))) if store is not None else []
+        # Only in the namespace of its replacement: a pod may name another's UID.
+        namespace = protocol.placeholder_namespace(reservation or {})
+
+        def here(objects: list[Object]) -> list[Object]:
+            return [o for o in objects if o["metadata"].get("namespace") == namespace]
+
+        found = here(store.by_index("uid", str(ref.get("uid")))) if store is not None else []
         workload = found[0] if found else None
         parent = protocol.controller_of(workload) if workload is not None else None
         above = (
-            self.deployments.by_index("uid", str(parent.get("uid")))
+            here(self.deployments.by_index("uid", str(parent.get("uid"))))
             if parent is not None and parent.get("kind") == "Deployment"
             else []
         )
         deleted = None
         if store is not None and workload is None and ref.get("uid") and not above:
             top = protocol.annotations_of(reservation or {}).get(keys.WORKLOAD)
-            if not top or not self.deployments.by_index("uid", top):
+            if not top or not here(self.deployments.by_index("uid", top)):
                 deleted = f"{ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
         return {
             "workload": workload,

@@ -404,6 +404,30 @@ async def test_a_token_copied_to_a_pod_of_another_namespace_is_no_second_claimer
     assert [p["metadata"]["name"] for p in view.claimers] == ["web-2"]
 
 
+async def test_the_workload_a_reservation_was_made_for_is_found_in_its_namespace_only() -> None:
+    """A ReplicaSet of another namespace with the UID the Reservation names is none of
+    its workload: its status is never read for the job (scaled away, rolled past)."""
+    cache, _ = caches()
+    rsv = reservation(phase="Available", node="node-1")
+
+    def replicaset(namespace: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": "web-rs", "namespace": namespace, "uid": "uid-web-rs"},
+            "spec": {"replicas": 3},
+        }
+
+    await watch(cache.replicasets, "ADDED", replicaset("elsewhere"))
+    elsewhere = cache.reserved_workload(rsv)
+    assert elsewhere["workload"] is None
+    assert elsewhere["workload_deleted"] == "ReplicaSet web-rs (uid uid-web-rs)"
+    await watch(cache.replicasets, "ADDED", replicaset("default"))
+    found = cache.reserved_workload(rsv)
+    assert found["workload"]["metadata"]["namespace"] == "default"
+    assert found["workload_deleted"] is None
+
+
 def test_the_workload_of_a_replicaset_is_its_deployment_or_itself() -> None:
     """Arbitration's limits read the workload's spec and status: a Deployment's
     ReplicaSet counts as the Deployment; one another kind controls (an Argo Rollout,
