@@ -592,6 +592,9 @@ class _Connection(asyncio.Protocol):
                     version=head.version,
                 )
             )
+            if not self.writable.is_set():
+                self.serving = self.loop.create_task(self.unread(head))
+                return True
             limits = self.site.limits
             self.arm(limits.header_timeout if self.buffer else limits.idle_timeout)
             return True
@@ -644,6 +647,16 @@ class _Connection(asyncio.Protocol):
             await self.writable.wait()
         self.serving = None
         if self.settle(exchange.head):
+            self.advance()
+
+    async def unread(self, head: web.Head) -> None:
+        """A refusal the client has not read yet: as after an answer (`finish`), nothing
+        more is read from it meanwhile, and past the body deadline it is dropped."""
+        self.pause()
+        self.arm(self.site.limits.body_timeout)
+        await self.writable.wait()
+        self.serving = None
+        if self.settle(head):
             self.advance()
 
     def closes(self, head: web.Head) -> bool:
