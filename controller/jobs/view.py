@@ -197,7 +197,12 @@ def own_reservation(job: Mapping[str, Any], reservation: Mapping[str, Any] | Non
 def released(view: JobView) -> str:
     """What the job's end does to its Reservation, as its message says it: the one it made
     is released (`controller.jobs.release`); one made by hand that its reservationRef
-    names is its maker's, and stays as they wrote it."""
+    names is its maker's, and stays as they wrote it; one whose recorded owner is bound was
+    used, and is recorded so (`controller.jobs.release`)."""
+    bound = (view.owner or {}).get("spec", {}).get("nodeName") if view.reservation else None
+    if bound:
+        name = (view.owner or {}).get("metadata", {}).get("name")
+        return f"the reservation was used: its replacement {name} is bound to {bound}"
     if view.reservation is None or own_reservation(view.job, view.reservation):
         return "the reservation is released"
     name = view.reservation["metadata"]["name"]

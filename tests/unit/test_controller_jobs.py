@@ -17,7 +17,7 @@ from berth.settings import MigrationControllerArgs
 from controller import jobs
 from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
 from controller.jobs.evict import start_eviction
-from controller.jobs.view import EVICTION_RETRY, evict
+from controller.jobs.view import EVICTION_RETRY, evict, released
 from controller.namespaces import LabelRefused
 from controller.status import micro_timestamp
 from tests.unit.arbitration.helpers import one
@@ -2101,6 +2101,10 @@ def test_a_job_ended_with_its_replacement_bound_leaves_the_reservation_to_record
     assert kinds(view_plan(job_obj=aborted, rsv=used, owner=unbound)) == [
         "UpdateStatus:reservations"
     ]
+    # What a job's end says of it then.
+    said = released(view(job_obj=done, rsv=used, owner=replacement))
+    assert said == "the reservation was used: its replacement web-2 is bound to node-1"
+    assert released(view(job_obj=aborted, rsv=used, owner=unbound)) == "the reservation is released"
 
 
 def test_rolled_back_job_deletes_even_an_expired_reservation() -> None:
