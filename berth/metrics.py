@@ -48,13 +48,17 @@ client's default buckets start at 5 ms, too coarse to tell a 0.2 ms answer from 
 
 # ----- webhook ----------------------------------------------------------------------------
 
-WebhookResult = Literal["claimed", "reasserted", "lost", "skipped", "error", "malformed"]
+WebhookResult = Literal[
+    "claimed", "taken_over", "reasserted", "lost", "skipped", "error", "malformed"
+]
 
 WEBHOOK_REQUESTS = Counter(
     "berth_webhook_requests_total",
     "Pod admission reviews answered, by result: claimed (bound to a Reservation it "
-    "claimed), reasserted (called again for a pod that already claimed one), lost (every "
-    "matching Reservation went to other pods), skipped (nothing to bind the pod to), "
+    "claimed), taken_over (bound to a Reservation whose claim no pod carried), reasserted "
+    "(called again for a pod that already claimed one), lost (every matching Reservation "
+    "went to other pods, or a claim to take over was carried), skipped (nothing to bind "
+    "the pod to), "
     "error (the API server failed; the pod was let through unbound), malformed (refused).",
     ["result"],
 )

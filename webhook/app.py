@@ -82,6 +82,13 @@ LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 """What a label's value may be: a claim that is not one (written by hand on the
 Reservation) cannot be looked for, and is not taken over."""
 
+TAKE_OVER_AFTER = 1.0
+"""Seconds since this replica first knew of a claim (wrote it, or its cache showed it)
+before a pod may take it over when no pod carries it: the claim is written while its
+pod is being admitted, and two pods of one workload admitted together must not take the
+place from each other; a pod refused after its claim (a quota, a policy) leaves its
+admission within moments, and the workload's next pod comes later."""
+
 DEADLINE = 2.0
 """Seconds a review's work may take: below the 3 s `timeoutSeconds` of
 manifests/webhook/mutating-webhook.yaml, with room for the answer to travel."""
@@ -106,8 +113,29 @@ class Webhook:
     def __init__(self, kube: Kube, *, deadline: float = DEADLINE) -> None:
         self.kube = kube
         self.deadline = deadline
-        self.reservations = Informer(kube, RESERVATIONS, indexes={LIVE: live_namespace})
+        self.reservations = Informer(
+            kube, RESERVATIONS, indexes={LIVE: live_namespace}, handler=self._on_reservation
+        )
         self.owners = Owners(kube)
+        self.claims: dict[str, tuple[str, float]] = {}
+        """Reservation name → its claim token, and when (monotonic) this replica first
+        knew of it: wrote it, or saw it in its cache."""
+
+    def _on_reservation(self, kind: str, reservation: Object) -> None:
+        name = reservation["metadata"]["name"]
+        token = claim_of(reservation) if kind != "DELETED" else None
+        if token is None:
+            self.claims.pop(name, None)
+        elif self.claims.get(name, ("", 0.0))[0] != token:
+            self.claims[name] = (token, time.monotonic())
+
+    def claim_age(self, reservation: Object) -> float:
+        """Seconds since this replica first knew of the Reservation's claim (0: none)."""
+        token = claim_of(reservation)
+        known = self.claims.get(reservation["metadata"]["name"])
+        if token is None or known is None or known[0] != token:
+            return 0.0
+        return time.monotonic() - known[1]
 
     def ready(self) -> bool:
         return self.reservations.synced.is_set()
@@ -193,18 +221,14 @@ class Webhook:
         # A pod its controller did not create is refused without asking anything.
         looked_up = in_flight and created_by_controller(controller_of(pod), creator_of(request))
         workload_uid = await self.workload_uid(pod) if looked_up else None
-        decision = decide(
-            request, reservations=reservations, workload_uid=workload_uid, contest=True
-        )
+        decision = decide(request, reservations=reservations, workload_uid=workload_uid)
         if isinstance(decision, Skip) and decision.unconfirmed and not looked_up:
             # A pod reinvoked with its claim, matching its Reservation only through the
             # Deployment above its ReplicaSet (a rollout's): that ReplicaSet, confirmed
             # when it claimed, is remembered (`webhook.owners`).
             looked_up = created_by_controller(controller_of(pod), creator_of(request))
             workload_uid = await self.workload_uid(pod) if looked_up else None
-            decision = decide(
-                request, reservations=reservations, workload_uid=workload_uid, contest=True
-            )
+            decision = decide(request, reservations=reservations, workload_uid=workload_uid)
         if isinstance(decision, Skip) and decision.recheck is not None:
             reread = await self.reread(decision.recheck)
             if reread is not None:
@@ -212,18 +236,18 @@ class Webhook:
                     request,
                     reservations={**reservations, decision.recheck: reread},
                     workload_uid=workload_uid,
-                    contest=True,
                 )
         stale = worth_a_fresh_look(decision, pod, reservations, looked_up, workload_uid)
         if stale:
             opened = await self.refresh(stale)
             if opened:
                 decision = decide(
-                    request,
-                    reservations={**reservations, **opened},
-                    workload_uid=workload_uid,
-                    contest=True,
+                    request, reservations={**reservations, **opened}, workload_uid=workload_uid
                 )
+        if isinstance(decision, Skip) and unclaimed:
+            take_over = self.contest(request, reservations, workload_uid)
+            if take_over is not None:
+                return await self.take_over(pod, take_over, attempt)
         if isinstance(decision, Skip):
             # Why a pod was not bound is worth an INFO line only for a pod that some
             # Reservation about to take a replacement here was made for; the namespace's
@@ -247,9 +271,22 @@ class Webhook:
                 "re-adding what a later webhook removed" if patch else "nothing to add",
             )
             return "reasserted", patch
-        if isinstance(decision, TakeOver):
-            return await self.take_over(pod, decision, attempt)
+        assert isinstance(decision, Claim)
         return await self.claim(pod, decision, attempt)
+
+    def contest(
+        self, request: Mapping[str, Any], reservations: dict[str, Object], workload_uid: str | None
+    ) -> TakeOver | None:
+        """For a pod skipped even on a fresh look: the Reservations whose claim no pod
+        may carry that it could take over, those this replica has known claimed for
+        `TAKE_OVER_AFTER` (its pod's admission is over by then)."""
+        old_enough = {
+            name: r for name, r in reservations.items() if self.claim_age(r) >= TAKE_OVER_AFTER
+        }
+        if not old_enough:
+            return None
+        decision = decide(request, reservations=old_enough, workload_uid=workload_uid, contest=True)
+        return decision if isinstance(decision, TakeOver) else None
 
     def live(self, namespace: str) -> dict[str, Object]:
         """The Reservations by name that a pod of `namespace` could take, in this cache:
@@ -334,8 +371,8 @@ class Webhook:
                 now = datetime.now(UTC)
                 log.info(
                     "pod %s → claimed reservation %s on node %s (claim %s), taken over from "
-                    "claim %s, which no pod carries %ss after it was written (its pod was "
-                    "refused after this webhook claimed for it: a quota, a policy)",
+                    "claim %s, which no pod carries %ss after it was written (its pod was not "
+                    "stored: refused after the claim, by a quota, a policy or a webhook)",
                     describe(pod),
                     candidate["metadata"]["name"],
                     node_of(candidate),
@@ -343,19 +380,20 @@ class Webhook:
                     fingerprint(old),
                     f"{(now - since).total_seconds():.0f}" if since else "?",
                 )
-                return "claimed", patch
+                return "taken_over", patch
         log.info(
             "pod %s: not bound; reservation %s: claimed by a pod that exists, or changed since",
             describe(pod),
             ", ".join(c["metadata"]["name"] for c in decision.candidates),
         )
-        return "skipped", []
+        return "lost", []
 
     async def carried(self, token: str, namespace: str) -> bool:
         """Whether a pod of `namespace` carries the claim `token`, as the API server has
-        the pods now (a quorum read)."""
+        the pods: from its watch cache, moments behind at most, which a claim
+        `TAKE_OVER_AFTER` old leaves time to show a pod stored with it."""
         found = await self.kube.list(
-            PODS, namespace=namespace, label_selector=f"{keys.CLAIM}={token}"
+            PODS, namespace=namespace, label_selector=f"{keys.CLAIM}={token}", resource_version="0"
         )
         return any(pod_claim(pod) == token for pod in found.get("items") or [])
 
@@ -374,10 +412,11 @@ class Webhook:
         for retry in (False, True):
             try:
                 if retry:
-                    if replacing is not None:
-                        return None  # it moved on: its claim is no longer the one no pod had
                     reservation = await self.kube.get(RESERVATIONS, name)
-                    if not is_consumable(reservation):
+                    # Open to a claim now (released meanwhile), or still holding the
+                    # claim no pod carried (another change): once more.
+                    still = replacing is not None and claim_of(reservation) == replacing
+                    if not (is_consumable(reservation) or (still and contested(reservation))):
                         return None
                 patch = bind_patch(pod, reservation=reservation, token=attempt.token)
                 attempt.reservation = name
@@ -391,6 +430,7 @@ class Webhook:
                         }
                     },
                 )
+                self.claims[name] = (attempt.token, time.monotonic())
                 return patch
             except KubeError as error:
                 if error.not_found:

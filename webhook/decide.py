@@ -281,7 +281,8 @@ def _reassert(
         return Skip(
             f"carries claim {fingerprint(token)} for reservation {name}, "
             "which no longer waits for it",
-            recheck=name if is_consumable(reservation) else None,
+            # Open, no owner yet: this cache may not show the claim (or a takeover) yet.
+            recheck=name if is_open(reservation) and not owner_uids(reservation) else None,
         )
     if not matches_owner(reservation, pod, workload_uid=workload_uid):
         return Skip(

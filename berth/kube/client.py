@@ -248,7 +248,10 @@ class Kube:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_: str | None = None,
+        resource_version: str | None = None,
     ) -> Object:
+        """`resource_version="0"`: from the API server's watch cache, at most moments
+        behind, rather than a read of etcd."""
         return await self.request(
             "GET",
             resource.path(namespace=namespace),
@@ -257,6 +260,7 @@ class Kube:
                 "fieldSelector": field_selector,
                 "limit": limit,
                 "continue": continue_,
+                "resourceVersion": resource_version,
             },
         )
 

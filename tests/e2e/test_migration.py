@@ -494,10 +494,18 @@ def test_a_replacement_refused_after_its_claim_leaves_the_reservation_to_the_nex
         ]
 
     name, manifest = job_manifest(old, ttl="2m")
+
+    def claim() -> str | None:
+        found = cluster.get("reservation", job_of(cluster, name)["metadata"]["uid"])
+        return str(found["metadata"].get("annotations", {}).get(keys.CLAIM) or "") or None
+
     try:
         cluster.apply(refusing_pods_of("tight", namespace))
         cluster.apply(manifest)
         cluster.wait(refused, what="the first replacement refused after its claim")
+        first = cluster.wait(claim, what="the claim written for it")
+        # A second claim for a later pod, refused too: a claim was taken over.
+        cluster.wait(lambda: claim() not in (None, first), what="a claim taken over")
     finally:
         cluster.kubectl(
             "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",

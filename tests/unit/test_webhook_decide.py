@@ -353,7 +353,8 @@ def test_decide(
     ("cached", "recheck"),
     [
         (reservation("r1"), "r1"),  # open, unclaimed: this cache may lag the claim
-        (reservation("r1", claim="other"), None),
+        (reservation("r1", claim="other"), "r1"),  # or lag a takeover
+        (handed_over(reservation("r1", claim="other")), None),
         (reservation("r1", consumable=False), None),
         (reservation("r1", claim=TOKEN, phase="Succeeded"), None),
     ],
