@@ -63,10 +63,11 @@ class Skip:
     """Decided without the pod's top-level workload, which could change it: worth asking
     the API server for the pod's ReplicaSet and deciding again."""
     recheck: str | None = None
-    """The Reservation the pod's claim names, which this cache shows open to any claim:
-    a review reinvoked moments after the claim may come before the cache has seen it,
-    and the pod then needs its patch again (a later webhook may have changed its
-    affinity or gates). Worth reading from the API server and deciding again."""
+    """The Reservation the pod's claim names, which this cache shows open with no owner
+    recorded but not holding that claim: a review reinvoked moments after the claim (or
+    after a takeover) may come before the cache has seen it, and the pod then needs its
+    patch again (a later webhook may have changed its affinity or gates). Worth reading
+    from the API server and deciding again."""
 
 
 @dataclass(frozen=True)
