@@ -36,11 +36,12 @@ from functools import partial
 from typing import Any, TypeVar
 
 from berth import metrics, protocol
-from berth.api import TERMINAL_PHASES, PodMigrationJobPhase
+from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, keys
+from berth.kube.client import PODS
 from berth.kube.informer import object_key
 from berth.settings import MigrationControllerArgs
 from controller import arbitration, jobs, reservations
-from controller.actions import Plan
+from controller.actions import Patch, Plan
 from controller.caches import Caches, Frozen
 from controller.executor import Executor
 from controller.queue import job_key
@@ -118,6 +119,10 @@ class Admission:
                     await self.release_strays()
                 except Exception:
                     log.exception("releasing stray pods failed")
+                try:
+                    await self.withdraw_orphan_soft_evictions()
+                except Exception:
+                    log.exception("withdrawing soft evictions failed")
                 await asyncio.sleep(interval)
         finally:
             self.worker.shutdown(wait=False, cancel_futures=True)
@@ -155,6 +160,38 @@ class Admission:
                     await self.executor.run(plan)
             except Exception:
                 log.exception("releasing pod %s failed", object_key(pod))
+
+    async def withdraw_orphan_soft_evictions(self) -> None:
+        """A pod carrying the soft eviction of a job that no longer exists (deleted while
+        it waited) loses it: whatever acts on it would evict the pod with no place held.
+        The job's own end takes it off otherwise (`controller.jobs.machine`)."""
+        for job, pods in list(self.caches.pods.indexes["soft-evicted"].items()):
+            if self.caches.jobs.get(job) is not None:
+                continue
+            for key in list(pods):
+                pod = self.caches.pods.get(key)
+                if pod is None:
+                    continue
+                metadata = pod["metadata"]
+                patch = {
+                    "metadata": {"uid": metadata["uid"], "annotations": {keys.SOFT_EVICTION: None}}
+                }
+                log.info(
+                    "pod %s: its soft eviction by PodMigrationJob %s, which no longer exists, "
+                    "is taken off",
+                    object_key(pod),
+                    job,
+                )
+                try:
+                    await self.executor.run(
+                        Plan().then(
+                            Patch(
+                                PODS, metadata["name"], patch, namespace=metadata.get("namespace")
+                            )
+                        )
+                    )
+                except Exception:
+                    log.exception("withdrawing the soft eviction of pod %s failed", object_key(pod))
 
     async def admit_once(self) -> None:
         """One arbitration round: freeze the caches, decide off the loop, write."""

@@ -22,6 +22,7 @@ from typing import Any
 from berth import protocol
 from berth.api import TERMINAL_PHASES, keys
 from berth.api.times import read_time
+from berth.eviction import soft_eviction_job
 from berth.kube.client import (
     DEPLOYMENTS,
     NAMESPACES,
@@ -246,6 +247,8 @@ class Caches:
                 "claim": lambda p: _single(protocol.pod_claim(p)),
                 "uid": lambda p: _single(p["metadata"].get("uid")),
                 "gated": lambda p: ["yes"] if protocol.is_gated(p) else [],
+                # Pods carrying a job's soft eviction, by that job.
+                "soft-evicted": lambda p: _single(soft_eviction_job(p)),
                 # Unbound pods with a claim, by the one node their affinity allows.
                 "tied": lambda p: _single(protocol.tied_node(p)) if protocol.pod_claim(p) else [],
                 "controller": _controlled_by,

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 
 from berth.api import keys
+from berth.eviction import soft_eviction
 from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs
@@ -140,6 +142,29 @@ async def test_a_round_that_raises_still_releases_stray_gates(
     assert "arbitration round failed" in caplog.text
     ungated = [a for p in executor.plans for a in p.actions if isinstance(a, Patch)]
     assert [a.name for a in ungated] == ["web-9"]
+
+
+async def test_the_soft_eviction_of_a_job_that_no_longer_exists_is_taken_off() -> None:
+    """A job deleted while its pod carried its soft eviction: whatever acts on the
+    annotation would evict the pod with no place held. The annotation goes (UID-guarded);
+    one of a job that exists, or one someone else wrote, stays."""
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    executor = Recording()
+    admission = Admission(caches, executor, args, admitted=lambda _key: None)
+    await watch(caches, "podmigrationjobs", job("job-1"))
+    for name, value in [
+        ("web-1", soft_eviction("job-1", {}, datetime.now(UTC))),
+        ("web-2", soft_eviction("job-gone", {}, datetime.now(UTC))),
+        ("web-3", '{"reason": "another tool"}'),
+    ]:
+        await watch(caches, "pods", pod(name, annotations={keys.SOFT_EVICTION: value}))
+    await admission.withdraw_orphan_soft_evictions()
+    [patch] = [a for p in executor.plans for a in p.actions if isinstance(a, Patch)]
+    assert (patch.name, patch.patch) == (
+        "web-2",
+        {"metadata": {"uid": "uid-web-2", "annotations": {keys.SOFT_EVICTION: None}}},
+    )
 
 
 async def test_a_gated_pod_that_cannot_be_handled_keeps_no_other_gated() -> None:
