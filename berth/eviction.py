@@ -134,15 +134,20 @@ def soft_evicted(pod: Object) -> bool:
     return keys.SOFT_EVICTION in ((pod.get("metadata") or {}).get("annotations") or {})
 
 
-def soft_eviction_job(pod: Object) -> str | None:
-    """The job whose soft eviction the pod carries (`soft_eviction`: its initiator), or
-    None: none, one someone else wrote, or one an earlier version wrote (naming none)."""
+def _soft_eviction_of(pod: Object) -> dict[str, Any]:
+    """The pod's soft eviction as an object ({}: none, or not one)."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.SOFT_EVICTION)
     try:
         found = json.loads(value) if isinstance(value, str) else None
     except ValueError:
-        return None
-    initiator = found.get("initiator") if isinstance(found, dict) else None
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def soft_eviction_job(pod: Object) -> str | None:
+    """The job whose soft eviction the pod carries (`soft_eviction`: its initiator), or
+    None: none, one someone else wrote, or one an earlier version wrote (naming none)."""
+    initiator = _soft_eviction_of(pod).get("initiator")
     if not isinstance(initiator, str) or not initiator.startswith(SOFT_EVICTION_INITIATOR):
         return None
     return initiator.removeprefix(SOFT_EVICTION_INITIATOR) or None
@@ -152,14 +157,7 @@ def soft_evicted_by(pod: Object, job: str) -> bool:
     """Whether the pod's soft eviction is the one job `job` wrote (`soft_eviction`), or
     one an earlier version of Berth wrote, naming no job (only one job migrates a pod at
     a time); not one someone else wrote."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.SOFT_EVICTION)
-    try:
-        found = json.loads(value) if isinstance(value, str) else None
-    except ValueError:
-        return False
-    if not isinstance(found, dict):
-        return False
-    initiator = found.get("initiator")
-    if initiator is None:
+    found = _soft_eviction_of(pod)
+    if "initiator" not in found:
         return bool(found.get("reason") == "PodMigrationJob")
-    return bool(initiator == f"{SOFT_EVICTION_INITIATOR}{job}")
+    return soft_eviction_job(pod) == job

@@ -331,8 +331,10 @@ def bind_patch(pod: Object, *, reservation: Object, token: str) -> Patch:
         {"name": reservation["metadata"]["name"], "uid": reservation["metadata"]["uid"]}
     ).decode()
     return [
-        *_annotations_patch(pod, {keys.RESERVATION_ALLOCATED: allocated, keys.CLAIM: token}),
-        *_labels_patch(pod, {keys.CLAIM: token}),
+        *_metadata_patch(
+            pod, "annotations", {keys.RESERVATION_ALLOCATED: allocated, keys.CLAIM: token}
+        ),
+        *_metadata_patch(pod, "labels", {keys.CLAIM: token}),
         *_gate_patch(pod),
         *_affinity_patch(pod, node),
         *_resource_patch(pod),
@@ -386,23 +388,14 @@ def _resource_patch(pod: Object) -> Patch:
     return patch
 
 
-def _annotations_patch(pod: Object, wanted: Mapping[str, str]) -> Patch:
-    current = pod["metadata"].get("annotations")
+def _metadata_patch(pod: Object, field: str, wanted: Mapping[str, str]) -> Patch:
+    """Add to the pod's `metadata.<field>` (annotations, labels) what `wanted` has that
+    it lacks."""
+    current = pod["metadata"].get(field)
     if not current:
-        return [{"op": "add", "path": "/metadata/annotations", "value": dict(wanted)}]
+        return [{"op": "add", "path": f"/metadata/{field}", "value": dict(wanted)}]
     return [
-        {"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value}
-        for key, value in wanted.items()
-        if current.get(key) != value
-    ]
-
-
-def _labels_patch(pod: Object, wanted: Mapping[str, str]) -> Patch:
-    current = pod["metadata"].get("labels")
-    if not current:
-        return [{"op": "add", "path": "/metadata/labels", "value": dict(wanted)}]
-    return [
-        {"op": "add", "path": f"/metadata/labels/{_escape(key)}", "value": value}
+        {"op": "add", "path": f"/metadata/{field}/{_escape(key)}", "value": value}
         for key, value in wanted.items()
         if current.get(key) != value
     ]

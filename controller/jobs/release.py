@@ -21,7 +21,7 @@ from berth.api import (
 )
 from berth.kube.client import RESERVATIONS
 from controller.actions import Delete, Plan, UpdateStatus
-from controller.jobs.view import JobView, Object, job_name
+from controller.jobs.view import JobView, Object, job_name, used_on
 from controller.status import condition, with_condition
 
 
@@ -36,9 +36,9 @@ def release(view: JobView, status: Object) -> Plan:
         return Plan().then(Delete(RESERVATIONS, meta["name"], uid=meta["uid"]))
     if protocol.phase(reservation) in (ReservationPhase.SUCCEEDED, ReservationPhase.FAILED):
         return Plan()
-    if view.owner is not None and (view.owner.get("spec") or {}).get("nodeName"):
-        # Used: its recorded owner is bound. The Reservation's own pass records it
-        # Succeeded (Allocated), which a release here, coming first, would make Failed.
+    if used_on(view):
+        # The Reservation's own pass records it Succeeded (Allocated), which a release
+        # here, coming first, would make Failed.
         return Plan()
     released = copy.deepcopy(reservation)
     released["status"] = with_condition(

@@ -194,12 +194,20 @@ def own_reservation(job: Mapping[str, Any], reservation: Mapping[str, Any] | Non
     )
 
 
+def used_on(view: JobView) -> str | None:
+    """The node the Reservation's recorded owner is bound to, if it is: the Reservation
+    was used, and its own pass records it so."""
+    if view.reservation is None or view.owner is None:
+        return None
+    return (view.owner.get("spec") or {}).get("nodeName") or None
+
+
 def released(view: JobView) -> str:
     """What the job's end does to its Reservation, as its message says it: the one it made
     is released (`controller.jobs.release`); one made by hand that its reservationRef
     names is its maker's, and stays as they wrote it; one whose recorded owner is bound was
     used, and is recorded so (`controller.jobs.release`)."""
-    bound = (view.owner or {}).get("spec", {}).get("nodeName") if view.reservation else None
+    bound = used_on(view)
     if bound:
         name = (view.owner or {}).get("metadata", {}).get("name")
         return f"the reservation was used: its replacement {name} is bound to {bound}"

@@ -392,12 +392,7 @@ async def test_the_replacements_node_is_drained_when_it_takes_no_new_pod_like_it
     spec: dict[str, Any], draining: bool
 ) -> None:
     tolerant = spec.pop("tolerant", False)
-    interceptor = Interceptor(
-        cast(Kube, _Node(spec)),
-        interception=Interception(MigrationControllerArgs()),
-        reservations={},
-        deadline=5,
-    )
+    interceptor = interceptor_on(_Node(spec))
     replacement = TOLERATES_ALL if tolerant else REPLACEMENT
     assert await interceptor.draining("node-2", replacement) is draining
 
@@ -482,6 +477,25 @@ def test_a_refusal_carries_the_code_the_client_sees() -> None:
     assert review.response("review-1", [])["response"] == {"uid": "review-1", "allowed": True}
 
 
+def interceptor_on(kube: Any, *, deadline: float = 5) -> Interceptor:
+    return Interceptor(
+        cast(Kube, kube),
+        interception=Interception(MigrationControllerArgs()),
+        reservations={},
+        deadline=deadline,
+    )
+
+
+async def reviewed(interceptor: Interceptor) -> dict[str, Any]:
+    """The answer to the labelled path's review of evicting web-1, over HTTP."""
+    app = web.App()
+    app.post("/", interceptor.labelled)
+    async with served(app) as client:
+        answer = await client.post("/", data=eviction_review())
+        result: dict[str, Any] = (await answer.json())["response"]
+    return result
+
+
 class _SlowCreates:
     """An API server that has the pod and takes every create in without answering in
     time: the job may exist once the webhook's deadline ends its wait."""
@@ -504,17 +518,8 @@ async def test_an_eviction_whose_job_may_exist_is_not_let_through() -> None:
     exist and run, so the requester is told to retry (its retry finds the job), not let
     evict the pod under it."""
     kube = _SlowCreates()
-    interceptor = Interceptor(
-        cast(Kube, kube),
-        interception=Interception(MigrationControllerArgs()),
-        reservations={},
-        deadline=0.2,
-    )
-    app = web.App()
-    app.post("/", interceptor.labelled)
-    async with served(app) as client:
-        answer = await client.post("/", data=eviction_review())
-        result = (await answer.json())["response"]
+    interceptor = interceptor_on(kube, deadline=0.2)
+    result = await reviewed(interceptor)
     assert kube.created == ["eviction-uid-web-1"]
     assert result["allowed"] is False
     assert result["status"]["code"] == 429
@@ -551,17 +556,8 @@ async def test_a_job_that_exists_but_cannot_be_read_keeps_the_eviction_waiting()
     """Only a refused create means no job: a job found to exist, then not read, may run,
     so the requester is told to retry."""
     kube = _ExistsThenUnreadable()
-    interceptor = Interceptor(
-        cast(Kube, kube),
-        interception=Interception(MigrationControllerArgs()),
-        reservations={},
-        deadline=5,
-    )
-    app = web.App()
-    app.post("/", interceptor.labelled)
-    async with served(app) as client:
-        answer = await client.post("/", data=eviction_review())
-        result = (await answer.json())["response"]
+    interceptor = interceptor_on(kube)
+    result = await reviewed(interceptor)
     assert result["allowed"] is False
     assert result["status"]["code"] == 429
 
@@ -573,18 +569,9 @@ async def test_a_job_create_refused_outright_lets_the_eviction_through(
     """A refused create made no job, and every retry would be refused the same way:
     answering 429 would block the drain for good. A throttled create is retried."""
     kube = _RefusingCreates(status)
-    interceptor = Interceptor(
-        cast(Kube, kube),
-        interception=Interception(MigrationControllerArgs()),
-        reservations={},
-        deadline=5,
-    )
+    interceptor = interceptor_on(kube)
     interceptor.recorder.record = AsyncMock()  # type: ignore[method-assign]
-    app = web.App()
-    app.post("/", interceptor.labelled)
-    async with served(app) as client:
-        answer = await client.post("/", data=eviction_review())
-        result = (await answer.json())["response"]
+    result = await reviewed(interceptor)
     assert kube.created == ["eviction-uid-web-1"]
     assert result["allowed"] is let_through
     if let_through:
