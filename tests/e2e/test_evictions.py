@@ -31,7 +31,7 @@ from devtools.render import fake_node
 from tests.e2e.capacity import cpu_in_use
 from tests.e2e.capacity import pod as bare_pod
 from tests.e2e.kube import Cluster, pods
-from tests.e2e.migrate import deployment, events, ready_pods, statefulset
+from tests.e2e.migrate import deployment, events, job_manifest, ready_pods, statefulset
 from tests.e2e.scrape import scrape, total
 
 pytestmark = pytest.mark.e2e
@@ -535,15 +535,17 @@ def test_evictions_elsewhere_pass_unless_all_namespaces_and_requesters_say_so(
     assert (job["spec"]["mode"], job["spec"]["ttl"]) == ("EvictDirectly", "1m0s")
 
 
+@pytest.mark.parametrize("drained_by", ["cordon", "taint"])
 def test_a_retry_by_name_never_evicts_a_statefulset_replacement(
-    cluster: Cluster, namespace: str, own_node: str
+    cluster: Cluster, namespace: str, own_node: str, drained_by: str
 ) -> None:
     """kubectl drain re-reads a pod by name after each 429 and evicts whatever pod has
     that name then, without a UID precondition: for a StatefulSet, the replacement Berth
     put in place. Retried by the same requester, the eviction is answered 404 (the pod it
     meant is gone), whether the replacement is still gated or already bound, and the
     replacement stays. Once its node is cordoned, an eviction of it is a drain of that
-    node: intercepted, and the replacement moves on reservation-first."""
+    node: intercepted, and the replacement moves on reservation-first. So it is once the
+    node is tainted against it, as Cluster Autoscaler marks a node it removes."""
     opt_in(cluster, namespace)
     source = own_node
     with only_schedulable(cluster, source):
@@ -579,7 +581,11 @@ def test_a_retry_by_name_never_evicts_a_statefulset_replacement(
 
     # Its node being drained now: the replacement is migrated off it in turn.
     reserved = bound["spec"]["nodeName"]
-    cluster.kubectl("cordon", reserved)
+    taint = "ToBeDeletedByClusterAutoscaler=1:NoSchedule"
+    if drained_by == "cordon":
+        cluster.kubectl("cordon", reserved)
+    else:
+        cluster.kubectl("taint", "node", reserved, taint)
     try:
         drained = evict(cluster, namespace, "db-0")
         assert drained.returncode != 0
@@ -597,7 +603,82 @@ def test_a_retry_by_name_never_evicts_a_statefulset_replacement(
         [moved] = second
         landed_where_reserved(cluster, moved)
     finally:
-        cluster.kubectl("uncordon", reserved)
+        if drained_by == "cordon":
+            cluster.kubectl("uncordon", reserved)
+        else:
+            cluster.kubectl("taint", "node", reserved, f"{taint.split('=')[0]}:NoSchedule-")
+
+
+def test_an_eviction_whose_job_the_api_server_refuses_goes_ahead(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A ValidatingAdmissionPolicy refuses PodMigrationJobs for the namespace's pods: the
+    webhook made no job, and a 429 would only come again at every retry. The eviction
+    goes ahead, with an EvictionAllowed Warning event on the pod saying why."""
+    opt_in(cluster, namespace)
+    cluster.apply(deployment("refused", cpu="50m"), namespace)
+    [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "refused", 1), what="the pod")
+    name = f"no-jobs-{namespace}"[:63]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["scheduling.koordinator.sh"],
+                        "apiVersions": ["v1alpha1"],
+                        "operations": ["CREATE"],
+                        "resources": ["podmigrationjobs"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "here", "expression": f"object.spec.podRef.namespace == '{namespace}'"}
+            ],
+            "validations": [{"expression": "false", "message": "no jobs here"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    cluster.apply(yaml.safe_dump_all([policy, binding]))
+    try:
+        # In force once the API server has loaded it: a server dry run of a job says so.
+        _, manifest = job_manifest(pod)
+
+        def in_force() -> bool:
+            tried = cluster.kubectl(
+                "create", "--dry-run=server", "-f", "-", input=manifest, check=False
+            )
+            return "no jobs here" in tried.stderr
+
+        cluster.wait(in_force, what="the policy to be in force")
+        result = evict(cluster, namespace, pod["metadata"]["name"])
+        assert result.returncode == 0, result.stderr
+        said = [
+            e["message"]
+            for e in cluster.get(
+                "events",
+                "-n",
+                namespace,
+                f"--field-selector=involvedObject.name={pod['metadata']['name']}",
+            )["items"]
+            if e["reason"] == "EvictionAllowed" and e["type"] == "Warning"
+        ]
+        assert any("refused to create its PodMigrationJob" in m for m in said), said
+        assert any("no jobs here" in m for m in said), said
+        assert intercepted(cluster, namespace) == []
+    finally:
+        cluster.kubectl(
+            "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name,
+            "--ignore-not-found",
+        )  # fmt: skip
 
 
 def test_a_pod_berth_never_migrates_is_evicted_as_asked(cluster: Cluster, namespace: str) -> None:
