@@ -37,6 +37,7 @@ from berth.resources import (
     maximum,
     node_charge,
     parse_resources,
+    resize_reported,
     subtract,
 )
 from berth.scheduling import HostPort, host_ports
@@ -61,7 +62,10 @@ class PodEntry:
     generation: int | None = None
     """The pod's metadata.generation, which the API server bumps on every change of its
     spec (resizes included; not the binding, which only sets spec.nodeName): while it
-    stays, so do the requests."""
+    stays, and `reported` too, so do the requests."""
+    reported: tuple[object, ...] = ()
+    """What of its status the requests depend on (`resources.resize_reported`): the
+    kubelet's account of a resize in place."""
 
     @property
     def charged_node(self) -> str | None:
@@ -388,17 +392,25 @@ class FreeCapacity(Mapping[str, Resources]):
 
 def _entry(key: str, pod: Object, held: PodEntry | None) -> PodEntry:
     """What the ledger remembers of `pod`; its requests are parsed again only when its
-    spec changed since `held`, the entry kept for the same pod (most events change only
-    its status)."""
+    spec, or what its kubelet reports of a resize, changed since `held`, the entry kept
+    for the same pod (most events change only the rest of its status)."""
     metadata = pod["metadata"]
     spec = pod.get("spec", {})
+    status = pod.get("status")
     generation = metadata.get("generation")
-    same_spec = held is not None and generation is not None and held.generation == generation
+    reported = resize_reported(status)
+    same = (
+        held is not None
+        and generation is not None
+        and held.generation == generation
+        and held.reported == reported
+    )
     return PodEntry(
         name=key,
         node=spec.get("nodeName") or None,
-        requests=held.requests if held is not None and same_spec else node_charge(spec),
+        requests=held.requests if held is not None and same else node_charge(spec, status),
         claim=protocol.placeholder_claim(pod),
         terminal=protocol.is_terminal_pod(pod),
         generation=generation,
+        reported=reported,
     )

@@ -3,8 +3,9 @@
 A placeholder must hold exactly what the scheduler will charge for the pod it stands in
 for, and the extender must charge pods the same way, so both use `pod_requests`, which
 follows kube-scheduler's rules: init containers run one at a time, restartable init
-containers (sidecars) keep running beside the app, pod overhead is added, and pod-level
-resources, where set, replace the container sum. Berth's own extended resource
+containers (sidecars) keep running beside the app, pod overhead is added, pod-level
+resources, where set, replace the container sum, and a running pod resized in place is
+charged what its kubelet reports too (`pod_requests`' status). Berth's own extended resource
 (`keys.RESERVATION_RESOURCE`) is no capacity: the scheduler is configured to ignore it, and
 so is this math.
 """
@@ -12,7 +13,7 @@ so is this math.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -117,26 +118,93 @@ def _requests(container: Mapping[str, Any]) -> Resources:
     return parse_resources((container.get("resources") or {}).get("requests"))
 
 
-def _sum(containers: Iterable[Mapping[str, Any]]) -> Resources:
-    total: Resources = {}
-    for container in containers:
-        total = add(total, _requests(container))
-    return total
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
-def pod_requests(spec: Mapping[str, Any]) -> Resources:
-    """What the scheduler charges a node for a pod with this spec."""
-    requests = _sum(spec.get("containers") or [])
+def _reported_containers(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The statuses of a pod's containers and init containers (JSON objects: dicts)."""
+    return [
+        s
+        for field in ("containerStatuses", "initContainerStatuses")
+        for s in _list(status.get(field))
+        if isinstance(s, dict)
+    ]
+
+
+def resize_reported(status: object) -> tuple[object, ...]:
+    """What of a pod's `status` its charge depends on (the resources its kubelet reports,
+    and whether a resize was found infeasible): while it stays, as the spec does, so does
+    the charge. Most status changes (conditions, IPs, restarts) leave it as it was."""
+    if not isinstance(status, dict):
+        return ()
+    reported = [
+        (s.get("resources"), s.get("allocatedResources")) for s in _reported_containers(status)
+    ]
+    return (
+        *reported,
+        status.get("resources"),
+        status.get("allocatedResources"),
+        resize_infeasible(status),
+    )
+
+
+def resize_infeasible(status: Mapping[str, Any]) -> bool:
+    """The kubelet found the pod's pending resize infeasible on its node."""
+    for condition in _list(status.get("conditions")):
+        if isinstance(condition, dict) and condition.get("type") == "PodResizePending":
+            return condition.get("reason") == "Infeasible"
+    return False
+
+
+def _effective(asked: Resources, status: Mapping[str, Any] | None, infeasible: bool) -> Resources:
+    """What the scheduler charges for requests `asked`, given the `status` the kubelet
+    reports for them (its `resources` actuated and its `allocatedResources`): the largest
+    of the three while a resize is under way, and the last two only when the kubelet
+    found the resize infeasible (k8s.io/component-helpers resource.PodRequests)."""
+    if status is None or not isinstance(status.get("resources"), dict):
+        return asked
+    if not isinstance(status.get("allocatedResources") or {}, dict):
+        return asked
+    actuated = parse_resources(status["resources"].get("requests"))
+    allocated = parse_resources(status.get("allocatedResources"))
+    return maximum(maximum({} if infeasible else asked, actuated), allocated)
+
+
+def pod_requests(spec: Mapping[str, Any], status: Mapping[str, Any] | None = None) -> Resources:
+    """What the scheduler charges a node for a pod with this spec, and with this `status`
+    once it runs: a pod resized in place is charged what its kubelet reports too."""
+    status = status if isinstance(status, dict) else {}
+    infeasible = resize_infeasible(status)
+    reported = {
+        s["name"]: s for s in _reported_containers(status) if isinstance(s.get("name"), str)
+    }
+
+    def effective(container: Mapping[str, Any]) -> Resources:
+        name = container.get("name")
+        return _effective(
+            _requests(container), reported.get(name) if isinstance(name, str) else None, infeasible
+        )
+
+    requests: Resources = {}
+    for container in spec.get("containers") or []:
+        requests = add(requests, effective(container))
     sidecars: Resources = {}
     init_peak: Resources = {}
     for container in spec.get("initContainers") or []:
         if container.get("restartPolicy") == "Always":
-            requests = add(requests, _requests(container))
-            sidecars = add(sidecars, _requests(container))
+            own = effective(container)
+            requests = add(requests, own)
+            sidecars = add(sidecars, own)
         else:
             init_peak = maximum(init_peak, add(_requests(container), sidecars))
     requests = maximum(requests, init_peak)
     pod_level = parse_resources((spec.get("resources") or {}).get("requests"))
+    if pod_level and isinstance(status.get("resources"), dict):
+        # The pod's own resources, resized in place: actuated in status.resources,
+        # allocated in status.allocatedResources; a name the status leaves out counts 0.
+        reported_pod = _effective(pod_level, status, infeasible)
+        pod_level = {name: reported_pod.get(name, Decimal(0)) for name in pod_level}
     requests.update(
         {
             name: value
@@ -159,10 +227,10 @@ POD_SLOT: Resources = {"pods": Decimal(1)}
 """What a pod takes of a node's `pods` allocatable, as the scheduler counts it."""
 
 
-def node_charge(spec: Mapping[str, Any]) -> Resources:
-    """Everything the scheduler charges a node for a pod with this spec: its requests
-    (`pod_requests`) and one of the node's pod slots."""
-    return add(pod_requests(spec), POD_SLOT)
+def node_charge(spec: Mapping[str, Any], status: Mapping[str, Any] | None = None) -> Resources:
+    """Everything the scheduler charges a node for a pod with this spec and status: its
+    requests (`pod_requests`) and one of the node's pod slots."""
+    return add(pod_requests(spec, status), POD_SLOT)
 
 
 def format_quantity(name: str, value: Decimal) -> str:

@@ -497,7 +497,7 @@ def _preemption_refusal(ledger: Ledger, pod: Pending, node: str, victims: Victim
             # By UID too: a victim the ledger knows as a placeholder stays one, whatever
             # the body says of it.
             reservation = ledger.placeholder_of_pod(victim.pod) or ledger.placeholder_of(victim.uid)
-            requests = node_charge(victim.pod.get("spec") or {})
+            requests = node_charge(victim.pod.get("spec") or {}, victim.pod.get("status"))
         else:
             entry = ledger.pod(victim.uid)
             # A victim the ledger has not seen yet frees nothing that it counts.

@@ -580,3 +580,38 @@ def test_a_pod_is_charged_anew_only_when_its_node_or_spec_changed() -> None:
     assert free_cpu(ledger, "node-0") == Decimal(6)
     ledger.on_pod("DELETED", unversioned)
     assert free_cpu(ledger, "node-0") == Decimal(8)
+
+
+def test_a_pod_resized_in_place_is_charged_what_its_kubelet_reports() -> None:
+    """A resize changes the spec first (generation bumped) and the kubelet's account in
+    the status later (generation kept): the charge follows both, as kube-scheduler's does,
+    so a node whose pod is shrinking is not taken for freer than it is."""
+    ledger = ledger_after([])
+    running = pod("web", cpu="2", node="node-0")
+    running["metadata"]["generation"] = 1
+    running["status"]["containerStatuses"] = [
+        {"name": "c", "resources": {"requests": {"cpu": "2"}}, "allocatedResources": {"cpu": "2"}}
+    ]
+    ledger.on_pod("ADDED", running)
+    assert free_cpu(ledger, "node-0") == Decimal(6)
+    shrinking = json.loads(json.dumps(running))
+    shrinking["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    shrinking["metadata"]["generation"] = 2
+    ledger.on_pod("MODIFIED", shrinking)
+    assert free_cpu(ledger, "node-0") == Decimal(6)  # still runs with 2
+    actuated = json.loads(json.dumps(shrinking))
+    actuated["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"] = "500m"
+    actuated["status"]["containerStatuses"][0]["allocatedResources"]["cpu"] = "500m"
+    ledger.on_pod("MODIFIED", actuated)
+    assert free_cpu(ledger, "node-0") == Decimal("7.5")
+    growing = json.loads(json.dumps(actuated))
+    growing["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "16"
+    growing["metadata"]["generation"] = 3
+    ledger.on_pod("MODIFIED", growing)
+    assert free_cpu(ledger, "node-0") == Decimal(-8)  # asked, not yet found infeasible
+    infeasible = json.loads(json.dumps(growing))
+    infeasible["status"]["conditions"] = [
+        {"type": "PodResizePending", "status": "True", "reason": "Infeasible"}
+    ]
+    ledger.on_pod("MODIFIED", infeasible)
+    assert free_cpu(ledger, "node-0") == Decimal("7.5")

@@ -126,3 +126,100 @@ def test_berths_marker_is_no_capacity() -> None:
         ]
     }
     assert pod_requests(spec) == {"cpu": Decimal(1)}
+
+
+def resized(spec_cpu: str, actuated: str, allocated: str, **status: Any) -> tuple[Any, Any]:
+    spec = {"containers": [{"name": "app", "resources": {"requests": {"cpu": spec_cpu}}}]}
+    reported = {
+        "name": "app",
+        "resources": {"requests": {"cpu": actuated}},
+        "allocatedResources": {"cpu": allocated},
+    }
+    return spec, {"containerStatuses": [reported], **status}
+
+
+INFEASIBLE = {
+    "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]
+}
+DEFERRED = {"conditions": [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]}
+
+
+@pytest.mark.parametrize(
+    ("spec_cpu", "actuated", "allocated", "status", "cpu"),
+    [
+        # A resize down not yet actuated: the node still runs the larger requests.
+        ("500m", "1", "1", {}, "1"),
+        # Allocated, not yet actuated.
+        ("500m", "500m", "1", {}, "1"),
+        # A resize up waiting for room (deferred): the larger spec.
+        ("2", "1", "1", DEFERRED, "2"),
+        # A resize up the node can never take: what runs, not what was asked.
+        ("4", "1", "1", INFEASIBLE, "1"),
+        ("4", "1", "2", INFEASIBLE, "2"),
+        # Done: all three agree.
+        ("1", "1", "1", {}, "1"),
+    ],
+)
+def test_a_pod_resized_in_place_is_charged_as_the_scheduler_does(
+    spec_cpu: str, actuated: str, allocated: str, status: dict[str, Any], cpu: str
+) -> None:
+    """k8s.io/component-helpers resource.PodRequests with UseStatusResources (on in
+    kube-scheduler v1.36): the largest of spec, actuated and allocated, or of the last two
+    when the kubelet found the resize infeasible."""
+    spec, reported = resized(spec_cpu, actuated, allocated, **status)
+    assert pod_requests(spec, reported) == {"cpu": Decimal(cpu)}
+    assert pod_requests(spec) == {"cpu": parse_quantity(spec_cpu)}
+
+
+def test_only_reported_containers_and_sidecars_take_their_status() -> None:
+    spec = {
+        "initContainers": [
+            {"name": "init", "resources": {"requests": {"cpu": "3"}}},
+            {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+        ],
+        "containers": [
+            {"name": "app", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "unreported", "resources": {"requests": {"cpu": "1"}}},
+        ],
+    }
+    status = {
+        "initContainerStatuses": [
+            # A finished init container's status is not read.
+            {"name": "init", "resources": {"requests": {"cpu": "5"}}},
+            {"name": "proxy", "resources": {"requests": {"cpu": "2"}}},
+        ],
+        "containerStatuses": [
+            {"name": "app", "resources": {"requests": {"cpu": "2"}}},
+            {"name": "unreported"},  # no resources reported: the spec
+        ],
+    }
+    # Sum of app 2, unreported 1, proxy 2 = 5; the init peak is 3 (init) + 2 (proxy).
+    assert pod_requests(spec, status) == {"cpu": Decimal(5)}
+
+
+def test_pod_level_resources_resized_in_place() -> None:
+    spec = {
+        "containers": [{"name": "app"}],
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+    }
+    status = {"resources": {"requests": {"cpu": "2"}}, "allocatedResources": {"cpu": "2"}}
+    # The larger cpu; memory the status leaves out counts as its spec (max with spec).
+    assert pod_requests(spec, status) == {"cpu": Decimal(2), "memory": Decimal(2**30)}
+    infeasible = {**status, **INFEASIBLE}
+    # Infeasible: the status alone; a name it leaves out counts 0, as the scheduler does.
+    assert pod_requests(spec, infeasible) == {"cpu": Decimal(2), "memory": Decimal(0)}
+
+
+def test_a_malformed_status_is_read_as_no_resize() -> None:
+    spec, _ = resized("1", "1", "1")
+    malformed: list[Any] = [
+        {"containerStatuses": "x"},
+        {"containerStatuses": [5, {"name": 3}]},
+        {"conditions": 5},
+        {"containerStatuses": 5},
+        [],
+    ]
+    for status in malformed:
+        assert pod_requests(spec, status) == {"cpu": Decimal(1)}
+    unnamed = {"containers": [{"name": [], "resources": {"requests": {"cpu": "1"}}}]}
+    assert pod_requests(unnamed, {"containerStatuses": [{"name": "x"}]}) == {"cpu": Decimal(1)}
