@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -408,3 +409,64 @@ async def test_an_http_1_0_client_that_asks_to_be_kept_is_kept(echo: tuple[Echo,
     assert (await answer(reader))[1]["connection"] == "close"
     assert await closed(reader)
     writer.close()
+
+
+async def unread_refusals(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that sends request after request the server turns away (404, the
+    connection kept) and reads none of the answers, from a socket with a small receive
+    buffer: the server's answers back up on it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    return await asyncio.open_connection(sock=sock)
+
+
+NOWHERE = b"GET /nowhere HTTP/1.1\r\n\r\n"
+
+
+async def test_a_client_that_does_not_read_its_refusals_is_not_read_from() -> None:
+    """Refusals the client does not read stop the server reading it (the connection
+    paused, under the body deadline) rather than piling up in the server's memory; once
+    it reads them, the connection goes on."""
+    async with listening(Echo().app(), host="127.0.0.1", port=0) as listened:
+        reader, writer = await unread_refusals(listened.port)
+        sending = asyncio.ensure_future(_send_until_blocked(writer))
+        await until(lambda: any(c.paused for c in listened.connections))
+        [connection] = listened.connections
+        assert not connection.writable.is_set()
+        assert connection.deadline is not None
+        assert connection.deadline - asyncio.get_running_loop().time() <= Limits().body_timeout
+        read = 0
+        while not sending.done() or read < sending.result():
+            assert (await answer(reader))[0] == 404
+            read += 1
+        writer.write(post("/echo", b'{"after":1}'))
+        assert await answer(reader) == (200, answer_headers(11), b'{"after":1}')
+        writer.close()
+
+
+async def _send_until_blocked(writer: asyncio.StreamWriter, limit: int = 200_000) -> int:
+    """Send refused requests until the server stops taking them (or `limit`), then a
+    last batch that waits; the number sent."""
+    sent = 0
+    while sent < limit:
+        writer.write(NOWHERE * 100)
+        sent += 100
+        try:
+            await asyncio.wait_for(writer.drain(), 0.5)
+        except TimeoutError:
+            await writer.drain()
+            break
+    return sent
+
+
+async def test_a_client_that_never_reads_its_refusals_is_dropped_at_the_body_deadline() -> None:
+    limits = Limits(body_timeout=0.5)
+    async with listening(Echo().app(), host="127.0.0.1", port=0, limits=limits) as listened:
+        _, writer = await unread_refusals(listened.port)
+        sending = asyncio.ensure_future(_send_until_blocked(writer))
+        await until(lambda: any(c.paused for c in listened.connections))
+        await until(lambda: not listened.connections)
+        sending.cancel()
+        writer.close()
