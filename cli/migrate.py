@@ -29,21 +29,27 @@ POLL = 1.0
 COLUMNS = ("JOB", "PHASE", "STATUS", "NODE", "POD", "NEWPOD", "MESSAGE")
 
 
-def job_for(pod: Mapping[str, Any], *, to: str | None, mode: str, ttl: str, paused: bool) -> Object:
-    """The PodMigrationJob that moves `pod` (to node `to`, when given)."""
+def job_for(
+    pod: Mapping[str, Any], *, to: str | None, mode: str | None, ttl: str | None, paused: bool
+) -> Object:
+    """The PodMigrationJob that moves `pod` (to node `to`, when given). A mode or ttl not
+    given is left out: the controller's defaultJobMode applies, and no TTL. A pin needs a
+    Reservation, so a job pinned to a node is ReservationFirst when no mode is given."""
     metadata = pod["metadata"]
     # A pod's name cut where a dot or a dash ends it would make no object name.
     name = f"{metadata['name'][:40].rstrip('.-')}-{uuid.uuid4().hex[:6]}"
     spec: Object = {
         "paused": paused,
-        "ttl": ttl,
-        "mode": mode,
         "podRef": {
             "namespace": metadata["namespace"],
             "name": metadata["name"],
             "uid": metadata["uid"],
         },
     }
+    if ttl is not None:
+        spec["ttl"] = ttl
+    if mode is not None or to:
+        spec["mode"] = mode or "ReservationFirst"
     if to:
         pin = {"key": "metadata.name", "operator": "In", "values": [to]}
         spec["reservationOptions"] = {
@@ -136,7 +142,7 @@ async def _create(kube: Kube, pods: list[Object], args: argparse.Namespace) -> l
 
 
 async def _run(args: argparse.Namespace) -> int:
-    problem = _bad_names(args)
+    problem = _bad_arguments(args)
     if problem:
         print(f"kubectl-migrate: {problem}", file=sys.stderr)
         return 2
@@ -220,8 +226,11 @@ def _already_on(pods: list[Object], to: str | None) -> str | None:
     return None
 
 
-def _bad_names(args: argparse.Namespace) -> str | None:
-    """What in the names given cannot name a pod, node or namespace (None: nothing)."""
+def _bad_arguments(args: argparse.Namespace) -> str | None:
+    """What in the names given cannot name a pod, node or namespace, or what in the flags
+    cannot go together (None: nothing)."""
+    if getattr(args, "to", None) and args.mode == "EvictDirectly":
+        return "--to pins the pod's Reservation to a node; --mode EvictDirectly reserves none"
     names = (
         (args.target, args.name),
         ("namespace", args.namespace),
@@ -256,9 +265,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                 "-n", "--namespace", default=None, help="only pods of this namespace (default: all)"
             )
         sub.add_argument(
-            "--mode", choices=("ReservationFirst", "EvictDirectly"), default="ReservationFirst"
+            "--mode",
+            choices=("ReservationFirst", "EvictDirectly"),
+            default=None,
+            help="(default: the controller's defaultJobMode; ReservationFirst with --to)",
         )
-        sub.add_argument("--ttl", default="5m", help="job TTL, a Go duration (default 5m)")
+        # A node's jobs queue behind the controller's limits (maxMigratingPerNode), and a
+        # TTL counts from creation: one TTL for them all would time out those at the back.
+        sub.add_argument(
+            "--ttl",
+            default="5m" if target == "pod" else None,
+            help=(
+                "job TTL, a Go duration (default 5m)"
+                if target == "pod"
+                else "each job's TTL, a Go duration, counted from its creation while it "
+                "waits its turn (default: none, as kubectl drain waits)"
+            ),
+        )
         sub.add_argument("--paused", action="store_true", help="create the jobs paused")
         sub.add_argument("--wait", action="store_true", help="follow the jobs until they end")
         sub.add_argument(

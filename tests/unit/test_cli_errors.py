@@ -103,6 +103,10 @@ def test_a_flag_out_of_its_range_is_named(argv: list[str], problem: str, tmp_pat
         (["-m", "cli.migrate", "pod", "web", "-n", "Prod"], "'Prod' is not a namespace name"),
         (["-m", "cli.migrate", "node", "../nodes"], "'../nodes' is not a node name"),
         (["-m", "cli.migrate", "pod", "web", "--to", "Node_1"], "'Node_1' is not a node name"),
+        (
+            ["-m", "cli.migrate", "pod", "web", "--to", "node-1", "--mode", "EvictDirectly"],
+            "--to pins the pod's Reservation to a node; --mode EvictDirectly reserves none",
+        ),
     ],
 )
 def test_kubectl_migrate_refuses_a_name_no_object_can_have(

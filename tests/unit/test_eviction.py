@@ -202,3 +202,16 @@ def test_kubectl_migrates_job_name_is_an_object_name_whatever_the_pod_is_called(
     made = job_for(target, to=None, mode="ReservationFirst", ttl="5m", paused=False)
     assert is_object_name(made["metadata"]["name"])
     assert ".-" not in made["metadata"]["name"]
+
+
+def test_kubectl_migrate_leaves_mode_and_ttl_to_the_controller_unless_given() -> None:
+    """A mode not given is the controller's defaultJobMode (it records it), but a pin
+    needs a Reservation; a ttl not given is none (`migrate node`'s default)."""
+    target = {"metadata": {"name": "web", "namespace": "default", "uid": "u"}}
+    plain = job_for(target, to=None, mode=None, ttl=None, paused=False)["spec"]
+    assert "mode" not in plain and "ttl" not in plain
+    pinned = job_for(target, to="node-2", mode=None, ttl="5m", paused=True)["spec"]
+    assert (pinned["mode"], pinned["ttl"], pinned["paused"]) == ("ReservationFirst", "5m", True)
+    assert "reservationOptions" in pinned
+    chosen = job_for(target, to=None, mode="EvictDirectly", ttl="1m", paused=False)["spec"]
+    assert (chosen["mode"], chosen["ttl"]) == ("EvictDirectly", "1m")
