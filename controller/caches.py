@@ -55,6 +55,10 @@ def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
     return [f"{ref.get('namespace')}/{ref.get('name')}"]
 
 
+def _reservation_key(job: Mapping[str, Any]) -> list[str]:
+    return [jobs.reservation_name(job)] if jobs.uses_reservation(job) else []
+
+
 def _single(value: str | None) -> list[str]:
     return [value] if value else []
 
@@ -223,7 +227,7 @@ class Caches:
         self.jobs = Informer(
             kube,
             PODMIGRATIONJOBS,
-            indexes={"pod": _pod_ref_key, "reservation": lambda j: [jobs.reservation_name(j)]},
+            indexes={"pod": _pod_ref_key, "reservation": _reservation_key},
             handler=self._on_job,
             keep=lean,
         )
@@ -635,7 +639,9 @@ class Caches:
     def job_view(self, job: Object) -> jobs.JobView:
         ref = job["spec"]["podRef"]
         pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
-        reservation = self.reservations.get(jobs.reservation_name(job))
+        # An EvictDirectly job has no Reservation, whatever its reservationOptions name.
+        named = jobs.reservation_name(job) if jobs.uses_reservation(job) else None
+        reservation = self.reservations.get(named) if named else None
         placeholder = self.placeholder(reservation)
         missing = self._missing(
             protocol.node_of(reservation) if reservation else None,
@@ -648,7 +654,7 @@ class Caches:
         )
         sharing = [
             other
-            for other in self.jobs.by_index("reservation", jobs.reservation_name(job))
+            for other in (self.jobs.by_index("reservation", named) if named else ())
             if other["metadata"].get("uid") != job["metadata"].get("uid")
             and (other.get("status") or {}).get("phase") not in TERMINAL_PHASES
         ]

@@ -111,6 +111,12 @@ def pod_key(view: JobView) -> str:
     return f"{ref.get('namespace')}/{ref.get('name')}"
 
 
+def uses_reservation(job: Mapping[str, Any]) -> bool:
+    """Whether the job has a Reservation: an EvictDirectly job evicts with none, whatever
+    its reservationOptions name (it neither opens, closes, shares nor releases one)."""
+    return job["spec"].get("mode") != PodMigrationJobMode.EVICT_DIRECTLY
+
+
 def reservation_name(job: Mapping[str, Any]) -> str:
     """The Reservation a job uses: the one it names, else the one named after its UID."""
     options = job["spec"].get("reservationOptions") or {}

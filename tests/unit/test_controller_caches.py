@@ -597,3 +597,25 @@ async def test_after_the_eviction_a_job_view_judges_the_node_by_its_replacement(
         {**tolerant, "metadata": {**owner["metadata"], "resourceVersion": "9"}},
     )
     assert cache.job_view(job()).reserved_node_refuses is None
+
+
+async def test_an_evict_directly_job_has_no_reservation_whatever_it_names() -> None:
+    """Its reservationRef names another job's open Reservation: the EvictDirectly job
+    neither sees it (so a refused eviction closes nothing of it) nor counts as sharing it
+    (so the other job does not wait behind it)."""
+    cache, _ = caches()
+    other = reservation("uid-job-1", phase="Available", node="node-1", job_name="job-1")
+    await watch(cache.reservations, "ADDED", other)
+    owner = job("job-1")
+    direct = job("job-2", pod_name="web-2", mode="EvictDirectly", reservation_ref="uid-job-1")
+    await watch(cache.jobs, "ADDED", owner)
+    await watch(cache.jobs, "ADDED", direct)
+    assert cache.job_view(direct).reservation is None
+    assert cache.job_view(direct).sharing == ()
+    assert cache.job_view(owner).reservation is not None
+    assert cache.job_view(owner).sharing == ()
+    # The same job in ReservationFirst mode names it, and shares it.
+    reserving = job("job-2", pod_name="web-2", reservation_ref="uid-job-1")
+    await watch(cache.jobs, "MODIFIED", reserving)
+    assert cache.job_view(reserving).reservation is not None
+    assert [j["metadata"]["name"] for j in cache.job_view(owner).sharing] == ["job-2"]

@@ -209,7 +209,8 @@ def test_kubectl_migrate_leaves_mode_and_ttl_to_the_controller_unless_given() ->
     needs a Reservation; a ttl not given is none (`migrate node`'s default)."""
     target = {"metadata": {"name": "web", "namespace": "default", "uid": "u"}}
     plain = job_for(target, to=None, mode=None, ttl=None, paused=False)["spec"]
-    assert "mode" not in plain and "ttl" not in plain
+    assert "mode" not in plain
+    assert "ttl" not in plain
     pinned = job_for(target, to="node-2", mode=None, ttl="5m", paused=True)["spec"]
     assert (pinned["mode"], pinned["ttl"], pinned["paused"]) == ("ReservationFirst", "5m", True)
     assert "reservationOptions" in pinned
