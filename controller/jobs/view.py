@@ -114,7 +114,7 @@ def pod_key(view: JobView) -> str:
 def uses_reservation(job: Mapping[str, Any]) -> bool:
     """Whether the job has a Reservation: an EvictDirectly job evicts with none, whatever
     its reservationOptions name (it neither opens, closes, shares nor releases one)."""
-    return job["spec"].get("mode") != PodMigrationJobMode.EVICT_DIRECTLY
+    return bool(job["spec"].get("mode") != PodMigrationJobMode.EVICT_DIRECTLY)
 
 
 def reservation_name(job: Mapping[str, Any]) -> str:
