@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +20,19 @@ CLUSTER_EVENTS_NAMESPACE = "kube-system"
 namespaces and nodes of every migration, so not in `default`, which many may read; the
 API server takes Events with an eventTime about a cluster-scoped object only there or in
 kube-system (`legacyValidateEvent`). `kubectl describe` finds them in either."""
+
+
+NOTE_LIMIT = 1024
+"""The longest message the API server takes on an Event with an eventTime
+(`NoteLengthLimit`, k8s.io/kubernetes pkg/apis/core/validation/events.go)."""
+
+WRITE_TIMEOUT = 5.0
+"""Seconds an Event's write may take: an event is told, never waited on."""
+
+
+def note(message: str) -> str:
+    """`message` as an Event can hold it: cut, with an ellipsis, at `NOTE_LIMIT`."""
+    return message if len(message) <= NOTE_LIMIT else message[: NOTE_LIMIT - 3] + "..."
 
 
 def event_body(
@@ -49,7 +65,7 @@ def event_body(
         "metadata": {"name": f"{metadata['name']}.{time.time_ns():x}", "namespace": namespace},
         "involvedObject": reference,
         "reason": reason,
-        "message": message,
+        "message": note(message),
         "type": event_type,
         "source": {"component": component},
         "reportingComponent": component,
@@ -62,16 +78,91 @@ def event_body(
     }
 
 
-class Recorder:
-    """Writes Events; a failure to write one is logged, never raised."""
+@dataclass
+class _Told:
+    """An event written, and how often it was told since."""
 
-    def __init__(self, kube: Kube, *, component: str, instance: str) -> None:
+    namespace: str
+    name: str
+    count: int
+    written: float
+    """When its count was last written (monotonic)."""
+
+
+class Recorder:
+    """Writes Events; a failure to write one is logged, never raised.
+
+    The same event about the same object (type, reason and message) told again within
+    `forget_after` seconds is not a new Event: the first one's `count` and
+    `lastTimestamp` are brought up to date, at most every `update_every` seconds, as
+    client-go's recorder aggregates them (`kubectl describe` says "x12 over 5m"). A tool
+    that retries every few seconds (a drain's evictions) so leaves one Event per object
+    and story, not one per attempt."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        component: str,
+        instance: str,
+        update_every: float = 60.0,
+        forget_after: float = 600.0,
+        remembered: int = 4096,
+    ) -> None:
         self.kube = kube
         self.component = component
         self.instance = instance
+        self.update_every = update_every
+        self.forget_after = forget_after
+        self.remembered = remembered
+        self.told: OrderedDict[tuple[str, ...], _Told] = OrderedDict()
 
     async def record(
         self, involved: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal"
+    ) -> None:
+        kind, name = involved.get("kind"), involved["metadata"]["name"]
+        key = (str(involved["metadata"].get("uid") or name), event_type, reason, message)
+        now = time.monotonic()
+        told = self.told.get(key)
+        if told is not None and now - told.written > self.forget_after:
+            told = None
+        about = {"PodMigrationJob": "job", "Reservation": "reservation", "Pod": "pod"}
+        extra = {about[str(kind)]: name} if kind in about else {}
+        log.log(
+            logging.INFO if told is None else logging.DEBUG,
+            "%s %s/%s: %s",
+            reason,
+            kind,
+            name,
+            message,
+            extra=extra,
+        )
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                if told is None:
+                    await self._create(
+                        key=key,
+                        involved=involved,
+                        reason=reason,
+                        message=message,
+                        event_type=event_type,
+                        now=now,
+                    )
+                else:
+                    await self._again(key, told, now)
+        except Exception as error:  # noqa: BLE001: an event is told, never raised
+            said = str(error) if isinstance(error, KubeError) else repr(error)
+            log.warning("could not record event %s: %s", reason, said)
+
+    async def _create(
+        self,
+        *,
+        key: tuple[str, ...],
+        involved: Mapping[str, Any],
+        reason: str,
+        message: str,
+        event_type: str,
+        now: float,
     ) -> None:
         body = event_body(
             involved=involved,
@@ -82,11 +173,29 @@ class Recorder:
             instance=self.instance,
             now=datetime.now(UTC),
         )
-        kind, name = involved.get("kind"), involved["metadata"]["name"]
-        about = {"PodMigrationJob": "job", "Reservation": "reservation", "Pod": "pod"}
-        extra = {about[str(kind)]: name} if kind in about else {}
-        log.info("%s %s/%s: %s", reason, kind, name, message, extra=extra)
+        namespace = body["metadata"]["namespace"]
+        await self.kube.create(EVENTS, body, namespace=namespace)
+        self.told[key] = _Told(namespace, body["metadata"]["name"], count=1, written=now)
+        self.told.move_to_end(key)
+        while len(self.told) > self.remembered:
+            self.told.popitem(last=False)
+
+    async def _again(self, key: tuple[str, ...], told: _Told, now: float) -> None:
+        told.count += 1
+        self.told.move_to_end(key)
+        if now - told.written < self.update_every:
+            return
+        told.written = now
+        moment = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
-            await self.kube.create(EVENTS, body, namespace=body["metadata"]["namespace"])
+            await self.kube.patch(
+                EVENTS,
+                told.name,
+                {"count": told.count, "lastTimestamp": moment},
+                namespace=told.namespace,
+            )
         except KubeError as error:
-            log.warning("could not record event %s: %s", reason, error)
+            if not error.not_found:
+                raise
+            # Gone (events expire after an hour, or were deleted): told anew from here.
+            del self.told[key]

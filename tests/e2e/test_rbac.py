@@ -57,8 +57,8 @@ CLUSTER_WIDE: dict[str, Grants] = {
         ("poddisruptionbudgets.policy", ""): READ,
         # Arbitration's caches; the placeholders' non-preempting classes (create).
         ("priorityclasses.scheduling.k8s.io", ""): READ | {"create"},
-        # berth/kube/events.py creates each Event once.
-        ("events", ""): {"create"},
+        # berth/kube/events.py: an Event told again has its count patched.
+        ("events", ""): {"create", "patch"},
     },
     "berth-webhook": {
         # The candidates' cache, a fresh read before claiming, the claim itself (patch).
@@ -74,7 +74,7 @@ CLUSTER_WIDE: dict[str, Grants] = {
         ("nodes", ""): {"get"},
         # The label of an eviction's namespace, read again on the labelled path.
         ("namespaces", ""): {"get"},
-        ("events", ""): {"create"},
+        ("events", ""): {"create", "patch"},
     },
     "berth-extender": {
         (f"reservations.{KOORD}", ""): READ,

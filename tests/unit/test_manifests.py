@@ -114,7 +114,7 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("apps", "statefulsets"): READ,
         ("policy", "poddisruptionbudgets"): READ,
         ("scheduling.k8s.io", "priorityclasses"): READ | {"create"},
-        ("", "events"): {"create"},
+        ("", "events"): {"create", "patch"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update"},
         ("", "secrets"): {"get", "create"},
     },
@@ -128,7 +128,7 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         # The label of an eviction's namespace, read again on the labelled path.
         ("", "namespaces"): {"get"},
         (KOORD, "podmigrationjobs"): {"create", "get"},
-        ("", "events"): {"create"},
+        ("", "events"): {"create", "patch"},
     },
     "extender": {
         ("", "pods"): READ,
