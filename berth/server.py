@@ -34,8 +34,10 @@ review three times the CPU of the handler's own work: bench/PROFILE.md.)
   on POST (415); no `Expect` but 100-continue (417). A request it refuses whose body is
   not all there yet closes the connection. The body is then decoded (gzip or deflate,
   `web.decoded`).
-- A client that does not read its answers is not read from (and past the body deadline
-  dropped), so nothing piles up. One that is done sending (even a half-close) is taken as
+- A client that does not read its answers is not read from (and dropped once it has
+  read nothing of them for the body deadline), so nothing piles up. Requests sent
+  together are served `AT_ONCE` per turn of the loop, so that a pipeline of requests
+  answered at once holds up no other connection. One that is done sending (even a half-close) is taken as
   gone, as kube-apiserver closes a review it gave up on. What a client sends after a
   refusal that closes is read and dropped until it is done, so that it reads the answer
   rather than a reset.
@@ -66,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from prometheus_client import REGISTRY
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.exposition import choose_encoder
 
 from berth import metrics, web
@@ -372,7 +374,10 @@ def add_metrics(app: web.App) -> None:
     or OpenMetrics when the scraper asks for it."""
 
     def scrape(request: web.Request) -> web.Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        try:
+            encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        except (TypeError, ValueError):  # an Accept prometheus_client cannot read
+            encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
         return web.Response(body=encoder(REGISTRY), content_type=content_type)
 
     app.get("/metrics", scrape)
@@ -420,8 +425,13 @@ class _Connection(asyncio.Protocol):
         self.closing = False
         """Answered for the last time: what the client still sends is dropped."""
         self.paused = False
+        self.yielding = False
+        """Paused for a turn of the loop after `AT_ONCE` requests (`advance`)."""
         self.writable = asyncio.Event()
         self.writable.set()
+        self.backlog: int | None = None
+        """Bytes waiting for the client at the sweeper's last look, while it is slow to
+        read them (`reading_on`)."""
         self.deadline: float | None = None
         """When the connection is aborted (the loop's clock), unless something comes:
         `_Site.sweep` looks."""
@@ -511,14 +521,23 @@ class _Connection(asyncio.Protocol):
 
     def advance(self) -> None:
         """Read the requests the buffer holds, one at a time: start serving the next one
-        that is whole."""
+        that is whole. At most `AT_ONCE` in one turn of the loop: a client that sends
+        thousands of requests answered at once (a pipeline of `HEAD /metrics`) is not
+        read from meanwhile, and the loop serves the other connections in between."""
+        served = 0
         while self.serving is None and not self.closing and self.transport is not None:
             if self.site.stopping:
+                return
+            if served == AT_ONCE:
+                self.pause()
+                self.yielding = True
+                self.loop.call_soon(self.go_on)
                 return
             if self.head is None:
                 if not self.read_head():
                     return
                 if self.head is None:
+                    served += 1
                     continue  # refused and answered: the next one
             length = self.head.length
             if len(self.buffer) < length:
@@ -530,6 +549,15 @@ class _Connection(asyncio.Protocol):
             self.settle_pending()
             self.disarm()
             self.start(head, handler, body)
+            served += 1
+
+    def go_on(self) -> None:
+        """Serve on after a turn of the loop (`advance`), and read again once the
+        requests already here are served."""
+        self.yielding = False
+        self.advance()
+        if not self.yielding and self.serving is None and self.writable.is_set():
+            self.resume()
 
     def read_head(self) -> bool:
         """Take a request's head off the buffer if it is there whole, and look at it
@@ -668,7 +696,8 @@ class _Connection(asyncio.Protocol):
         if self.closes(head):
             self.close()
             return False
-        self.resume()
+        if not self.yielding:
+            self.resume()
         self.arm(self.site.limits.header_timeout if self.buffer else self.site.limits.idle_timeout)
         return True
 
@@ -710,6 +739,20 @@ class _Connection(asyncio.Protocol):
 
     def arm(self, seconds: float) -> None:
         self.deadline = self.loop.time() + seconds
+
+    def reading_on(self) -> bool:
+        """Whether a client its answers wait for has read some of them since the last
+        look: the body deadline then starts again. A client reading a large answer
+        slowly is not a stalled one; one that reads nothing is dropped at the deadline."""
+        if self.writable.is_set() or self.transport is None:
+            self.backlog = None
+            return False
+        size = self.transport.get_write_buffer_size()
+        moved = self.backlog is not None and size < self.backlog
+        self.backlog = size
+        if moved:
+            self.arm(self.site.limits.body_timeout)
+        return moved
 
     def disarm(self) -> None:
         self.deadline = None
@@ -785,6 +828,9 @@ TOO_MANY_BODIES = web.Refused(
 SHUTDOWN_GRACE = 10.0
 """Seconds the requests in flight get to be answered when a server stops."""
 
+AT_ONCE = 16
+"""Requests of one connection served in one turn of the loop (`_Connection.advance`)."""
+
 SWEEP_INTERVAL = 0.25
 """Seconds between two looks at the connections' deadlines. One look for all of them,
 rather than a timer per connection set and cancelled at every request."""
@@ -853,6 +899,8 @@ class _Site:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
+            for connection in self.connections:
+                connection.reading_on()
             now = loop.time()
             for connection in [c for c in self.connections if (c.deadline or now) < now]:
                 try:

@@ -32,6 +32,7 @@ class KeyPair:
     def write(self, *, cert_path: Path, key_path: Path) -> None:
         cert_path.write_bytes(self.cert_pem)
         key_path.touch(mode=0o600)
+        key_path.chmod(0o600)  # a key file already there keeps no wider mode
         key_path.write_bytes(self.key_pem)
 
 

@@ -139,12 +139,13 @@ def _length(given: str | None) -> int:
     """The body's length a Content-Length gives (its value repeated counts once)."""
     if given is None:
         return 0
-    values = {v.strip() for v in given.split(",")}
+    values = {v.strip(" \t") for v in given.split(",")}  # only HTTP's own whitespace
     if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
         raise Refused(400, f"Content-Length {given[:40]!r} is not a number of bytes")
-    if len(value) > len(str(MAX_BODY)) or int(value) > MAX_BODY:
+    digits = value.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_BODY)) or int(digits) > MAX_BODY:
         raise Refused(413, f"the body is over {MAX_BODY} bytes")
-    return int(value)
+    return int(digits)
 
 
 def _request_line(line: bytes) -> tuple[str, str, str, str]:

@@ -215,6 +215,12 @@ async def test_webhook_serves_metrics(webhook_http: aiohttp.ClientSession) -> No
     assert response.status == 200
     assert response.content_type == "text/plain"
     assert 'berth_webhook_requests_total{result="skipped"}' in await response.text()
+    # An Accept that prometheus_client cannot read gets the text format, not a 500.
+    odd = await webhook_http.get(
+        "/metrics", headers={"Accept": "application/openmetrics-text; version=abc"}
+    )
+    assert odd.status == 200
+    assert odd.content_type == "text/plain"
 
 
 # ----- the extender -----------------------------------------------------------------------

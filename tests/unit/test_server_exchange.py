@@ -4,6 +4,7 @@ socket (plain HTTP: TLS, the deadlines and the connection cap are tests/e2e/test
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from berth import web
-from berth.server import Limits, _Site, listening
+from berth.server import AT_ONCE, Limits, _Site, listening
 
 BIG = 32 * 1024 * 1024
 """An answer larger than any socket's buffers."""
@@ -432,9 +433,9 @@ async def test_a_client_that_does_not_read_its_refusals_is_not_read_from() -> No
     async with listening(Echo().app(), host="127.0.0.1", port=0) as listened:
         reader, writer = await unread_refusals(listened.port)
         sending = asyncio.ensure_future(_send_until_blocked(writer))
-        await until(lambda: any(c.paused for c in listened.connections))
+        await until(lambda: any(not c.writable.is_set() for c in listened.connections))
         [connection] = listened.connections
-        assert not connection.writable.is_set()
+        assert connection.paused
         assert connection.deadline is not None
         assert connection.deadline - asyncio.get_running_loop().time() <= Limits().body_timeout
         read = 0
@@ -466,7 +467,53 @@ async def test_a_client_that_never_reads_its_refusals_is_dropped_at_the_body_dea
     async with listening(Echo().app(), host="127.0.0.1", port=0, limits=limits) as listened:
         _, writer = await unread_refusals(listened.port)
         sending = asyncio.ensure_future(_send_until_blocked(writer))
-        await until(lambda: any(c.paused for c in listened.connections))
+        await until(lambda: any(not c.writable.is_set() for c in listened.connections))
         await until(lambda: not listened.connections)
         sending.cancel()
+        writer.close()
+
+
+async def test_pipelined_requests_answered_at_once_leave_the_loop_its_turns(
+    echo: tuple[Echo, int],
+) -> None:
+    """Thousands of requests a handler answers at once, sent in one write, are served
+    `AT_ONCE` per turn of the loop: the other connections, probes and reviews are not
+    held up behind them."""
+    served, port = echo
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    seen: list[int] = []
+
+    async def sample() -> None:
+        while True:
+            seen.append(len(served.tasks))
+            await asyncio.sleep(0)
+
+    sampler = asyncio.ensure_future(sample())
+    writer.write(post("/quick", b"{}") * 300)
+    for _ in range(300):
+        assert (await answer(reader))[0] == 200
+    sampler.cancel()
+    assert len(served.tasks) == 300
+    assert max(b - a for a, b in itertools.pairwise(seen)) <= AT_ONCE
+    writer.close()
+
+
+async def test_a_client_reading_a_large_answer_slowly_is_not_dropped() -> None:
+    """The body deadline while an answer waits for its reader starts again whenever the
+    client has read some of it: only one that reads nothing for that long is dropped."""
+    limits = Limits(body_timeout=0.5)
+    served = Echo()
+    async with listening(served.app(), host="127.0.0.1", port=0, limits=limits) as listened:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listened.port, limit=2**16)
+        writer.write(b"GET /big HTTP/1.1\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert b" 200 " in head
+        got = 0
+        started = asyncio.get_running_loop().time()
+        while got < BIG:
+            chunk = await asyncio.wait_for(reader.read(2 * 1024 * 1024), 5)
+            assert chunk, f"dropped after {got} of {BIG} bytes"
+            got += len(chunk)
+            await asyncio.sleep(0.02)
+        assert asyncio.get_running_loop().time() - started > limits.body_timeout
         writer.close()

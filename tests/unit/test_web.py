@@ -57,6 +57,12 @@ def test_a_request_head_is_read() -> None:
             id="another script's digit",
         ),
         pytest.param(
+            b"POST / HTTP/1.1\r\nContent-Length: 5\xa0",
+            400,
+            "not a number of bytes",
+            id="a space that is not HTTP's",
+        ),
+        pytest.param(
             b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked", 411, "Content-Length", id="chunked"
         ),
         pytest.param(
@@ -159,3 +165,8 @@ def test_an_http_1_0_client_that_is_kept_is_told_so() -> None:
     assert connection(close=False, version="HTTP/1.0") == [b"Connection: keep-alive"]
     assert connection(close=True, version="HTTP/1.0") == [b"Connection: close"]
     assert connection(close=False) == []  # HTTP/1.1 keeps by default
+
+
+def test_a_content_length_with_leading_zeros_is_its_number() -> None:
+    assert web.parse_head(b"POST / HTTP/1.1\r\nContent-Length: 000000005").length == 5
+    assert web.parse_head(b"POST / HTTP/1.1\r\nContent-Length: 0000000000").length == 0
