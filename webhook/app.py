@@ -390,10 +390,11 @@ class Webhook:
 
     async def carried(self, token: str, namespace: str) -> bool:
         """Whether a pod of `namespace` carries the claim `token`, as the API server has
-        the pods: from its watch cache, moments behind at most, which a claim
-        `TAKE_OVER_AFTER` old leaves time to show a pod stored with it."""
+        the pods now: a consistent read (served from its watch cache once that has caught
+        up with etcd, ConsistentListFromCache, GA since v1.34), not "any version", which
+        an API server's cache may answer however far behind it is."""
         found = await self.kube.list(
-            PODS, namespace=namespace, label_selector=f"{keys.CLAIM}={token}", resource_version="0"
+            PODS, namespace=namespace, label_selector=f"{keys.CLAIM}={token}"
         )
         return any(pod_claim(pod) == token for pod in found.get("items") or [])
 

@@ -250,8 +250,9 @@ class Kube:
         continue_: str | None = None,
         resource_version: str | None = None,
     ) -> Object:
-        """`resource_version="0"`: from the API server's watch cache, at most moments
-        behind, rather than a read of etcd."""
+        """Without `resource_version`, a consistent read (from the API server's watch cache
+        once it has caught up with etcd). `resource_version="0"`: any version the API
+        server has, with no bound on how far behind: only where a stale answer is fine."""
         return await self.request(
             "GET",
             resource.path(namespace=namespace),
