@@ -38,9 +38,9 @@ review three times the CPU of the handler's own work: bench/PROFILE.md.)
   read nothing of them for the body deadline), so nothing piles up. Requests sent
   together are served `AT_ONCE` per turn of the loop, so that a pipeline of requests
   answered at once holds up no other connection. One that is done sending (even a
-  half-close) is taken as gone, as kube-apiserver closes a review it gave up on. What a client sends after a
-  refusal that closes is read and dropped until it is done, so that it reads the answer
-  rather than a reset.
+  half-close) is taken as gone, as kube-apiserver closes a review it gave up on. What
+  a client sends after a refusal that closes is read and dropped until it is done, so
+  that it reads the answer rather than a reset.
 - On shutdown the idle connections are closed at once, the requests in flight answered
   (for up to `SHUTDOWN_GRACE`, saying `Connection: close`), then every connection closed.
 
