@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable
 
 from berth.kube.client import Kube, KubeError, Object, Resource
@@ -51,6 +52,24 @@ def without_managed_fields(obj: Object) -> Object:
 
 
 RETRY_DELAY = 1.0
+"""Seconds before the first retry of a failed list or watch; each failure in a row
+doubles it, up to `MAX_RETRY_DELAY`, with a fifth either way at random (so that the
+replicas of a component, and its informers, do not come back in step)."""
+MAX_RETRY_DELAY = 30.0
+
+WATCH_TIMEOUT = 300
+"""Seconds a watch asks the API server to keep it open, up to twice that at random (as
+client-go does), so that the watches of a process do not all end and reopen together."""
+
+YIELD_EVERY = 256
+"""Objects of a relist handled between two turns of the loop: a relist of tens of
+thousands of objects must not hold up requests, probes and lease renewals."""
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds to wait after `failures` failures in a row (at least 1)."""
+    base = min(MAX_RETRY_DELAY, RETRY_DELAY * 2.0 ** min(failures - 1, 16))
+    return base * random.uniform(0.8, 1.2)
 
 
 def object_key(obj: Object) -> str:
@@ -109,6 +128,8 @@ class Informer(Store):
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
+        self.failures = 0
+        """Lists and watches that failed in a row (`retry_delay`)."""
 
     # ----- writes this process made ------------------------------------------------------
 
@@ -156,17 +177,51 @@ class Informer(Store):
             except asyncio.CancelledError:
                 raise
             except KubeError as error:
-                if error.gone:
+                if error.gone and self.resource_version:
                     log.info("watch of %s expired (%s); relisting", self.resource.plural, error)
                     self.resource_version = ""
                     continue
-                log.warning("watch of %s failed: %s", self.resource.plural, error)
-                await asyncio.sleep(RETRY_DELAY)
+                # 410 from a relist: its continue token expired while it paged.
+                await self._failed(f"failed: {error}")
             except Exception as error:  # the connection dropped, a proxy timed out, ...
-                log.warning("watch of %s interrupted: %r", self.resource.plural, error)
-                await asyncio.sleep(RETRY_DELAY)
+                await self._failed(f"interrupted: {error!r}")
+
+    async def _failed(self, why: str) -> None:
+        self.failures += 1
+        delay = retry_delay(self.failures)
+        log.warning("watch of %s %s; again in %.1f s", self.resource.plural, why, delay)
+        await asyncio.sleep(delay)
 
     async def _relist(self) -> None:
+        items, snapshot = await self._list_all()
+        self.relists += 1
+        for n, key in enumerate(list(self.store), 1):
+            # What the cache holds from after the list's snapshot (a watch event, an own
+            # write) is newer than the list: the watch from the snapshot brings what
+            # became of it. Reported deleted now, it would vanish until then.
+            held = self.store.get(key)
+            if held is not None and key not in items and not _after(held, snapshot):
+                await self._apply("DELETED", held)
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        for n, item in enumerate(items.values(), 1):
+            old = self.store.get(object_key(item))
+            fresh = old is None or (
+                not _after(old, snapshot)
+                and old["metadata"].get("resourceVersion")
+                != item["metadata"].get("resourceVersion")
+            )
+            if fresh:
+                await self._apply("MODIFIED" if old else "ADDED", item)
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        self.resource_version = snapshot
+        self.failures = 0
+        self.synced.set()
+
+    async def _list_all(self) -> tuple[dict[str, Object], str]:
+        """Every object, by key, page after page of one consistent list, and the list's
+        resourceVersion (its snapshot)."""
         items: dict[str, Object] = {}
         continue_token: str | None = None
         while True:
@@ -184,25 +239,7 @@ class Informer(Store):
                 items[object_key(item)] = item
             continue_token = page.get("metadata", {}).get("continue")
             if not continue_token:
-                break
-        self.relists += 1
-        snapshot = page.get("metadata", {}).get("resourceVersion", "")
-        for key in list(self.store):
-            # What the cache holds from after the list's snapshot (a watch event, an own
-            # write) is newer than the list: the watch from the snapshot brings what
-            # became of it. Reported deleted now, it would vanish until then.
-            if key not in items and not _after(self.store[key], snapshot):
-                await self._apply("DELETED", self.store[key])
-        for item in items.values():
-            old = self.store.get(object_key(item))
-            if old is not None and _after(old, snapshot):
-                continue
-            if old is None or old["metadata"].get("resourceVersion") != item["metadata"].get(
-                "resourceVersion"
-            ):
-                await self._apply("MODIFIED" if old else "ADDED", item)
-        self.resource_version = snapshot
-        self.synced.set()
+                return items, page.get("metadata", {}).get("resourceVersion", "")
 
     async def _watch(self) -> None:
         async for event in self.kube.watch(
@@ -211,7 +248,9 @@ class Informer(Store):
             namespace=self.namespace,
             label_selector=self.label_selector,
             gather=self.gather,
+            timeout_seconds=random.randint(WATCH_TIMEOUT, 2 * WATCH_TIMEOUT),
         ):
+            self.failures = 0
             kind, obj = event.get("type"), event.get("object", {})
             if kind == "ERROR":
                 raise KubeError(int(obj.get("code", 500)), obj)
@@ -253,7 +292,7 @@ class Informer(Store):
     async def _take(self, kind: str, obj: Object) -> None:
         key = object_key(obj)
         old = self.store.get(key)
-        if kind == "MODIFIED" and old is not None and _newer(old, obj):
+        if kind != "DELETED" and old is not None and _newer(old, obj):
             return  # an own write already assumed is newer than this event
         if kind == "DELETED":
             self.store.pop(key, None)

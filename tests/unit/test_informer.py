@@ -4,13 +4,21 @@ and a frozen copy of it stays as it was taken while events go on."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
 
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube
-from berth.kube.informer import Informer, identity_only, pod_node, without_managed_fields
+from berth.kube.informer import (
+    YIELD_EVERY,
+    Informer,
+    identity_only,
+    pod_node,
+    retry_delay,
+    without_managed_fields,
+)
 
 
 def version(rv: str, *, phase: str, uid: str = "uid-1") -> dict[str, Any]:
@@ -275,3 +283,51 @@ async def test_a_relist_leaves_what_is_newer_than_its_snapshot_to_the_watch() ->
     assert names(informer.values()) == ["created-since", "kept"]
     assert informer.get("ns/kept")["spec"]["nodeName"] == "node-2"  # type: ignore[index]
     assert informer.resource_version == "20"
+
+
+def meta(name: str, rv: str) -> dict[str, str]:
+    return {"name": name, "uid": "u2", "resourceVersion": rv}
+
+
+def test_an_added_event_older_than_an_own_write_does_not_take_the_cache_back() -> None:
+    """Created (assumed at 500), patched (assumed at 520), then the watch's ADDED of the
+    creation: the cache keeps the patch, as for a MODIFIED older than a write."""
+    informer, seen = cache()
+    informer.resource_version = "400"  # where the watch stands
+    for rv, phase in (("500", "Pending"), ("520", "Running")):
+        informer.assume(version(rv, phase=phase, uid="u2") | {"metadata": meta("job-2", rv)})
+    created = version("500", phase="Pending", uid="u2") | {"metadata": meta("job-2", "500")}
+    asyncio.run(informer._apply("ADDED", created))
+    assert informer.get("job-2")["status"]["phase"] == "Running"  # type: ignore[index]
+    assert seen == [("ADDED", "10")]
+
+
+def test_failures_in_a_row_back_off_to_half_a_minute_at_random() -> None:
+    delays = [retry_delay(n) for n in range(1, 12)]
+    assert 0.8 <= delays[0] <= 1.2
+    assert 1.6 <= delays[1] <= 2.4
+    assert all(24 <= d <= 36 for d in delays[6:])
+    assert retry_delay(10_000) <= 36
+
+
+async def test_a_relist_lets_other_work_of_the_loop_run_while_it_is_taken() -> None:
+    """A relist of thousands of objects (a watch expired on a large cluster) is handed to
+    the handler between turns of the loop: a lease renewal or a probe waits for at most
+    `YIELD_EVERY` objects, not for the whole list."""
+    listed = [on_node(f"p-{index}", "node-1", rv=str(index + 1)) for index in range(2000)]
+    seen: list[str] = []
+    informer = Informer(
+        cast(Kube, _Lister(listed, version="3000")), PODS, handler=lambda kind, _: seen.append(kind)
+    )
+    turns: list[int] = []
+
+    async def other_work() -> None:
+        while len(seen) < 2000:
+            turns.append(len(seen))
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_work())
+    await informer._relist()
+    await other
+    assert len(seen) == 2000
+    assert max(b - a for a, b in itertools.pairwise(turns)) <= YIELD_EVERY
