@@ -10,7 +10,7 @@ workload's selector mistake it for the workload's own pod.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -94,21 +94,40 @@ def merge_placement(pod_spec: Mapping[str, Any], user: Mapping[str, Any]) -> Obj
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": own},
             }
         if own and extra:
-            combined = [
-                {
-                    key: [*(a.get(key) or []), *(b.get(key) or [])]
-                    for key in ("matchExpressions", "matchFields")
-                    if a.get(key) or b.get(key)
-                }
-                for a in own
-                for b in extra
-            ]
+            combined = _and_terms(own, extra)
             node_affinity = {**(affinity.get("nodeAffinity") or {})}
             node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
                 "nodeSelectorTerms": combined
             }
             affinity["nodeAffinity"] = node_affinity
         result["affinity"] = affinity
+    return result
+
+
+def _and_terms(
+    own: Sequence[Mapping[str, Any]], extra: Sequence[Mapping[str, Any]]
+) -> list[Object]:
+    """Node selector terms matching where one of `own` and one of `extra` both match:
+    every pair of terms combined (terms are ORed, a term's requirements ANDed)."""
+    return [
+        {
+            key: [*(a.get(key) or []), *(b.get(key) or [])]
+            for key in ("matchExpressions", "matchFields")
+            if a.get(key) or b.get(key)
+        }
+        for a in own
+        for b in extra
+    ]
+
+
+def and_required_terms(affinity: Mapping[str, Any] | None, extra: Sequence[Object]) -> Object:
+    """`affinity` narrowed to where one of the node selector terms `extra` matches too."""
+    result: Object = copy.deepcopy(dict(affinity or {}))
+    own = _required_terms(affinity)
+    node_affinity = result.setdefault("nodeAffinity", {})
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": _and_terms(own, extra) if own else copy.deepcopy(list(extra))
+    }
     return result
 
 
@@ -202,8 +221,14 @@ def reservation_for(
     workload_uid: str | None,
     ttl: str | None,
     template: Mapping[str, Any] | None = None,
+    volume_terms: Sequence[Sequence[Object]] = (),
 ) -> Object:
     """The Reservation that holds a place for `pod` elsewhere, named after the job's UID.
+
+    `volume_terms`: the node selector terms of each PersistentVolume the pod's claims are
+    bound to (`JobView.volume_terms`), ANDed into the place's required node affinity: the
+    replacement mounts the same claims, and kube-scheduler puts it only where its volumes
+    may be used (a zonal disk, a local volume).
 
     `template` is the job's `reservationOptions.template` (a ReservationTemplateSpec): its
     metadata is merged in, its `spec.template` pod fields override the pod's own, and its
@@ -226,6 +251,10 @@ def reservation_for(
     if spec.get("nodeName"):
         own = unpinned(pod, pod_template_spec.get("affinity"))
         pod_template_spec["affinity"] = exclude_node(own, spec["nodeName"])
+    for terms in volume_terms:
+        pod_template_spec["affinity"] = and_required_terms(
+            pod_template_spec.get("affinity"), list(terms)
+        )
     namespace = pod["metadata"]["namespace"]
     controller = controller_of(pod)
     owners: list[Object] = copy.deepcopy(user_spec.get("owners") or [])

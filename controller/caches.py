@@ -28,6 +28,7 @@ from berth.kube.client import (
     NAMESPACES,
     NODES,
     PDBS,
+    PERSISTENTVOLUMES,
     PODMIGRATIONJOBS,
     PODS,
     PRIORITYCLASSES,
@@ -57,6 +58,23 @@ def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
 
 def _reservation_key(job: Mapping[str, Any]) -> list[str]:
     return [jobs.reservation_name(job)] if jobs.uses_reservation(job) else []
+
+
+def _volume_claim(volume: Mapping[str, Any]) -> list[str]:
+    """The claim a PersistentVolume is bound to, as `namespace/name`."""
+    ref = (volume.get("spec") or {}).get("claimRef") or {}
+    return [f"{ref['namespace']}/{ref['name']}"] if ref.get("namespace") and ref.get("name") else []
+
+
+def lean_volume(volume: Object) -> Object:
+    """What the volumes' cache keeps of a PersistentVolume: who it is, the claim it is
+    bound to and where it can be used (its node affinity); not its source (a CSI
+    handle, a server), which the controller never reads."""
+    spec = volume.get("spec") or {}
+    return {
+        "metadata": without_managed_fields(volume)["metadata"],
+        "spec": {key: spec[key] for key in ("claimRef", "nodeAffinity") if key in spec},
+    }
 
 
 def _single(value: str | None) -> list[str]:
@@ -271,6 +289,9 @@ class Caches:
             keep=lean,
         )
         self.nodes = Informer(kube, NODES, handler=self._on_node, keep=lean)
+        self.volumes = Informer(
+            kube, PERSISTENTVOLUMES, indexes={"claim": _volume_claim}, keep=lean_volume
+        )
         self.priority_classes = Informer(kube, PRIORITYCLASSES, keep=lean)
         self.namespaces = Informer(kube, NAMESPACES, handler=self._on_namespace, keep=lean)
         self.preempted: dict[str, tuple[Object, datetime]] = {}
@@ -288,6 +309,7 @@ class Caches:
             self.statefulsets,
             self.pdbs,
             self.nodes,
+            self.volumes,
             self.priority_classes,
             self.namespaces,
         ]
@@ -691,8 +713,31 @@ class Caches:
                 if reservation is not None and protocol.is_closed(reservation)
                 else None
             ),
+            volume_terms=self.volume_terms(pod),
             **self.reserved_workload(reservation),
         )
+
+    def volume_terms(self, pod: Object | None) -> tuple[tuple[Object, ...], ...]:
+        """The node selector terms each PersistentVolume bound to a claim of `pod`
+        requires (`JobView.volume_terms`). Only their label requirements: kube-scheduler
+        matches a volume's affinity against a node's labels alone (`CheckNodeAffinity`),
+        so a term with field requirements matches no node and is left out."""
+        if pod is None:
+            return ()
+        namespace = pod["metadata"].get("namespace")
+        found: list[tuple[Object, ...]] = []
+        for volume in (pod.get("spec") or {}).get("volumes") or ():
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            for bound in self.volumes.by_index("claim", f"{namespace}/{claim}") if claim else ():
+                required = ((bound.get("spec") or {}).get("nodeAffinity") or {}).get("required")
+                terms = tuple(
+                    {"matchExpressions": list(term.get("matchExpressions") or [])}
+                    for term in (required or {}).get("nodeSelectorTerms") or ()
+                    if not term.get("matchFields") and term.get("matchExpressions")
+                )
+                if terms:
+                    found.append(terms)
+        return tuple(found)
 
     def exhausted_pdb(self, pod: Object | None) -> str | None:
         """A PodDisruptionBudget covering the ready pod that the cache shows allowing no

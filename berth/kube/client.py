@@ -67,6 +67,7 @@ class Resource:
 
 PODS = Resource("", "v1", "pods", namespaced=True)
 NODES = Resource("", "v1", "nodes", namespaced=False)
+PERSISTENTVOLUMES = Resource("", "v1", "persistentvolumes", namespaced=False)
 EVENTS = Resource("", "v1", "events", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", namespaced=True)
 SECRETS = Resource("", "v1", "secrets", namespaced=True)

@@ -260,6 +260,7 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             workload_uid=view.workload_uid,
             ttl=ttl,
             template=options.get("template"),
+            volume_terms=view.volume_terms,
         )
     except UNREADABLE as error:
         # Free-form in the schema: a shape `template.refused` does not read (a label map

@@ -95,6 +95,10 @@ class JobView:
     """While the Reservation is closed after a refused eviction: a PodDisruptionBudget
     covering the (ready) pod that the cache shows allowing no disruption now
     (namespace/name), so that the next attempt would be refused as well."""
+    volume_terms: tuple[tuple[Object, ...], ...] = ()
+    """For each PersistentVolume bound to a claim the pod mounts (the cache's), the node
+    selector terms its node affinity requires: a replacement that mounts the same claims
+    can only run where each of them matches (`build.reservation_for`)."""
 
 
 def job_name(view: JobView) -> str:

@@ -49,8 +49,9 @@ CLUSTER_WIDE: dict[str, Grants] = {
         ("pods/eviction", ""): {"create"},
         # The berth.sh/migrating label the webhook's namespaceSelector requires.
         ("namespaces", ""): READ | {"patch"},
-        # Arbitration's caches.
+        # Arbitration's caches; where a pod's volumes may be used (its Reservation).
         ("nodes", ""): READ,
+        ("persistentvolumes", ""): READ,
         ("replicasets.apps", ""): READ,
         ("deployments.apps", ""): READ,
         ("statefulsets.apps", ""): READ,

@@ -300,3 +300,45 @@ def test_a_reservation_never_lasts_for_ever(
         job=job(), pod=pod(), workload_uid=None, ttl=job_ttl, template=template
     )
     assert rsv["spec"].get("ttl") == expected
+
+
+def zone(*values: str) -> dict[str, Any]:
+    return {"matchExpressions": [{"key": "zone", "operator": "In", "values": list(values)}]}
+
+
+def test_a_reservation_is_made_where_the_pods_volumes_may_be_used() -> None:
+    """Each bound volume's terms are ANDed in (terms ORed within a volume): the pod's own
+    zones a or b, its disk in zone a or c, another volume on racks r1: a and r1 only, off
+    the pod's node."""
+    source = pod()
+    source["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [zone("a"), zone("b")]
+            }
+        }
+    }
+    rack = {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+    body = build.reservation_for(
+        job=job(),
+        pod=source,
+        workload_uid=None,
+        ttl="5m",
+        volume_terms=((zone("a"), zone("c")), (rack,)),
+    )
+    spec = body["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    not_here = {"key": "metadata.name", "operator": "NotIn", "values": ["node-0"]}
+    expressions = [[e["values"][0] for e in term["matchExpressions"]] for term in terms]
+    assert expressions == [["a", "a", "r1"], ["a", "c", "r1"], ["b", "a", "r1"], ["b", "c", "r1"]]
+    assert all(term["matchFields"] == [not_here] for term in terms)
+    # A pod with no affinity of its own: the volume's terms, off its node.
+    plain = build.reservation_for(
+        job=job(), pod=pod(), workload_uid=None, ttl="5m", volume_terms=((zone("a"),),)
+    )
+    required = plain["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert required == {"nodeSelectorTerms": [{**zone("a"), "matchFields": [not_here]}]}

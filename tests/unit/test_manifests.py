@@ -109,6 +109,7 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "pods/eviction"): {"create"},
         ("", "namespaces"): READ | {"patch"},
         ("", "nodes"): READ,
+        ("", "persistentvolumes"): READ,
         ("apps", "replicasets"): READ,
         ("apps", "deployments"): READ,
         ("apps", "statefulsets"): READ,
