@@ -139,20 +139,82 @@ def _tolerations(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
 
 def _node_selector(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
     mine = own.get("nodeSelector") or {}
-    changed = [k for k, v in (user.get("nodeSelector") or {}).items() if mine.get(k, v) != v]
+    given = user.get("nodeSelector") or {}
+    odd = [k for k, v in given.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if odd:
+        return f"nodeSelector {odd[0]}: a node selector maps label names to strings"
+    changed = [k for k, v in given.items() if mine.get(k, v) != v]
     return f"nodeSelector {changed[0]} differs from the pod's" if changed else None
+
+
+OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
 def _affinity(user: Mapping[str, Any], _own: Mapping[str, Any]) -> str | None:
     """Only required node affinity, which is ANDed into the pod's (narrowing): pod
-    (anti-)affinity or preferences would replace the pod's own."""
+    (anti-)affinity or preferences would replace the pod's own. Its terms are checked as
+    the API server checks a pod's (k8s.io/kubernetes pkg/apis/core/validation), so that
+    one it would refuse fails the job now rather than every placeholder create."""
     affinity = user.get("affinity") or {}
     node = affinity.get("nodeAffinity") or {}
     if set(affinity) - {"nodeAffinity"} or set(node) - {
         "requiredDuringSchedulingIgnoredDuringExecution"
     }:
         return "affinity: only nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms")
+    where = "affinity: nodeSelectorTerms"
+    if not isinstance(terms, list) or not terms:
+        return f"{where}: at least one term is required" if required else None
+    for term in terms:
+        if not isinstance(term, Mapping) or set(term) - {"matchExpressions", "matchFields"}:
+            return f"{where}: a term has only matchExpressions and matchFields"
+        for requirement in term.get("matchExpressions") or []:
+            problem = _requirement_problem(requirement)
+            if problem:
+                return f"{where}: matchExpressions: {problem}"
+        for requirement in term.get("matchFields") or []:
+            problem = _requirement_problem(requirement)
+            if problem is None and (
+                requirement.get("key") != "metadata.name"
+                or requirement.get("operator") not in ("In", "NotIn")
+                or len(requirement.get("values") or []) != 1
+            ):
+                problem = "only metadata.name, In or NotIn, with one value"
+            if problem:
+                return f"{where}: matchFields: {problem}"
     return None
+
+
+def _requirement_problem(requirement: object) -> str | None:
+    """What the API server would refuse in a node selector requirement (None: nothing)."""
+    if not isinstance(requirement, Mapping):
+        return f"{requirement!r} is not a requirement"
+    key, operator, values = (requirement.get(k) for k in ("key", "operator", "values"))
+    if not isinstance(key, str) or not key:
+        return f"key {key!r} is not a label name"
+    if operator not in OPERATORS:
+        return f"{key}: operator {operator!r} is not one of {', '.join(sorted(OPERATORS))}"
+    if values is not None and (
+        not isinstance(values, list) or not all(isinstance(v, str) for v in values)
+    ):
+        return f"{key}: values must be a list of strings"
+    count = len(values or [])
+    if operator in ("In", "NotIn") and not count:
+        return f"{key}: {operator} needs values"
+    if operator in ("Exists", "DoesNotExist") and count:
+        return f"{key}: {operator} takes no values"
+    if operator in ("Gt", "Lt") and (count != 1 or not _is_integer((values or [""])[0])):
+        return f"{key}: {operator} takes one integer value"
+    return None
+
+
+def _is_integer(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _host_ports(user: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:

@@ -148,3 +148,59 @@ def test_delete_options_keep_the_pod_uid_and_never_shorten_the_grace_period() ->
         "propagationPolicy": "Foreground",
         "preconditions": {"uid": target["metadata"]["uid"]},
     }
+
+
+def required(*terms: Any) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+        }
+    }
+
+
+def expression(key: Any = "zone", operator: Any = "In", values: Any = ("a",)) -> dict[str, Any]:
+    found = {"key": key, "operator": operator}
+    if values is not None:
+        found["values"] = list(values) if isinstance(values, tuple) else values
+    return {"matchExpressions": [found]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"nodeSelector": {"zone": 1}}, "nodeSelector zone: a node selector maps label names"),
+        ({"affinity": required()}, "at least one term is required"),
+        ({"affinity": required({"labelSelector": {}})}, "only matchExpressions and matchFields"),
+        ({"affinity": required(expression(operator="Is"))}, "operator 'Is' is not one of"),
+        ({"affinity": required(expression(values=None))}, "zone: In needs values"),
+        ({"affinity": required(expression(values=[1]))}, "values must be a list of strings"),
+        ({"affinity": required(expression(operator="Exists"))}, "Exists takes no values"),
+        ({"affinity": required(expression(operator="Gt", values=("x",)))}, "one integer value"),
+        ({"affinity": required(expression(key=""))}, "key '' is not a label name"),
+        (
+            {"affinity": required({"matchFields": expression(key="spec.x")["matchExpressions"]})},
+            "matchFields: only metadata.name",
+        ),
+    ],
+)
+def test_a_template_the_api_server_would_refuse_is_refused_now(
+    spec: dict[str, Any], problem: str
+) -> None:
+    """A node selector or affinity term every placeholder create would be refused for:
+    the job fails at once, naming it, rather than retrying creates until its TTL."""
+    why = refused(template(**spec), pod())
+    assert why is not None
+    assert problem in why
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        required(expression()),
+        required(
+            expression(operator="Exists", values=None), expression(operator="Gt", values=("3",))
+        ),
+    ],
+)
+def test_a_template_with_valid_terms_is_accepted(affinity: dict[str, Any]) -> None:
+    assert refused(template(affinity=affinity), pod()) is None
