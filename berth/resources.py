@@ -209,7 +209,7 @@ def pod_requests(spec: Mapping[str, Any], status: Mapping[str, Any] | None = Non
         {
             name: value
             for name, value in pod_level.items()
-            if name in {"cpu", "memory", "hugepages-1Gi", "hugepages-2Mi"}
+            if name in {"cpu", "memory"} or name.startswith("hugepages-")
         }
     )
     requests.pop(keys.RESERVATION_RESOURCE, None)

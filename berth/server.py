@@ -556,7 +556,9 @@ class _Connection(asyncio.Protocol):
         requests already here are served."""
         self.yielding = False
         self.advance()
-        if not self.yielding and self.serving is None and self.writable.is_set():
+        # An answer that could not be sent at once has a task (`serving`) that pauses
+        # the connection itself until it is.
+        if not self.yielding and self.serving is None:
             self.resume()
 
     def read_head(self) -> bool:
@@ -740,18 +742,27 @@ class _Connection(asyncio.Protocol):
     def arm(self, seconds: float) -> None:
         self.deadline = self.loop.time() + seconds
 
-    def reading_on(self) -> bool:
-        """Whether a client its answers wait for has read some of them since the last
-        look: the body deadline then starts again. A client reading a large answer
-        slowly is not a stalled one; one that reads nothing is dropped at the deadline."""
-        if self.writable.is_set() or self.transport is None:
-            self.backlog = None
-            return False
+    def unsent(self) -> int:
+        """Bytes written and not yet taken by the client: those of the TLS layer and those
+        of the socket's transport, which may hold a whole large answer at once (asyncio's
+        TLS hands a write's records on to it before they are sent)."""
+        if self.transport is None:
+            return 0
         size = self.transport.get_write_buffer_size()
+        if self.raw is not None and self.raw is not self.transport:
+            size += self.raw.get_write_buffer_size()
+        return size
+
+    def reading_on(self) -> bool:
+        """Whether a client whose answers wait to be sent has read some of them since
+        the last look: its deadline is then at least the body deadline from now. A
+        client reading a large answer slowly is not a stalled one; one that reads nothing
+        is dropped at the deadline."""
+        size = self.unsent()
         moved = self.backlog is not None and size < self.backlog
-        self.backlog = size
-        if moved:
-            self.arm(self.site.limits.body_timeout)
+        self.backlog = size or None
+        if moved and self.deadline is not None:
+            self.deadline = max(self.deadline, self.loop.time() + self.site.limits.body_timeout)
         return moved
 
     def disarm(self) -> None:

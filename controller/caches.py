@@ -61,19 +61,23 @@ def _reservation_key(job: Mapping[str, Any]) -> list[str]:
 
 
 def _volume_claim(volume: Mapping[str, Any]) -> list[str]:
-    """The claim a PersistentVolume is bound to, as `namespace/name`."""
+    """The claim a PersistentVolume is bound to, as `namespace/name`: a Bound one only (a
+    Released volume keeps the claimRef of a claim deleted since, maybe made again)."""
+    if (volume.get("status") or {}).get("phase") != "Bound":
+        return []
     ref = (volume.get("spec") or {}).get("claimRef") or {}
     return [f"{ref['namespace']}/{ref['name']}"] if ref.get("namespace") and ref.get("name") else []
 
 
 def lean_volume(volume: Object) -> Object:
-    """What the volumes' cache keeps of a PersistentVolume: who it is, the claim it is
-    bound to and where it can be used (its node affinity); not its source (a CSI
-    handle, a server), which the controller never reads."""
+    """What the volumes' cache keeps of a PersistentVolume: who it is, its phase, the
+    claim it is bound to and where it can be used (its node affinity); not its source (a
+    CSI handle, a server), which the controller never reads."""
     spec = volume.get("spec") or {}
     return {
         "metadata": without_managed_fields(volume)["metadata"],
         "spec": {key: spec[key] for key in ("claimRef", "nodeAffinity") if key in spec},
+        "status": {"phase": (volume.get("status") or {}).get("phase")},
     }
 
 
@@ -719,9 +723,10 @@ class Caches:
 
     def volume_terms(self, pod: Object | None) -> tuple[tuple[Object, ...], ...]:
         """The node selector terms each PersistentVolume bound to a claim of `pod`
-        requires (`JobView.volume_terms`). Only their label requirements: kube-scheduler
-        matches a volume's affinity against a node's labels alone (`CheckNodeAffinity`),
-        so a term with field requirements matches no node and is left out."""
+        requires (`JobView.volume_terms`), as kube-scheduler reads them: against a
+        node's labels alone (`CheckNodeAffinity` matches a node without a name, so field
+        requirements are passed over), so a term is its label requirements, and a
+        volume with a term of none may be used anywhere."""
         if pod is None:
             return ()
         namespace = pod["metadata"].get("namespace")
@@ -733,9 +738,8 @@ class Caches:
                 terms = tuple(
                     {"matchExpressions": list(term.get("matchExpressions") or [])}
                     for term in (required or {}).get("nodeSelectorTerms") or ()
-                    if not term.get("matchFields") and term.get("matchExpressions")
                 )
-                if terms:
+                if terms and all(term["matchExpressions"] for term in terms):
                     found.append(terms)
         return tuple(found)
 

@@ -31,8 +31,12 @@ WRITE_TIMEOUT = 5.0
 
 
 def note(message: str) -> str:
-    """`message` as an Event can hold it: cut, with an ellipsis, at `NOTE_LIMIT`."""
-    return message if len(message) <= NOTE_LIMIT else message[: NOTE_LIMIT - 3] + "..."
+    """`message` as an Event can hold it: cut, with an ellipsis, at `NOTE_LIMIT` bytes of
+    UTF-8 (the API server counts the bytes of the Go string)."""
+    encoded = message.encode()
+    if len(encoded) <= NOTE_LIMIT:
+        return message
+    return encoded[: NOTE_LIMIT - 3].decode(errors="ignore") + "..."
 
 
 def event_body(
@@ -94,10 +98,11 @@ class Recorder:
 
     The same event about the same object (type, reason and message) told again within
     `forget_after` seconds is not a new Event: the first one's `count` and
-    `lastTimestamp` are brought up to date, at most every `update_every` seconds, as
-    client-go's recorder aggregates them (`kubectl describe` says "x12 over 5m"). A tool
-    that retries every few seconds (a drain's evictions) so leaves one Event per object
-    and story, not one per attempt."""
+    `lastTimestamp` are brought up to date when it is told again `update_every` seconds
+    or more after they were last written, as client-go's recorder aggregates them
+    (`kubectl describe` says "x12 over 5m"): the count written is the least it was told.
+    A tool that retries every few seconds (a drain's evictions) so leaves one Event per
+    object and story, not one per attempt."""
 
     def __init__(
         self,
@@ -174,11 +179,19 @@ class Recorder:
             now=datetime.now(UTC),
         )
         namespace = body["metadata"]["namespace"]
-        await self.kube.create(EVENTS, body, namespace=namespace)
-        self.told[key] = _Told(namespace, body["metadata"]["name"], count=1, written=now)
+        # Remembered before it is written, so that the same event told meanwhile (the
+        # webhook tells each from a task of its own) is counted, not created twice.
+        told = _Told(namespace, body["metadata"]["name"], count=1, written=now)
+        self.told[key] = told
         self.told.move_to_end(key)
         while len(self.told) > self.remembered:
             self.told.popitem(last=False)
+        try:
+            await self.kube.create(EVENTS, body, namespace=namespace)
+        except BaseException:
+            if self.told.get(key) is told:
+                del self.told[key]  # not written: told anew next time
+            raise
 
     async def _again(self, key: tuple[str, ...], told: _Told, now: float) -> None:
         told.count += 1
@@ -198,4 +211,4 @@ class Recorder:
             if not error.not_found:
                 raise
             # Gone (events expire after an hour, or were deleted): told anew from here.
-            del self.told[key]
+            self.told.pop(key, None)

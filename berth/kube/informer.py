@@ -195,15 +195,9 @@ class Informer(Store):
     async def _relist(self) -> None:
         items, snapshot = await self._list_all()
         self.relists += 1
-        for n, key in enumerate(list(self.store), 1):
-            # What the cache holds from after the list's snapshot (a watch event, an own
-            # write) is newer than the list: the watch from the snapshot brings what
-            # became of it. Reported deleted now, it would vanish until then.
-            held = self.store.get(key)
-            if held is not None and key not in items and not _after(held, snapshot):
-                await self._apply("DELETED", held)
-            if n % YIELD_EVERY == 0:
-                await asyncio.sleep(0)
+        # What is listed first, then what is gone: with turns of the loop in between, a
+        # reader (the ledger's free capacity) meanwhile sees a pod bound since counted,
+        # and one deleted since still counted: less room than there is, never more.
         for n, item in enumerate(items.values(), 1):
             old = self.store.get(object_key(item))
             fresh = old is None or (
@@ -213,6 +207,15 @@ class Informer(Store):
             )
             if fresh:
                 await self._apply("MODIFIED" if old else "ADDED", item)
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        for n, key in enumerate(list(self.store), 1):
+            # What the cache holds from after the list's snapshot (a watch event, an own
+            # write) is newer than the list: the watch from the snapshot brings what
+            # became of it. Reported deleted now, it would vanish until then.
+            held = self.store.get(key)
+            if held is not None and key not in items and not _after(held, snapshot):
+                await self._apply("DELETED", held)
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
         self.resource_version = snapshot
@@ -250,10 +253,10 @@ class Informer(Store):
             gather=self.gather,
             timeout_seconds=random.randint(WATCH_TIMEOUT, 2 * WATCH_TIMEOUT),
         ):
-            self.failures = 0
             kind, obj = event.get("type"), event.get("object", {})
             if kind == "ERROR":
                 raise KubeError(int(obj.get("code", 500)), obj)
+            self.failures = 0
             version = (obj.get("metadata") or {}).get("resourceVersion") if obj else None
             if kind == "BOOKMARK":
                 self.resource_version = version or self.resource_version

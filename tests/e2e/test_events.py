@@ -3,6 +3,8 @@ a message longer than an Event holds is cut rather than refused."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from berth.kube.client import EVENTS, Kube
@@ -64,3 +66,12 @@ async def test_an_event_deleted_meanwhile_is_told_anew(kube: Kube, namespace: st
     await recorder.record(pod, "Reason", "told")  # the count's patch finds nothing
     await recorder.record(pod, "Reason", "told")
     assert [e["count"] for e in await events_of(kube, namespace, "web-3")] == [1]
+
+
+async def test_the_same_event_told_at_once_is_one_event(kube: Kube, namespace: str) -> None:
+    """The webhook tells each event from a task of its own: the same one told by several
+    at once is one Event, not one each."""
+    recorder = Recorder(kube, component="berth-e2e", instance="e2e", update_every=3600)
+    pod = about(namespace, "web-4")
+    await asyncio.gather(*(recorder.record(pod, "Reason", "at once") for _ in range(3)))
+    assert [e["count"] for e in await events_of(kube, namespace, "web-4")] == [1]

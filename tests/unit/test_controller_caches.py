@@ -621,33 +621,43 @@ async def test_an_evict_directly_job_has_no_reservation_whatever_it_names() -> N
     assert [j["metadata"]["name"] for j in cache.job_view(owner).sharing] == ["job-2"]
 
 
-def volume(name: str, claim: str, terms: list[dict[str, Any]] | None) -> dict[str, Any]:
+def volume(
+    name: str, claim: str, terms: list[dict[str, Any]] | None, phase: str = "Bound"
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "claimRef": {"namespace": "default", "name": claim, "uid": f"uid-{claim}"},
         "csi": {"driver": "disk", "volumeHandle": "secret-handle"},
     }
     if terms is not None:
         spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": terms}}
-    return {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": spec}
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
 async def test_a_job_view_reads_where_the_pods_volumes_may_be_used() -> None:
+    """As kube-scheduler reads a volume's affinity: against labels alone (field
+    requirements passed over, so a term of none matches every node)."""
     cache, _ = caches()
     zone_a = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    zone_b = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
     by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}
     for pv in (
-        volume("pv-data", "data", [zone_a, by_name]),  # a field term matches no node: left out
+        volume("pv-data", "data", [{**zone_a, **by_name}]),  # zone a, the field passed over
         volume("pv-logs", "logs", None),  # usable anywhere
+        volume("pv-cache", "cache", [zone_a, by_name]),  # the second term matches every node
+        volume("pv-old", "data", [zone_b], phase="Released"),  # bound to it no more
         volume("pv-other", "other", [zone_a]),  # a claim the pod does not mount
     ):
         await watch(cache.volumes, "ADDED", pv)
     assert "csi" not in cache.volumes.get("pv-data")["spec"]  # type: ignore[index]
     mounting = pod()
     mounting["spec"]["volumes"] = [
-        {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
-        {"name": "l", "persistentVolumeClaim": {"claimName": "logs"}},
-        {"name": "e", "emptyDir": {}},
-    ]
+        {"name": name, "persistentVolumeClaim": {"claimName": name}}
+        for name in ("data", "logs", "cache")
+    ] + [{"name": "e", "emptyDir": {}}]
     await watch(cache.pods, "ADDED", mounting)
     assert cache.job_view(job()).volume_terms == ((zone_a,),)
     assert cache.volume_terms(None) == ()

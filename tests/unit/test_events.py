@@ -30,3 +30,12 @@ async def test_an_api_server_out_of_reach_is_logged_not_raised(
 def test_a_note_is_cut_at_what_an_event_holds() -> None:
     assert note("x" * NOTE_LIMIT) == "x" * NOTE_LIMIT
     assert note("x" * (NOTE_LIMIT + 1)) == "x" * (NOTE_LIMIT - 3) + "..."
+
+
+def test_a_note_is_cut_at_the_bytes_an_event_holds() -> None:
+    """The API server counts the bytes of the message: a cut never splits a character."""
+    message = "é" * NOTE_LIMIT  # two bytes each
+    cut = note(message)
+    assert len(cut.encode()) <= NOTE_LIMIT
+    assert cut.endswith("...")
+    assert cut[:-3] == "é" * ((NOTE_LIMIT - 3) // 2)

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube
+from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.informer import (
     YIELD_EVERY,
     Informer,
@@ -331,3 +331,17 @@ async def test_a_relist_lets_other_work_of_the_loop_run_while_it_is_taken() -> N
     await other
     assert len(seen) == 2000
     assert max(b - a for a, b in itertools.pairwise(turns)) <= YIELD_EVERY
+
+
+async def test_an_error_in_the_stream_keeps_the_back_off() -> None:
+    """A watch that keeps failing with an ERROR event (not 410) backs off further; only a
+    real event shows it working again."""
+    failing = [{"type": "ERROR", "object": {"code": 500, "message": "etcd is down"}}]
+    informer = Informer(cast(Kube, _Burst(failing)), PODS)
+    informer.failures = 3
+    with pytest.raises(KubeError):
+        await informer._watch()
+    assert informer.failures == 3
+    informer.kube = cast(Kube, _Burst([{"type": "ADDED", "object": on_node("p", "n", rv="1")}]))
+    await informer._watch()
+    assert informer.failures == 0

@@ -7,12 +7,14 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
-from berth import web
-from berth.server import AT_ONCE, Limits, _Site, listening
+from berth import tls, web
+from berth.server import AT_ONCE, Limits, Tls, _Site, listening
 
 BIG = 32 * 1024 * 1024
 """An answer larger than any socket's buffers."""
@@ -498,13 +500,22 @@ async def test_pipelined_requests_answered_at_once_leave_the_loop_its_turns(
     writer.close()
 
 
-async def test_a_client_reading_a_large_answer_slowly_is_not_dropped() -> None:
-    """The body deadline while an answer waits for its reader starts again whenever the
-    client has read some of it: only one that reads nothing for that long is dropped."""
-    limits = Limits(body_timeout=0.5)
+@pytest.mark.parametrize("secure", [False, True], ids=["http", "https"])
+async def test_a_client_reading_a_large_answer_slowly_is_not_dropped(
+    secure: bool, tmp_path: Path
+) -> None:
+    """The deadline while an answer waits for its reader is pushed back whenever the
+    client has read some of it: only one that reads nothing for that long is dropped.
+    Over TLS too, where asyncio hands a whole answer to the socket's transport at once."""
+    limits = Limits(body_timeout=0.5, idle_timeout=0.5)
     served = Echo()
-    async with listening(served.app(), host="127.0.0.1", port=0, limits=limits) as listened:
-        reader, writer = await asyncio.open_connection("127.0.0.1", listened.port, limit=2**16)
+    serving, client = served_over_tls(tmp_path) if secure else (None, None)
+    async with listening(
+        served.app(), host="127.0.0.1", port=0, limits=limits, tls=serving
+    ) as listened:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", listened.port, limit=2**16, ssl=client
+        )
         writer.write(b"GET /big HTTP/1.1\r\n\r\n")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         assert b" 200 " in head
@@ -517,3 +528,14 @@ async def test_a_client_reading_a_large_answer_slowly_is_not_dropped() -> None:
             await asyncio.sleep(0.02)
         assert asyncio.get_running_loop().time() - started > limits.body_timeout
         writer.close()
+
+
+def served_over_tls(directory: Path) -> tuple[Tls, ssl.SSLContext]:
+    """A serving certificate for 127.0.0.1 written to `directory`, and a client context
+    that trusts its CA."""
+    ca = tls.make_ca("exchange-ca")
+    pair = tls.issue(ca, common_name="127.0.0.1", ip_addresses=("127.0.0.1",))
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    pair.write(cert_path=cert, key_path=key)
+    client = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    return Tls(cert, key), client
