@@ -722,6 +722,8 @@ class _Connection(asyncio.Protocol):
         self.arm(self.site.limits.body_timeout)
         if self.transport is None:
             self.abort()  # still in its TLS handshake
+        elif self.transport.is_closing():
+            pass  # the client closed first (a TLS close_notify): on its way out already
         elif linger:
             if self.transport.can_write_eof():
                 self.transport.write_eof()
@@ -735,7 +737,7 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def resume(self) -> None:
-        if self.paused and self.transport is not None:
+        if self.paused and self.transport is not None and not self.transport.is_closing():
             self.paused = False
             self.transport.resume_reading()
 
@@ -748,22 +750,29 @@ class _Connection(asyncio.Protocol):
         TLS hands a write's records on to it before they are sent)."""
         if self.transport is None:
             return 0
-        size = self.transport.get_write_buffer_size()
-        if self.raw is not None and self.raw is not self.transport:
-            size += self.raw.get_write_buffer_size()
+        if self.raw is None or self.raw is self.transport:
+            return self.transport.get_write_buffer_size()
+        size = self.raw.get_write_buffer_size()
+        if not self.transport.is_closing():  # a TLS layer closed has let go of its buffer
+            size += self.transport.get_write_buffer_size()
         return size
 
     def reading_on(self) -> bool:
-        """Whether a client whose answers wait to be sent has read some of them since
-        the last look: its deadline is then at least the body deadline from now. A
-        client reading a large answer slowly is not a stalled one; one that reads nothing
-        is dropped at the deadline."""
+        """Whether a client whose answers wait to be sent has read `MIN_PROGRESS` bytes
+        of them (or all) since the last look that said so: its deadline is then at least
+        the body deadline from now. A client reading a large answer slowly is not a
+        stalled one; one that reads nothing, or a trickle, is dropped at the deadline, as
+        is one holding part of a next request meanwhile."""
         size = self.unsent()
-        moved = self.backlog is not None and size < self.backlog
-        self.backlog = size or None
-        if moved and self.deadline is not None:
+        if not size or self.backlog is None or self.buffer:
+            self.backlog = size or None
+            return False
+        if self.backlog - size < MIN_PROGRESS:
+            return False
+        self.backlog = size
+        if self.deadline is not None:
             self.deadline = max(self.deadline, self.loop.time() + self.site.limits.body_timeout)
-        return moved
+        return True
 
     def disarm(self) -> None:
         self.deadline = None
@@ -839,6 +848,10 @@ TOO_MANY_BODIES = web.Refused(
 SHUTDOWN_GRACE = 10.0
 """Seconds the requests in flight get to be answered when a server stops."""
 
+MIN_PROGRESS = 64 * 1024
+"""Bytes of its answers a slow client must take to have its deadline pushed back
+(`_Connection.reading_on`): some 6 KiB/s at the default body deadline."""
+
 AT_ONCE = 16
 """Requests of one connection served in one turn of the loop (`_Connection.advance`)."""
 
@@ -910,8 +923,11 @@ class _Site:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
-            for connection in self.connections:
-                connection.reading_on()
+            for connection in list(self.connections):
+                try:
+                    connection.reading_on()
+                except Exception:  # one connection's failure must not end the sweeps
+                    log.exception("could not look at a connection's answers")
             now = loop.time()
             for connection in [c for c in self.connections if (c.deadline or now) < now]:
                 try:

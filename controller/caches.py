@@ -738,6 +738,8 @@ class Caches:
                 terms = tuple(
                     {"matchExpressions": list(term.get("matchExpressions") or [])}
                     for term in (required or {}).get("nodeSelectorTerms") or ()
+                    # An empty term matches no node (`NewLazyErrorNodeSelector`).
+                    if term.get("matchExpressions") or term.get("matchFields")
                 )
                 if terms and all(term["matchExpressions"] for term in terms):
                     found.append(terms)

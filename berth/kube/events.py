@@ -211,4 +211,5 @@ class Recorder:
             if not error.not_found:
                 raise
             # Gone (events expire after an hour, or were deleted): told anew from here.
-            self.told.pop(key, None)
+            if self.told.get(key) is told:
+                del self.told[key]

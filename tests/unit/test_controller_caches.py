@@ -649,6 +649,7 @@ async def test_a_job_view_reads_where_the_pods_volumes_may_be_used() -> None:
         volume("pv-logs", "logs", None),  # usable anywhere
         volume("pv-cache", "cache", [zone_a, by_name]),  # the second term matches every node
         volume("pv-old", "data", [zone_b], phase="Released"),  # bound to it no more
+        volume("pv-empty", "empty", [{}, zone_b]),  # an empty term matches no node
         volume("pv-other", "other", [zone_a]),  # a claim the pod does not mount
     ):
         await watch(cache.volumes, "ADDED", pv)
@@ -656,8 +657,8 @@ async def test_a_job_view_reads_where_the_pods_volumes_may_be_used() -> None:
     mounting = pod()
     mounting["spec"]["volumes"] = [
         {"name": name, "persistentVolumeClaim": {"claimName": name}}
-        for name in ("data", "logs", "cache")
+        for name in ("data", "logs", "cache", "empty")
     ] + [{"name": "e", "emptyDir": {}}]
     await watch(cache.pods, "ADDED", mounting)
-    assert cache.job_view(job()).volume_terms == ((zone_a,),)
+    assert cache.job_view(job()).volume_terms == ((zone_a,), (zone_b,))
     assert cache.volume_terms(None) == ()

@@ -4,10 +4,13 @@ socket (plain HTTP: TLS, the deadlines and the connection cap are tests/e2e/test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import socket
 import ssl
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -539,3 +542,71 @@ def served_over_tls(directory: Path) -> tuple[Tls, ssl.SSLContext]:
     pair.write(cert_path=cert, key_path=key)
     client = ssl.create_default_context(cadata=ca.cert_pem.decode())
     return Tls(cert, key), client
+
+
+def _closes_first_and_stops_reading(
+    port: int, context: ssl.SSLContext, done: threading.Event
+) -> None:
+    """A TLS client that asks for a large answer and a last one (`Connection: close`),
+    then sends its close_notify and never reads again."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls_client = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    while True:
+        try:
+            tls_client.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            incoming.write(sock.recv(65536))
+    sock.sendall(outgoing.read())
+    tls_client.write(b"GET /big HTTP/1.1\r\n\r\n" + post("/slow", b"{}", "Connection: close"))
+    sock.sendall(outgoing.read())
+    time.sleep(0.5)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls_client.unwrap()
+    sock.sendall(outgoing.read())
+    done.wait(20)
+    sock.close()
+
+
+async def test_a_tls_client_that_closes_first_is_dropped_and_the_sweeps_go_on(
+    tmp_path: Path,
+) -> None:
+    """Its transport is closing when the server closes it after the last answer: looking
+    at what it still has to send must not end the sweeper, which keeps every deadline."""
+    limits = Limits(header_timeout=5, body_timeout=1.0, idle_timeout=1.0)
+    served = Echo()
+    served.release.clear()
+    serving, context = served_over_tls(tmp_path)
+    done = threading.Event()
+    async with listening(
+        served.app(), host="127.0.0.1", port=0, limits=limits, tls=serving
+    ) as listened:
+        client = threading.Thread(
+            target=_closes_first_and_stops_reading, args=(listened.port, context, done)
+        )
+        [sweeping] = [
+            task
+            for task in asyncio.all_tasks()
+            if getattr(task.get_coro(), "__qualname__", "") == "_Site.sweep"
+        ]
+        client.start()
+        try:
+            await until(lambda: bool(listened.connections))
+            await asyncio.sleep(1.0)
+            served.release.set()  # the last answer: the server closes
+            await until_within(lambda: not listened.connections, seconds=10)
+            assert not sweeping.done()
+        finally:
+            done.set()
+            await asyncio.to_thread(client.join)
+
+
+async def until_within(condition: Callable[[], bool], *, seconds: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not condition():
+        assert loop.time() < deadline, f"not within {seconds} s"
+        await asyncio.sleep(0.05)
