@@ -56,10 +56,6 @@ def _pod_ref_key(job: Mapping[str, Any]) -> list[str]:
     return [f"{ref.get('namespace')}/{ref.get('name')}"]
 
 
-def _reservation_key(job: Mapping[str, Any]) -> list[str]:
-    return [jobs.reservation_name(job)] if jobs.uses_reservation(job) else []
-
-
 def _volume_claim(volume: Mapping[str, Any]) -> list[str]:
     """The claim a PersistentVolume is bound to, as `namespace/name`: a Bound one only (a
     Released volume keeps the claimRef of a claim deleted since, maybe made again)."""
@@ -249,7 +245,7 @@ class Caches:
         self.jobs = Informer(
             kube,
             PODMIGRATIONJOBS,
-            indexes={"pod": _pod_ref_key, "reservation": _reservation_key},
+            indexes={"pod": _pod_ref_key, "reservation": lambda j: _single(jobs.reservation_of(j))},
             handler=self._on_job,
             keep=lean,
         )
@@ -665,8 +661,7 @@ class Caches:
     def job_view(self, job: Object) -> jobs.JobView:
         ref = job["spec"]["podRef"]
         pod = self.pods.get(f"{ref.get('namespace')}/{ref.get('name')}")
-        # An EvictDirectly job has no Reservation, whatever its reservationOptions name.
-        named = jobs.reservation_name(job) if jobs.uses_reservation(job) else None
+        named = jobs.reservation_of(job)
         reservation = self.reservations.get(named) if named else None
         placeholder = self.placeholder(reservation)
         missing = self._missing(

@@ -21,7 +21,7 @@ from controller.jobs.evict import eviction_refused
 from controller.jobs.machine import decide
 from controller.jobs.preempt import placeholder_node, preemption_mark
 from controller.jobs.reserve import REFUSED_FOR_GOOD, reservation_refused
-from controller.jobs.view import JobView, own_reservation, reservation_name, uses_reservation
+from controller.jobs.view import JobView, own_reservation, reservation_name, reservation_of
 
 __all__ = [
     "REFUSED_FOR_GOOD",
@@ -33,6 +33,6 @@ __all__ = [
     "placeholder_node",
     "preemption_mark",
     "reservation_name",
+    "reservation_of",
     "reservation_refused",
-    "uses_reservation",
 ]

@@ -115,10 +115,13 @@ def pod_key(view: JobView) -> str:
     return f"{ref.get('namespace')}/{ref.get('name')}"
 
 
-def uses_reservation(job: Mapping[str, Any]) -> bool:
-    """Whether the job has a Reservation: an EvictDirectly job evicts with none, whatever
-    its reservationOptions name (it neither opens, closes, shares nor releases one)."""
-    return bool(job["spec"].get("mode") != PodMigrationJobMode.EVICT_DIRECTLY)
+def reservation_of(job: Mapping[str, Any]) -> str | None:
+    """The name of the Reservation the job uses (`reservation_name`), or None: an
+    EvictDirectly job evicts with none, whatever its reservationOptions name (it neither
+    opens, closes, shares nor releases one)."""
+    if job["spec"].get("mode") == PodMigrationJobMode.EVICT_DIRECTLY:
+        return None
+    return reservation_name(job)
 
 
 def reservation_name(job: Mapping[str, Any]) -> str:

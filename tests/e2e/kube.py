@@ -98,3 +98,38 @@ def pods(cluster: Cluster, namespace: str, selector: str = "") -> list[dict[str,
     args = ["pods", "-n", namespace] + (["-l", selector] if selector else [])
     items: list[dict[str, Any]] = cluster.get(*args)["items"]
     return items
+
+
+def refusing_policy(
+    name: str,
+    *,
+    rule: dict[str, Any],
+    condition: str,
+    message: str,
+    namespace: str | None = None,
+) -> str:
+    """A ValidatingAdmissionPolicy named `name`, and its binding, that refuse with
+    `message` every CREATE of the resources `rule` names (apiGroups, apiVersions,
+    resources) for which the CEL `condition` holds; in `namespace` only, when given."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{**rule, "operations": ["CREATE"]}]},
+            "matchConditions": [{"name": "refused", "expression": condition}],
+            "validations": [{"expression": "false", "message": message}],
+        },
+    }
+    binding: dict[str, Any] = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    if namespace is not None:
+        binding["spec"]["matchResources"] = {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        }
+    return "\n---\n".join(json.dumps(doc) for doc in (policy, binding))

@@ -30,7 +30,7 @@ from devtools.nodes import is_schedulable
 from devtools.render import fake_node
 from tests.e2e.capacity import cpu_in_use
 from tests.e2e.capacity import pod as bare_pod
-from tests.e2e.kube import Cluster, pods
+from tests.e2e.kube import Cluster, pods, refusing_policy
 from tests.e2e.migrate import deployment, events, job_manifest, ready_pods, statefulset
 from tests.e2e.scrape import scrape, total
 
@@ -320,15 +320,7 @@ def test_a_failed_job_lets_the_drain_continue(
     [job] = intercepted(cluster, namespace)
     assert job["status"]["phase"] == "Failed"
     assert "not in schedulerNames" in job["status"]["message"]
-    reasons = [
-        e["reason"]
-        for e in cluster.get(
-            "events",
-            "-n",
-            namespace,
-            f"--field-selector=involvedObject.name={pod['metadata']['name']}",
-        )["items"]
-    ]
+    reasons = [e["reason"] for e in pod_events(cluster, pod)]
     assert "EvictionIntercepted" in reasons
     assert "EvictionAllowed" in reasons
     samples = asyncio.run(scrape(cluster, "berth-webhook"))
@@ -619,35 +611,18 @@ def test_an_eviction_whose_job_the_api_server_refuses_goes_ahead(
     cluster.apply(deployment("refused", cpu="50m"), namespace)
     [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "refused", 1), what="the pod")
     name = f"no-jobs-{namespace}"[:63]
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["scheduling.koordinator.sh"],
-                        "apiVersions": ["v1alpha1"],
-                        "operations": ["CREATE"],
-                        "resources": ["podmigrationjobs"],
-                    }
-                ]
+    cluster.apply(
+        refusing_policy(
+            name,
+            rule={
+                "apiGroups": ["scheduling.koordinator.sh"],
+                "apiVersions": ["v1alpha1"],
+                "resources": ["podmigrationjobs"],
             },
-            "matchConditions": [
-                {"name": "here", "expression": f"object.spec.podRef.namespace == '{namespace}'"}
-            ],
-            "validations": [{"expression": "false", "message": "no jobs here"}],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    cluster.apply(yaml.safe_dump_all([policy, binding]))
+            condition=f"object.spec.podRef.namespace == '{namespace}'",
+            message="no jobs here",
+        )
+    )
     try:
         # In force once the API server has loaded it: a server dry run of a job says so.
         _, manifest = job_manifest(pod)
@@ -663,12 +638,7 @@ def test_an_eviction_whose_job_the_api_server_refuses_goes_ahead(
         assert result.returncode == 0, result.stderr
         said = [
             e["message"]
-            for e in cluster.get(
-                "events",
-                "-n",
-                namespace,
-                f"--field-selector=involvedObject.name={pod['metadata']['name']}",
-            )["items"]
+            for e in pod_events(cluster, pod)
             if e["reason"] == "EvictionAllowed" and e["type"] == "Warning"
         ]
         assert any("refused to create its PodMigrationJob" in m for m in said), said
@@ -694,3 +664,13 @@ def test_a_pod_berth_never_migrates_is_evicted_as_asked(cluster: Cluster, namesp
     assert result.returncode == 0, result.stderr
     cluster.wait(lambda: not pods(cluster, namespace), what="the pod to be gone")
     assert not intercepted(cluster, namespace)
+
+
+def pod_events(cluster: Cluster, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Events about `pod`, as the API server has them."""
+    metadata = pod["metadata"]
+    selector = f"--field-selector=involvedObject.name={metadata['name']}"
+    items: list[dict[str, Any]] = cluster.get("events", "-n", metadata["namespace"], selector)[
+        "items"
+    ]
+    return items

@@ -21,7 +21,7 @@ from berth.api import keys
 from berth.resources import pod_requests
 from devtools.nodes import is_schedulable
 from devtools.render import fake_node
-from tests.e2e.kube import Cluster, pods
+from tests.e2e.kube import Cluster, pods, refusing_policy
 from tests.e2e.migrate import (
     PAUSE,
     condition,
@@ -430,46 +430,15 @@ def refusing_pods_of(app: str, namespace: str) -> str:
     """A ValidatingAdmissionPolicy, and its binding, that refuse the pods labelled
     app=`app` created in `namespace`: as a ResourceQuota, a policy or a validating
     webhook does, after the mutating webhooks."""
-    name = f"refuse-{namespace}"[:63]
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {
-                    "name": "the-app",
-                    "expression": f"has(object.metadata.labels) && "
-                    f"object.metadata.labels[?'app'].orValue('') == '{app}'",
-                },
-            ],
-            "validations": [{"expression": "false", "message": "refused for the test"}],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            },
-        },
-    }
-    return yaml.safe_dump_all([policy, binding])
+    return refusing_policy(
+        f"refuse-{namespace}"[:63],
+        rule={"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
+        condition=(
+            f"has(object.metadata.labels) && object.metadata.labels[?'app'].orValue('') == '{app}'"
+        ),
+        message="refused for the test",
+        namespace=namespace,
+    )
 
 
 def test_a_replacement_refused_after_its_claim_leaves_the_reservation_to_the_next(
