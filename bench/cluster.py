@@ -33,14 +33,20 @@ def state_dir() -> Path:
     return Path(configured) if configured else default_state_dir().parent / "bench"
 
 
-def start(nodes: int) -> LocalCluster:
+def start(nodes: int, *, profiling: bool = False) -> LocalCluster:
     """`berth dev up --nodes N` in the bench's state directory (stopping a cluster a
     crashed bench left there first)."""
     cluster = LocalCluster(state_dir())
     cluster.down()
     cluster = LocalCluster(state_dir())
     cluster.up(
-        ClusterSpec(nodes=nodes, node_cpu=NODE_CPU, node_memory=NODE_MEMORY, node_pods=NODE_PODS)
+        ClusterSpec(
+            nodes=nodes,
+            node_cpu=NODE_CPU,
+            node_memory=NODE_MEMORY,
+            node_pods=NODE_PODS,
+            profiling=profiling,
+        )
     )
     return cluster
 

@@ -97,6 +97,7 @@ class Running:
     """`https://127.0.0.1:PORT`: add `/mutate-pod`, or use as an extender's urlPrefix."""
     count: Callable[[], Awaitable[float]]
     """Requests answered so far (webhook reviews and extender filters)."""
+    pid: int
 
 
 @asynccontextmanager
@@ -123,7 +124,7 @@ async def running(bench: Bench) -> AsyncIterator[Running]:
 
     try:
         await wait_for(answers, what="the server that answers at once to listen")
-        yield Running(url, count)
+        yield Running(url, count, process.pid)
     finally:
         process.terminate()
         await process.wait()

@@ -110,6 +110,7 @@ class Ledger:
         self._handover: dict[str, dict[str, Resources]] = {}  # node -> Reservation -> held
         self._handover_node: dict[str, str] = {}  # Reservation -> node
         self._records: dict[str, protocol.Placeholder] = {}  # Reservation -> its placeholder
+        self._recorded_uids: dict[str, str] = {}  # recorded placeholder's UID -> Reservation
         self._naming: dict[str, set[str]] = {}  # Reservation -> UIDs of pods that name it
         self._placeholder_of: dict[str, str] = {}  # pod UID -> Reservation, as charged
         # Reservation -> the most its placeholders were charged (a runtime class's
@@ -177,10 +178,6 @@ class Ledger:
         self._refresh(name)
 
     # ----- questions ------------------------------------------------------------------
-
-    def nodes(self) -> list[str]:
-        """The nodes the ledger has seen."""
-        return list(self._allocatable)
 
     def allocatable(self, node: str) -> Resources | None:
         """The node's allocatable resources; None for a node the ledger has not seen."""
@@ -259,8 +256,9 @@ class Ledger:
         return self._pods.get(uid)
 
     def placeholder_of(self, uid: str) -> str | None:
-        """The Reservation the pod with this UID is the placeholder of, if it is one."""
-        return self._placeholder_of.get(uid)
+        """The Reservation the pod with this UID is the placeholder of, if it is one:
+        recorded as such, whether or not the ledger has seen the pod yet."""
+        return self._placeholder_of.get(uid) or self._recorded_uids.get(uid)
 
     def placeholder_of_pod(self, pod: Object) -> str | None:
         """The Reservation `pod` is the placeholder of, checked against the Reservations
@@ -281,10 +279,12 @@ class Ledger:
         naming = [(uid, self._pods[uid]) for uid in self._naming.get(name, set())]
         for uid, entry in naming:
             self._uncharge(uid, entry)
-        if record is None:
-            self._records.pop(name, None)
-        else:
+        old = self._records.pop(name, None)
+        if old is not None and self._recorded_uids.get(old.pod_uid) == name:
+            del self._recorded_uids[old.pod_uid]
+        if record is not None:
             self._records[name] = record
+            self._recorded_uids[record.pod_uid] = name
         for uid, entry in naming:
             self._charge(uid, entry)
 
@@ -315,11 +315,9 @@ class Ledger:
         placeholder_for = self._placeholder_of.pop(uid, None)
         node = entry.charged_node
         if node is not None:
-            self._bound[node] = subtract(self._bound[node], entry.requests)
+            _lessen(self._bound, node, entry.requests)
             if placeholder_for is not None:
-                self._bound_placeholders[node] = subtract(
-                    self._bound_placeholders[node], entry.requests
-                )
+                _lessen(self._bound_placeholders, node, entry.requests)
         if placeholder_for is not None:
             live = self._live_placeholders.get(placeholder_for, set())
             live.discard(uid)
@@ -355,6 +353,17 @@ class Ledger:
             (owner := self._pods.get(uid)) is not None and owner.node is not None
             for uid in reservation.owners
         )
+
+
+def _lessen(sums: dict[str, Resources], node: str, requests: Resources) -> None:
+    """Take `requests` off the node's sums; a node left with none is dropped, so that
+    the nodes a sum is kept for are those where it is more than nothing (a node deleted,
+    a placeholder gone: `promising_nodes` stays as small as what is promised)."""
+    left = subtract(sums.get(node, {}), requests)
+    if any(left.values()):
+        sums[node] = left
+    else:
+        sums.pop(node, None)
 
 
 class FreeCapacity(Mapping[str, Resources]):

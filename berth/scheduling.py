@@ -260,13 +260,23 @@ protocol TCP and host IP 0.0.0.0 (every address) when not given."""
 ANY_ADDRESS = "0.0.0.0"
 
 
+def host_port_entries(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The container ports with a host port that the pod takes on its node, as
+    kube-scheduler reads them (`util.GetHostPorts`): its containers' and its sidecars'
+    (init containers with `restartPolicy: Always`, which run as long as the pod). An
+    ordinary init container's have ended before the pod's containers start."""
+    containers = [
+        *(c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"),
+        *(spec.get("containers") or ()),
+    ]
+    return [port for c in containers for port in c.get("ports") or () if port.get("hostPort")]
+
+
 def host_ports(spec: Mapping[str, Any]) -> frozenset[HostPort]:
-    """The host ports the pod's containers (init containers too) take on its node."""
+    """The host ports the pod takes on its node (`host_port_entries`)."""
     return frozenset(
         (port["hostPort"], port.get("protocol") or "TCP", port.get("hostIP") or ANY_ADDRESS)
-        for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-        for port in container.get("ports") or ()
-        if port.get("hostPort")
+        for port in host_port_entries(spec)
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from berth.api import API_VERSION, keys, parse_duration
 from berth.protocol import annotations_of, controller_of, placeholder_namespace
 from berth.resources import format_quantity, held_requests
+from berth.scheduling import host_port_entries
 from controller.template import without_berth_keys
 
 Object = dict[str, Any]
@@ -329,11 +330,7 @@ def placeholder_for(
     spec = template.get("spec") or {}
     name = reservation["metadata"]["name"]
     requests = allocatable_of(reservation)
-    ports = [
-        port
-        for container in [*(spec.get("initContainers") or []), *spec["containers"]]
-        for port in container.get("ports") or []
-    ]
+    ports = host_port_entries(spec)
     container: Object = {
         "name": "reserve",
         "image": image,

@@ -175,6 +175,13 @@ def spec_problem(reservation: Object) -> str | None:
     """Why the Reservation holds no place Berth can make, if so: its spec is what the
     schema lets in (a template is free-form), yet its placeholder, its capacity or its
     expiry cannot be worked out from it. Said once, rather than failing every pass."""
+    template = (reservation.get("spec") or {}).get("template")
+    spec = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(spec, dict) or not spec.get("containers"):
+        return (
+            "its spec cannot be carried out (template.spec.containers is empty: a place "
+            "is what the template's containers ask for)"
+        )
     try:
         expires_at(reservation)
         allocatable_of(reservation)

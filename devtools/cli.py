@@ -29,6 +29,7 @@ def _up(args: argparse.Namespace) -> int:
         node_pods=args.node_pods,
         scope=Scope(args.scope),
         cert_manager=args.cert_manager,
+        profiling=args.profiling,
     )
     cluster.up(spec)
     for component in cluster.components:
@@ -160,4 +161,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 help="run cert-manager (built from its Go module): it issues the webhook's "
                 "and extender's certificate from manifests/cert-manager and injects the "
                 "webhook's caBundle; the components reload the certificate when renewed",
+            )
+            sub.add_argument(
+                "--profiling",
+                action="store_true",
+                help="serve kube-apiserver's /debug/pprof to the cluster's admin, for CPU "
+                "profiles (`kubectl get --raw '/debug/pprof/profile?seconds=20'`)",
             )

@@ -78,6 +78,8 @@ class ClusterSpec:
     """Which pods reach Berth's extender and webhook."""
     cert_manager: bool = False
     """Run cert-manager, and serve the certificate it issues (else one of this cluster's CA)."""
+    profiling: bool = False
+    """Serve kube-apiserver's /debug/pprof (to its admin) for CPU profiles."""
 
 
 TLS_SECRET = "berth-tls"
@@ -115,7 +117,7 @@ class LocalCluster(Processes):
         try:
             self._write_pki()
             self._start_etcd()
-            self._start_apiserver()
+            self._start_apiserver(profiling=spec.profiling)
             self._install_crds()
             if spec.berth:
                 accounts.install_rbac(self.kubectl)
@@ -261,7 +263,7 @@ class LocalCluster(Processes):
             health_url=f"{self._etcd_url}/health",
         )
 
-    def _start_apiserver(self) -> None:
+    def _start_apiserver(self, *, profiling: bool) -> None:
         port = free_port()
         pki = self.pki
         self._spawn(
@@ -297,7 +299,7 @@ class LocalCluster(Processes):
                 # A DeleteCollection (a namespace's cleanup, `kubectl delete pods --all`)
                 # deletes its objects one at a time by default: 500 pods take 4 s here.
                 f"--delete-collection-workers={DELETE_COLLECTION_WORKERS}",
-                "--profiling=false",
+                f"--profiling={str(profiling).lower()}",
                 f"--cert-dir={pki}",
             ],
             port=port,

@@ -160,9 +160,16 @@ class _Resources(_Read):
     limits: Quantities = None
 
 
+class _ContainerPort(_Read):
+    hostPort: int | None = None
+    protocol: str | None = None
+    hostIP: str | None = None
+
+
 class _Container(_Read):
     restartPolicy: str | None = None
     resources: _Resources | None = None
+    ports: list[_ContainerPort] | None = None
 
 
 class _PodSpec(_Read):
@@ -172,9 +179,32 @@ class _PodSpec(_Read):
     resources: _Resources | None = None
 
 
+class _ContainerStatus(_Read):
+    name: str | None = None
+    resources: _Resources | None = None
+    allocatedResources: Quantities = None
+
+
+class _Condition(_Read):
+    type: str | None = None
+    status: str | None = None
+    reason: str | None = None
+
+
+class _PodStatus(_Read):
+    """What a victim's charge reads of its status: an in-place resize's progress."""
+
+    containerStatuses: list[_ContainerStatus] | None = None
+    initContainerStatuses: list[_ContainerStatus] | None = None
+    resources: _Resources | None = None
+    allocatedResources: Quantities = None
+    conditions: list[_Condition] | None = None
+
+
 class _Pod(_Read):
     metadata: _Metadata
     spec: _PodSpec | None = None
+    status: _PodStatus | None = None
 
 
 def read_pod(value: Any, what: str) -> Object:
@@ -346,13 +376,25 @@ def refusal(
     free = ledger.free(node, for_reservation=own)
     if free is None:
         return None
-    missing = fits(pod.requests, add(free, released or {}))
+    # Only what the place holds is judged here: the rest of the pod's requests kube-
+    # scheduler has checked itself (some it does not, a DRA-backed extended resource,
+    # which a node does not list and the ledger would read as none free).
+    holds = ledger.handover(node)
+    contended = {
+        name: value
+        for name, value in pod.requests.items()
+        if any(holds[reservation].get(name, 0) > 0 for reservation in held)
+    }
+    missing = fits(contended, add(free, released or {}))
     if not missing:
         return None
     return Refusal(
         f"Insufficient {', '.join(sorted(missing))}: held for Reservation "
         f"{', '.join(sorted(held))} in handover",
-        unresolvable=False,
+        # Every node judged here passed kube-scheduler's own filters, so its preemption
+        # dry run, which does not know the hold, finds no victim to take there and fails
+        # the attempt ("expected at least one victim pod"): preemption cannot help.
+        unresolvable=True,
     )
 
 

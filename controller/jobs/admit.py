@@ -10,7 +10,7 @@ from berth.kube.client import PODMIGRATIONJOBS
 from controller.actions import Event, Patch, Plan, UpdateStatus
 from controller.arbitration import Decision
 from controller.jobs import marker
-from controller.jobs.view import Object
+from controller.jobs.view import Object, as_read
 
 DRY_RUN_MESSAGE = (
     "dryRun: arbitration would start this job now; nothing is reserved or "
@@ -87,9 +87,9 @@ def _admitted(job: Object, pod: Mapping[str, Any], *, workload_uid: str | None, 
             keys.WORKLOAD: workload,
         }
     }
-    if job["metadata"].get("resourceVersion"):
-        metadata["resourceVersion"] = job["metadata"]["resourceVersion"]
     return Plan().then(
-        Patch(PODMIGRATIONJOBS, job["metadata"]["name"], {"metadata": metadata}),
+        Patch(
+            PODMIGRATIONJOBS, job["metadata"]["name"], {"metadata": {**metadata, **as_read(job)}}
+        ),
         UpdateStatus(PODMIGRATIONJOBS, {**job, "status": status}),
     )

@@ -31,6 +31,7 @@ from controller.jobs.view import (
     WAIT_POLL,
     JobView,
     Object,
+    as_read,
     fail,
     job_name,
     own_reservation,
@@ -290,7 +291,10 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             Patch(
                 PODMIGRATIONJOBS,
                 job_name(view),
-                {"spec": {"reservationOptions": {"reservationRef": {"name": name}}}},
+                {
+                    "metadata": as_read(view.job),
+                    "spec": {"reservationOptions": {"reservationRef": {"name": name}}},
+                },
             ),
             write_status(view, status),
             # The event messages of the design's quick start, word for word (Go's %q quotes).

@@ -105,6 +105,16 @@ def job_name(view: JobView) -> str:
     return str(view.job["metadata"]["name"])
 
 
+def as_read(job: Mapping[str, Any]) -> Object:
+    """The metadata that makes a patch of the job conditional on the version the decision
+    read: the API server refuses it (409) if the job changed since (aborted, paused,
+    edited), and the next pass decides on the job as it is. A patch without it always
+    goes through, and a status write after it in the same plan builds on the patch's
+    version: the change it skipped would be overwritten."""
+    version = job["metadata"].get("resourceVersion")
+    return {"resourceVersion": version} if version else {}
+
+
 OVERDUE = timedelta(seconds=15)
 """How long past its deletion timestamp (the end of its grace period) a terminating pod
 is taken to be kept, by a finalizer or a node that no longer answers (`bind.overdue`)."""

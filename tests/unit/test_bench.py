@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from bench.apicost import cumulative
 from bench.cluster import schedulable
 from bench.run import earlier_tables
 from bench.scheduler import order
@@ -269,3 +270,18 @@ def test_a_partial_run_keeps_the_other_tables_of_the_earlier_page() -> None:
     again = render_results(machine=[("date", "later")], notes=[], tables=[]) + "\n" + memory
     _, [still] = earlier_tables(again, {"Scheduler throughput"})
     assert still == memory
+
+
+def test_cumulative_reads_each_functions_seconds_from_pprofs_top() -> None:
+    top = """File: kcp
+Type: cpu
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      4.50s 33.89%  k8s.io/apiserver/finisher.finishRequest.func1
+     0.01s 0.075% 0.075%      3.15s 23.72%  net/http.HandlerFunc.ServeHTTP
+    10ms 0.08%  0.15%      250ms  1.90%  runtime.spanClass.sizeclass (inline)
+"""
+    assert cumulative(top) == {
+        "k8s.io/apiserver/finisher.finishRequest.func1": 4.5,
+        "net/http.HandlerFunc.ServeHTTP": 3.15,
+        "runtime.spanClass.sizeclass (inline)": 0.25,
+    }

@@ -216,7 +216,12 @@ def test_placeholder_holds_the_effective_requests_and_matches_no_selector() -> N
     source = pod()
     source["spec"]["initContainers"] = [
         {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
-        {"name": "init", "resources": {"requests": {"cpu": "1"}}},
+        {
+            "name": "init",
+            "resources": {"requests": {"cpu": "1"}},
+            # Ended before the pod runs: kube-scheduler counts no port of it.
+            "ports": [{"containerPort": 9000, "hostPort": 9000}],
+        },
     ]
     source["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
     rsv = build.reservation_for(job=job(), pod=source, workload_uid=None, ttl="5m")

@@ -166,6 +166,10 @@ def test_running_job_creates_its_reservation_and_records_it() -> None:
     patch = plan.actions[1]
     assert isinstance(patch, Patch)
     assert patch.patch["spec"]["reservationOptions"]["reservationRef"]["name"] == "uid-job-1"
+    # Conditional on the job as read: the status write after it builds on the patch's
+    # version, so a patch that went through whatever changed (an abort written meanwhile)
+    # would let that write undo the change.
+    assert patch.patch["metadata"] == {"resourceVersion": "10"}
     assert cond(status_of(plan), "ReservationCreated")["status"] == "True"
 
 

@@ -536,7 +536,14 @@ def test_an_ended_reservation_deletes_a_pod_tied_to_a_deleted_node_rather_than_u
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        pytest.param({"template": {}}, "KeyError", id="a template without a spec"),
+        pytest.param(
+            {"template": {}}, "template.spec.containers is empty", id="a template without a spec"
+        ),
+        pytest.param(
+            {"template": {"spec": {"containers": []}}},
+            "template.spec.containers is empty",
+            id="a template without containers",
+        ),
         pytest.param(
             {"template": {"spec": {"containers": "app"}}},
             "AttributeError",

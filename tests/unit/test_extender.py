@@ -101,15 +101,15 @@ FORGED = {keys.CLAIM: "a-token", keys.RESERVATION_ALLOCATED: '{"name": "r", "uid
         pytest.param(
             {"cpu": "3"},
             ["node-0", "node-2"],
-            {"node-1": HELD},
             {},
+            {"node-1": HELD},
             id="refused the capacity held in handover",
         ),
         pytest.param(
             {"cpu": "3", "annotations": FORGED},
             ["node-0", "node-2"],
-            {"node-1": HELD},
             {},
+            {"node-1": HELD},
             id="a forged claim gets nothing",
         ),
         pytest.param(
@@ -136,15 +136,15 @@ FORGED = {keys.CLAIM: "a-token", keys.RESERVATION_ALLOCATED: '{"name": "r", "uid
         pytest.param(
             {"cpu": "7", "nodes": ["node-9", "node-1"]},
             ["node-9"],
-            {"node-1": HELD},
             {},
+            {"node-1": HELD},
             id="unknown nodes pass: the scheduler judges them",
         ),
         pytest.param(
             {"cpu": "7", "labels": {keys.RESERVATION_LABEL: "other"}},
             ["node-0"],
-            {"node-1": HELD, "node-2": HELD_Q},
             {},
+            {"node-1": HELD, "node-2": HELD_Q},
             id="a placeholder is held off too",
         ),
     ],
@@ -191,7 +191,22 @@ def test_an_owner_takes_its_own_hold_not_anothers(
     assert judged.reserved is not None
     found = refusal(ledger, judged, judged.reserved[1])
     assert (found.reason if found else None) == refused
-    assert found is None or not found.unresolvable  # preemption may make room
+    # The node passed kube-scheduler's own filters (the extender is asked only about
+    # those), so its preemption dry run, blind to the hold, cannot make room there.
+    assert found is None or found.unresolvable
+
+
+def test_a_resource_the_hold_does_not_hold_is_left_to_the_scheduler(ledger: Ledger) -> None:
+    """A DRA-backed extended resource (a device class's) is listed by no node: kube-
+    scheduler checks it with its claims, not with the node's allocatable, and the place
+    in handover holds none of it. Only what the hold holds is judged."""
+    args = scheduled(FILTER_ARGS, cpu="2")
+    resources = args["Pod"]["spec"]["containers"][0]["resources"]
+    resources["requests"]["deviceclass.resource.kubernetes.io/gpu"] = "1"
+    resources["limits"] = {"deviceclass.resource.kubernetes.io/gpu": "1"}
+    result = filter_nodes(ledger, parse_args(args))
+    assert result["NodeNames"] == NODES
+    assert result["FailedAndUnresolvableNodes"] == {}
 
 
 def test_the_pod_slot_a_handover_holds_is_not_free_for_another_pod() -> None:
@@ -206,7 +221,7 @@ def test_the_pod_slot_a_handover_holds_is_not_free_for_another_pod() -> None:
         ledger.on_pod("ADDED", pod(name, cpu="100m", node="node-1"))
     ledger.on_reservation("ADDED", reservation("r", node="node-1", cpu="1", owners=(R_OWNER,)))
     other = filter_nodes(ledger, parse_args(scheduled(FILTER_ARGS, cpu="100m", nodes=["node-1"])))
-    assert other["FailedNodes"] == {
+    assert other["FailedAndUnresolvableNodes"] == {
         "node-1": "Insufficient pods: held for Reservation r in handover"
     }
     owner = filter_nodes(
@@ -220,7 +235,7 @@ def test_filter_over_http_bytes(ledger: Ledger) -> None:
     status, result = answer(ledger, "filter", body, placement=Placement.SPREAD, ready=True)
     assert status == 200
     assert result["NodeNames"] == ["node-0", "node-2"]
-    assert result["FailedNodes"] == {"node-1": HELD}
+    assert result["FailedAndUnresolvableNodes"] == {"node-1": HELD}
 
 
 def test_filter_with_whole_nodes(ledger: Ledger) -> None:
@@ -232,7 +247,7 @@ def test_filter_with_whole_nodes(ledger: Ledger) -> None:
     assert result["NodeNames"] is None
     assert [item["metadata"]["name"] for item in result["Nodes"]["items"]] == ["node-0", "node-2"]
     assert result["Nodes"]["items"][0] == node("node-0")
-    assert result["FailedNodes"] == {"node-1": HELD}
+    assert result["FailedAndUnresolvableNodes"] == {"node-1": HELD}
 
 
 def with_host_port(port: int, ip: str | None = None) -> dict[str, Any]:
@@ -537,6 +552,36 @@ BAD_QUANTITY = scheduled(FILTER_ARGS, cpu="lots")["Pod"]
             {"Pod": POD, "NodeNameToVictims": {"node-0": {"Pods": [{"metadata": {}}]}}},
             "a victim's uid must be a non-empty string",
         ),
+        (
+            "filter",
+            {"Pod": {**POD, "spec": {"containers": [{"ports": [1]}]}}, "NodeNames": NODES},
+            "Pod.spec.containers.0.ports.0",
+        ),
+        (
+            "filter",
+            {
+                "Pod": {**POD, "spec": {"containers": [{"ports": [{"hostPort": [1]}]}]}},
+                "NodeNames": NODES,
+            },
+            "Pod.spec.containers.0.ports.0.hostPort",
+        ),
+        (
+            "preempt",
+            {
+                "Pod": POD,
+                "NodeNameToVictims": {
+                    "node-0": {
+                        "Pods": [
+                            {
+                                "metadata": {"uid": "v"},
+                                "status": {"containerStatuses": [{"resources": {"requests": [1]}}]},
+                            }
+                        ]
+                    }
+                },
+            },
+            "a victim.status.containerStatuses.0.resources.requests",
+        ),
     ],
 )
 def test_bad_requests_get_an_error_not_an_exception(
@@ -647,7 +692,8 @@ def test_verbs_judge_only_nodes_with_reservations_yet_answer_as_for_every_node(
     assert {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]} == {
         name: refused.reason for name, refused in judged.items() if refused is not None
     }
-    assert result["FailedNodes"] or uid or cpu in ("0", "1")  # the held nodes do refuse
+    # the held nodes do refuse
+    assert result["FailedAndUnresolvableNodes"] or uid or cpu in ("0", "1")
     for placement in Placement:
         assert prioritize(ledger, args, placement=placement) == [
             {"Host": name, "Score": score(ledger, pod_, name, placement=placement)}

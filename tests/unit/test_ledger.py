@@ -322,7 +322,7 @@ def test_free_capacity(events: list[Event], node0: str, node1: str, in_handover:
     assert free_cpu(ledger, "node-1") == Decimal(node1)
     assert sorted(ledger.handover("node-0")) + sorted(ledger.handover("node-1")) == in_handover
     # The frozen copy a round reads says the same of every node.
-    assert dict(ledger.frozen_free()) == {name: ledger.free(name) for name in ledger.nodes()}
+    assert dict(ledger.frozen_free()) == {name: ledger.free(name) for name in ledger.frozen_free()}
 
 
 def test_frozen_free_capacity_stays_as_it_was_taken() -> None:
@@ -330,7 +330,7 @@ def test_frozen_free_capacity_stays_as_it_was_taken() -> None:
         [("reservation", "ADDED", R_OWNED), ("pod", "ADDED", pod("a", node="node-1"))]
     )
     frozen = ledger.frozen_free()
-    before = {name: ledger.free(name) for name in ledger.nodes()}
+    before = {name: ledger.free(name) for name in ledger.frozen_free()}
     for what, obj in (
         ("pod", OWNER_BOUND),  # the handover on node-0 ends
         ("pod", pod("b", node="node-1")),
@@ -487,9 +487,25 @@ def test_a_placeholder_counts_from_when_its_reservation_is_seen_until_it_goes() 
     ledger.on_reservation("ADDED", r)
     assert ledger.promised("node-0") == {"cpu": Decimal(2), "pods": Decimal(1)}
     ledger.on_reservation("DELETED", r)
-    assert ledger.promised("node-0").get("cpu", Decimal(0)) == 0
+    assert ledger.promised("node-0") == {}
+    # No sum of nothing is kept: prioritize looks at these nodes on every request.
+    assert "node-0" not in ledger.promising_nodes()
     assert ledger.placeholder_of("uid-r-placeholder") is None
     assert free_cpu(ledger, "node-0") == Decimal(6)
+
+
+def test_a_recorded_placeholder_is_one_before_the_ledger_sees_it() -> None:
+    """kube-scheduler may offer a placeholder it bound as a preemption victim before the
+    pod's events reach the ledger: the Reservation's record says what it is."""
+    ledger = ledger_after([("reservation", "ADDED", reservation("r", phase="Pending", node=None))])
+    assert ledger.placeholder_of("uid-r-placeholder") == "r"
+    ledger.on_reservation(
+        "MODIFIED", reservation("r", phase="Pending", node=None, placeholder="uid-next")
+    )
+    assert ledger.placeholder_of("uid-r-placeholder") is None
+    assert ledger.placeholder_of("uid-next") == "r"
+    ledger.on_reservation("DELETED", reservation("r", phase="Pending", node=None))
+    assert ledger.placeholder_of("uid-next") is None
 
 
 def test_a_placeholder_counts_from_when_it_is_recorded() -> None:

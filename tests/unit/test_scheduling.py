@@ -222,7 +222,15 @@ def test_qos_class(containers: list[Object], status: str | None, expected: str) 
 
 def test_host_ports_default_as_the_scheduler_reads_them() -> None:
     spec = {
-        "initContainers": [{"ports": [{"containerPort": 53, "hostPort": 53, "protocol": "UDP"}]}],
+        "initContainers": [
+            {
+                "restartPolicy": "Always",
+                "ports": [{"containerPort": 53, "hostPort": 53, "protocol": "UDP"}],
+            },
+            # An ordinary init container has ended before the pod runs: the scheduler
+            # does not count its ports (util.GetHostPorts).
+            {"ports": [{"containerPort": 54, "hostPort": 54}]},
+        ],
         "containers": [
             {"ports": [{"containerPort": 80}, {"containerPort": 80, "hostPort": 8080}]},
             {"ports": [{"containerPort": 9, "hostPort": 9, "hostIP": "10.0.0.1"}]},
