@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -291,21 +291,32 @@ def matches_owner(reservation: Object, pod: Object, *, workload_uid: str | None)
     reserved_workload = annotations_of(reservation).get(keys.WORKLOAD)
     if workload_uid and reserved_workload == workload_uid:
         return True
-    for owner in reservation.get("spec", {}).get("owners") or []:
-        wanted = owner.get("controller")
-        if wanted and controller and same_controller(wanted, controller):
-            return True
-        if _same_object(owner.get("object"), pod):
-            return True
-        selector = owner.get("labelSelector")
-        # An empty selector would match every pod: an owner must name its pods.
-        if (
-            selector
-            and (selector.get("matchLabels") or selector.get("matchExpressions"))
-            and selector_matches(selector, labels_of(pod))
-        ):
-            return True
-    return False
+    return any(
+        _owner_matches(
+            owner,
+            pod,
+            lambda wanted: controller is not None and same_controller(wanted, controller),
+        )
+        for owner in reservation.get("spec", {}).get("owners") or []
+    )
+
+
+def _owner_matches(owner: Any, pod: Object, controller_is: Callable[[Object], bool]) -> bool:
+    """Whether one of a Reservation's owners names `pod`: every field of it that is set
+    matches, as the API says (an object, the pod's controller as `controller_is` judges
+    it, a label selector). An owner must name its pods: one with nothing but an empty
+    selector, which would match every pod, names none."""
+    if not isinstance(owner, Mapping):
+        return False
+    wanted, obj = owner.get("controller"), owner.get("object")
+    selector = owner.get("labelSelector") or {}
+    if not (wanted or obj or selector.get("matchLabels") or selector.get("matchExpressions")):
+        return False
+    return (
+        (not wanted or controller_is(wanted))
+        and (not obj or _same_object(obj, pod))
+        and selector_matches(selector, labels_of(pod))
+    )
 
 
 def asks_more(pod: Object, reservation: Object) -> str | None:
@@ -462,8 +473,10 @@ def may_claim(
 
     It must be in the Reservation's namespace, and its controller (`controller_uid`, as the
     reader resolved it from its own caches, never from the pod alone) or that controller's
-    top-level workload (`workload_uid`) must be the one the Reservation was made for. Object
-    and label-selector owners of a Reservation made by hand match as in `matches_owner`.
+    top-level workload (`workload_uid`) must be the one the Reservation was made for, or
+    one of its owners must name the pod as in `matches_owner` (every field set), the
+    controller judged by `controller_uid`: the webhook and the controller read owners
+    alike.
     """
     if pod.get("metadata", {}).get("namespace") != placeholder_namespace(reservation):
         return False
@@ -472,16 +485,11 @@ def may_claim(
     reserved_workload = annotations_of(reservation).get(keys.WORKLOAD)
     if workload_uid and reserved_workload == workload_uid:
         return True
-    owners = reservation.get("spec", {}).get("owners") or []
-    if controller_uid and any(
-        (owner.get("controller") or {}).get("uid") == controller_uid for owner in owners
-    ):
-        return True
-    without_controllers = [owner for owner in owners if not owner.get("controller")]
-    return bool(without_controllers) and matches_owner(
-        {**reservation, "spec": {**reservation["spec"], "owners": without_controllers}},
-        pod,
-        workload_uid=None,
+    return any(
+        _owner_matches(
+            owner, pod, lambda wanted: bool(controller_uid) and wanted.get("uid") == controller_uid
+        )
+        for owner in reservation.get("spec", {}).get("owners") or []
     )
 
 

@@ -185,7 +185,7 @@ class Webhook:
             log.warning("pod %s: left unbound, %s", describe(pod), self.failure(error))
             return "error", _allowed(admission["uid"], [])
         response = _allowed(admission["uid"], patch)
-        if result == "claimed":
+        if result in ("claimed", "taken_over"):
             try:
                 # Sent now rather than on return, to know whether it went out.
                 await request.deliver(response)

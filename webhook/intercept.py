@@ -80,8 +80,12 @@ class Interceptor:
         try:
             async with asyncio.timeout(self.deadline):
                 answer = await self.answer(eviction, labelled=labelled, made=made)
-        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+        except Exception as error:
             failed = error or "no answer within the deadline"
+            if not isinstance(error, (KubeError, aiohttp.ClientError, TimeoutError)):
+                # Not the API server's failure: a defect. Said with its traceback, and
+                # answered as one (the job, if made, still holds the eviction back).
+                log.exception("eviction of %s/%s: failed", eviction.namespace, eviction.pod)
             if made:
                 # The job may exist and run: letting the eviction through now would evict
                 # the pod under it, before its Reservation holds a place. The retry finds

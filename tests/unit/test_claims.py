@@ -63,6 +63,35 @@ def test_may_claim(
     )
 
 
+@pytest.mark.parametrize(
+    ("labels", "rs", "expected"),
+    [
+        pytest.param({"tier": "db"}, "web-rs", True, id="its controller and its labels"),
+        pytest.param({"app": "web"}, "web-rs", False, id="its controller, not its labels"),
+        pytest.param({"tier": "db"}, "other-rs", False, id="its labels, not its controller"),
+    ],
+)
+def test_every_field_an_owner_sets_must_match_for_webhook_and_controller_alike(
+    labels: dict[str, str], rs: str, expected: bool
+) -> None:
+    """An owner naming a controller and a label selector names the pods of that
+    controller with those labels: the webhook (binding a replacement) and the controller
+    (recording the pod that claimed) read it the same way, or the webhook binds a pod the
+    controller never records, which holds the place until it is let go."""
+    rsv = claimed()
+    rsv["spec"]["owners"][0]["labelSelector"] = {"matchLabels": {"tier": "db"}}
+    new = claimer(labels=labels, rs=rs)
+    assert protocol.matches_owner(rsv, new, workload_uid=None) is expected
+    assert protocol.may_claim(rsv, new, controller_uid=f"uid-{rs}", workload_uid=None) is expected
+
+
+def test_an_owner_with_nothing_but_an_empty_selector_names_no_pod() -> None:
+    rsv = claimed()
+    rsv["spec"]["owners"] = [{"labelSelector": {}}]
+    assert not protocol.matches_owner(rsv, claimer(rs="web-rs"), workload_uid=None)
+    assert not protocol.may_claim(rsv, claimer(), controller_uid="uid-web-rs", workload_uid=None)
+
+
 def test_may_claim_by_the_reserved_workload() -> None:
     rsv = claimed()
     rsv["metadata"]["annotations"][keys.WORKLOAD] = "uid-deploy"

@@ -552,6 +552,26 @@ class _ExistsThenUnreadable(_SlowCreates):
         return await super().get(resource, name, namespace)
 
 
+class _UnreadableAnswer(_SlowCreates):
+    """The create goes through, and reading its answer fails in a way no API error does
+    (a defect, a body of another shape)."""
+
+    async def create(self, _resource: Any, body: dict[str, Any], **_: Any) -> Any:
+        self.created.append(body["metadata"]["name"])
+        raise AttributeError("'list' object has no attribute 'get'")
+
+
+async def test_any_failure_once_the_job_is_made_keeps_the_eviction_waiting() -> None:
+    """Not only an API error: whatever fails once the create was sent, the job may exist
+    and run, so the requester is told to retry (a 500 would let the eviction through,
+    the webhook failing open)."""
+    kube = _UnreadableAnswer()
+    result = await reviewed(interceptor_on(kube))
+    assert kube.created == ["eviction-uid-web-1"]
+    assert result["allowed"] is False
+    assert result["status"]["code"] == 429
+
+
 async def test_a_job_that_exists_but_cannot_be_read_keeps_the_eviction_waiting() -> None:
     """Only a refused create means no job: a job found to exist, then not read, may run,
     so the requester is told to retry."""

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from berth import server
 from berth.api import keys
 from berth.kube.client import RESERVATIONS
 from tests.served import served
@@ -254,6 +255,41 @@ async def test_a_claim_no_pod_carries_is_taken_over_by_the_workloads_next_pod(
     pod = apply_patch(REVIEW["request"]["object"], json.loads(base64.b64decode(answer["patch"])))
     assert pod["spec"]["schedulingGates"] == [{"name": keys.RESERVATION_GATE}]
     assert pod["metadata"]["labels"][keys.CLAIM] == token
+
+
+async def test_a_takeover_whose_answer_cannot_be_delivered_is_taken_back(
+    http: aiohttp.ClientSession, webhook: Webhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim taken over binds no pod if its answer never reaches the API server (the
+    caller gone): like a fresh claim, it is taken back, or the Reservation would wait,
+    claimed by no pod, until the controller releases it."""
+    webhook.reservations.put(reservation("r1", claim="0ld"))
+    webhook.claims["r1"] = ("0ld", time.monotonic() - 5)
+    patched: list[Any] = []
+
+    async def get(resource: Any, name: str, _namespace: str | None = None) -> Any:
+        if resource == RESERVATIONS:
+            return reservation("r1", claim=patched[0]["metadata"]["annotations"][keys.CLAIM])
+        return {"metadata": {"name": name, "namespace": NAMESPACE, "uid": REPLICASET_UID}}
+
+    async def list_(_resource: Any, **_: Any) -> Any:
+        return {"items": []}
+
+    async def patch(_resource: Any, _name: str, body: Any, **_: Any) -> Any:
+        patched.append(body)
+        return body
+
+    async def gone(_exchange: Any, _response: Any) -> None:
+        raise ConnectionResetError("the client closed the connection")
+
+    monkeypatch.setattr(webhook.kube, "get", get)
+    monkeypatch.setattr(webhook.kube, "list", list_)
+    monkeypatch.setattr(webhook.kube, "patch", patch)
+    monkeypatch.setattr(server._Exchange, "deliver", gone)
+    await http.post("/mutate-pod", data=review_body())
+    claim, release = patched
+    assert claim["metadata"]["annotations"][keys.CLAIM] != "0ld"
+    assert release["metadata"]["annotations"] == {keys.CLAIM: None}
 
 
 async def test_a_rollouts_pod_reinvoked_is_judged_by_its_deployment_as_when_it_claimed(
