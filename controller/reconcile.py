@@ -14,6 +14,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
+
 from berth import metrics
 from berth.kube.client import PODMIGRATIONJOBS
 from controller import jobs, namespaces, reservations
@@ -149,6 +151,17 @@ async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | No
         except ApiFailure:
             # Said by the executor; tried again ever later, as long as it fails.
             queue.retry(key, first=RETRY_AFTER_ERROR, limit=RETRY_AFTER_ERROR_MAX)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            # The API server out of reach (restarting, a network fault): not a bug, and
+            # tried again as soon as any API failure, not after the back-off of a bug.
+            metrics.RECONCILE_ERRORS.labels(kind=split(key)[0]).inc()
+            delay = queue.retry(key, first=RETRY_AFTER_ERROR, limit=RETRY_AFTER_ERROR_MAX)
+            log.warning(
+                "reconcile %s: the API server failed: %s (retry in %.0fs)",
+                key,
+                error or type(error).__name__,
+                delay,
+            )
         except Exception:
             # A bug or an object we cannot handle: say so, and back off so that one bad
             # object never floods the log or starves the others.

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
 
 from controller.queue import WorkQueue
@@ -134,3 +135,14 @@ async def test_a_pass_that_fails_on_the_api_backs_off_from_two_seconds_to_thirty
     every 2 s for ever."""
     delays = await delays_of_failing(ApiFailure, passes=7, count=1)
     assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+
+
+@pytest.mark.parametrize("error", [aiohttp.ServerDisconnectedError, TimeoutError])
+async def test_an_api_server_out_of_reach_backs_off_as_an_api_failure(
+    error: type[Exception],
+) -> None:
+    """A connection refused or reset, or no answer in time, while the API server
+    restarts: retried like any API failure, not after the minutes-long back-off of a bug,
+    which would let jobs run into their TTLs."""
+    delays = await delays_of_failing(error, passes=6, count=1)
+    assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
