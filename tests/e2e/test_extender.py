@@ -212,7 +212,10 @@ async def test_capacity_in_handover_is_refused_to_other_pods(
         competitor["metadata"]["namespace"] = namespace
 
         async def held() -> bool:
-            return "node-1" in (await extender_filter(scheduling, competitor))["FailedNodes"]
+            return (
+                "node-1"
+                in (await extender_filter(scheduling, competitor))["FailedAndUnresolvableNodes"]
+            )
 
         await cluster.await_(held, what="the extender to see the Reservation in handover")
         await cluster.aapply(json.dumps(competitor), namespace)
