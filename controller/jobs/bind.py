@@ -40,6 +40,7 @@ from controller.jobs.view import (
     Object,
     fail,
     own_reservation,
+    place_held,
     pod_gone,
     pod_key,
     released,
@@ -149,13 +150,14 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
 
 def _before_another_attempt(view: JobView) -> Plan | None:
     """What an eviction to be sent again waits for, as before the first attempt
-    (`reserve`): a place a pod made meanwhile took; a place that moved while the eviction
+    (`reserve`): a place a pod made meanwhile took, or its placeholder no longer holds
+    (`place_held`); a place that moved while the eviction
     was held back (opened again, so that the webhooks' caches get the settle time to see
     it there); the settle time. None to send it."""
     reservation = view.reservation
     if reservation is None:
         return None
-    if protocol.is_taken(reservation):
+    if protocol.is_taken(reservation) or not place_held(view):
         return Plan().again_in(WAIT_POLL)
     if opened_before_placed(reservation):
         return Plan().then(opening(view)).again_in(CONSUMABLE_SETTLE.total_seconds())

@@ -99,7 +99,10 @@ def still_evicting(view: JobView, status: Object, *, expired: bool) -> Plan:
             f"({(condition(status, Type.EVICTION) or {}).get('message')}); "
             f"nothing was evicted and {released(view)}",
         )
-    return Plan().then(evict(view)).again_in(EVICTION_RETRY)
+    # The status as it is, written back first: a write conditional on the job as read,
+    # which the API server refuses if the job changed since (aborted, paused), so that a
+    # pass working from an older copy sends no eviction. It changes nothing: no event.
+    return Plan().then(write_status(view, status), evict(view)).again_in(EVICTION_RETRY)
 
 
 def evicted(

@@ -35,6 +35,7 @@ from controller.jobs.view import (
     fail,
     job_name,
     own_reservation,
+    place_held,
     pod_gone,
     released,
     reservation_name,
@@ -407,10 +408,11 @@ def _open_then_evict(view: JobView, status: Object, news: tuple[Event, ...]) -> 
     left = settling(view)
     if left is not None:
         return step(view, status, *news).again_in(left)
-    if protocol.is_taken(view.reservation):
+    if protocol.is_taken(view.reservation) or not place_held(view):
         # Before the eviction, a pod the workload made meanwhile (a scale-up), or the
-        # replacement of a pod someone else deleted that this cache still shows: nothing
-        # is evicted into a place that may no longer be there.
+        # replacement of a pod someone else deleted that this cache still shows, or a
+        # placeholder preempted or deleted that the Reservation does not show yet:
+        # nothing is evicted into a place that may no longer be there.
         return step(view, status, *news).again_in(WAIT_POLL)
     status, eviction = start_eviction(view, status)
     return step(view, status, *news, *eviction).again_in(WAIT_POLL)

@@ -105,6 +105,22 @@ def job_name(view: JobView) -> str:
     return str(view.job["metadata"]["name"])
 
 
+def place_held(view: JobView) -> bool:
+    """Whether the Reservation's placeholder holds its place, as the caches show it:
+    there, bound to the Reservation's node, neither finished nor leaving. A placeholder
+    preempted or deleted leaves the Reservation Available until the Reservation's own
+    pass sees it (`reservations._place_lost`, which sends it back to Pending): an
+    eviction in that moment would send the pod to a place nothing holds."""
+    placeholder, reservation = view.placeholder, view.reservation
+    return (
+        placeholder is not None
+        and reservation is not None
+        and not protocol.is_terminal_pod(placeholder)
+        and not placeholder["metadata"].get("deletionTimestamp")
+        and placeholder["spec"].get("nodeName") == protocol.node_of(reservation)
+    )
+
+
 def as_read(job: Mapping[str, Any]) -> Object:
     """The metadata that makes a patch of the job conditional on the version the decision
     read: the API server refuses it (409) if the job changed since (aborted, paused,

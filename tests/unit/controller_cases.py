@@ -17,7 +17,7 @@ from berth.settings import MigrationControllerArgs
 from controller import jobs, reservations
 from controller.actions import Create, Delete, Event, Patch, Plan, UpdateStatus
 from controller.namespaces import LabelRefused
-from tests.unit.builders import ADMISSION_KEY, T0, job
+from tests.unit.builders import ADMISSION_KEY, T0, job, placeholder
 
 ARGS = MigrationControllerArgs()
 EVICTING = [{"type": "Eviction", "status": "False", "reason": "Evicting", "message": "m"}]
@@ -90,7 +90,14 @@ def view(
     making_room: bool = False,
     exhausted_pdb: str | None = None,
     sharing: tuple[dict[str, Any], ...] = (),
+    ph: dict[str, Any] | str | None = "bound",
 ) -> jobs.JobView:
+    """`ph`: the Reservation's placeholder; "bound" (the default): bound to the node of
+    `rsv` if it has one, else none."""
+    if ph == "bound":
+        node = ((rsv or {}).get("status") or {}).get("nodeName")
+        ph = placeholder(rsv["metadata"]["name"], node=node) if rsv and node else None
+    assert not isinstance(ph, str)
     return jobs.JobView(
         job=job_obj or job(),
         pod=pod_obj,
@@ -111,6 +118,7 @@ def view(
         making_room=making_room,
         exhausted_pdb=exhausted_pdb,
         sharing=sharing,
+        placeholder=ph,
     )
 
 

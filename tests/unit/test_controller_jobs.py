@@ -21,7 +21,7 @@ from controller.jobs.view import EVICTION_RETRY, evict, released
 from controller.namespaces import LabelRefused
 from controller.status import micro_timestamp
 from tests.unit.arbitration.helpers import one
-from tests.unit.builders import ADMISSION_KEY, T0, job, later, pod, reservation, ts
+from tests.unit.builders import ADMISSION_KEY, T0, job, later, placeholder, pod, reservation, ts
 from tests.unit.controller_cases import (
     ARGS,
     EVICTING,
@@ -643,6 +643,45 @@ def test_a_reservation_opened_before_its_place_moved_is_opened_again_before_the_
     )
 
 
+def _gone(ph: dict[str, Any]) -> None:
+    ph["metadata"]["deletionTimestamp"] = ts(T0)
+
+
+def _failed(ph: dict[str, Any]) -> None:
+    ph["status"]["phase"] = "Failed"
+
+
+def _elsewhere(ph: dict[str, Any]) -> None:
+    ph["spec"]["nodeName"] = "node-2"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [pytest.param(None, id="none"), _gone, _failed, _elsewhere],
+)
+@pytest.mark.parametrize("conditions", [None, EVICTING], ids=["first attempt", "again"])
+def test_no_eviction_while_the_placeholder_does_not_hold_the_place(
+    change: Any, conditions: Any
+) -> None:
+    """The placeholder was preempted, deleted or finished: the Reservation still says
+    Available until its own pass sees that. No eviction, first or again, is sent into a
+    place nothing holds; once the placeholder holds it, the eviction goes."""
+    scheduled = job(conditions=conditions or [
+        {"type": "ReservationScheduled", "status": "True", "reason": "Scheduled",
+         "message": "reserved on node-1"},
+    ])  # fmt: skip
+    rsv = reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"})
+    ph = None
+    if change is not None:
+        ph = placeholder("uid-job-1", node="node-1")
+        change(ph)
+    waiting = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=rsv, ph=ph)
+    assert not any(isinstance(a, Evict) for a in waiting.actions)
+    assert waiting.requeue_after is not None
+    held = view_plan(job_obj=scheduled, pod_obj=pod(), rsv=rsv)
+    assert kinds(held)[-1] == "Evict"
+
+
 def test_an_eviction_held_back_while_the_place_moved_is_sent_after_a_new_opening() -> None:
     """Recorded Evicting, the eviction was held back (its node cordoned moments before),
     and the place moved to node-2: it is opened again and settles before it is sent."""
@@ -653,7 +692,7 @@ def test_an_eviction_held_back_while_the_place_moved_is_sent_after_a_new_opening
     assert opening.patch["metadata"]["annotations"][keys.OPENED_AT] == micro_timestamp(later(5))
     settled = placed_again(opened=later(5), placed=later(3))
     sent = view_plan(job_obj=job(conditions=EVICTING), pod_obj=pod(), rsv=settled, now=later(6))
-    assert kinds(sent) == ["Evict"]
+    assert kinds(sent) == ["UpdateStatus:podmigrationjobs", "Evict"]
 
 
 PLACED_AT_T0 = job(
@@ -1034,7 +1073,13 @@ def test_pod_still_there_is_evicted_again() -> None:
         pod_obj=pod(),
         rsv=reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"}),
     )
-    assert kinds(plan) == ["Evict"]
+    # The status written back as read first: refused (409) if the job was aborted or
+    # paused since this copy, and then nothing is evicted.
+    assert kinds(plan) == ["UpdateStatus:podmigrationjobs", "Evict"]
+    written = plan.actions[0]
+    assert isinstance(written, UpdateStatus)
+    assert written.obj["metadata"]["resourceVersion"] == "10"
+    assert written.obj["status"] == job(conditions=EVICTING)["status"]
 
 
 @pytest.mark.parametrize(
@@ -1217,7 +1262,10 @@ def test_a_closed_reservation_is_reopened_then_the_eviction_tried_again_after_th
     settling = view_plan(job_obj=blocked, pod_obj=pod(), rsv=reopened, now=later(5.5))
     assert settling.actions == []
     assert settling.requeue_after == pytest.approx(0.5)
-    assert kinds(view_plan(job_obj=blocked, pod_obj=pod(), rsv=reopened, now=later(6))) == ["Evict"]
+    assert kinds(view_plan(job_obj=blocked, pod_obj=pod(), rsv=reopened, now=later(6))) == [
+        "UpdateStatus:podmigrationjobs",
+        "Evict",
+    ]
 
 
 def test_a_closed_reservation_stays_closed_while_a_budget_allows_no_disruption() -> None:
