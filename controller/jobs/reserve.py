@@ -149,7 +149,8 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
     """Why a Reservation the job names is not its to use, if so: another job made it
     (opening it would hand that job's place to this one's pod, before that job's pod has
     left), it holds less than the pod asks (`protocol.asks_more`: the webhook would not
-    bind the replacement there), or another job uses it first (`goes_first`). None for
+    bind the replacement there), it is not for the pod (its owners and namespace, as the
+    webhook reads them), or another job uses it first (`goes_first`). None for
     the job's own (made from the pod), and for one made by hand that no other job uses
     first: its owners are as its maker wrote them (a job's creator may evict without a
     place anyway, EvictDirectly)."""
@@ -163,6 +164,13 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
             f"PodMigrationJob {made_for!r}; nothing was evicted"
         )
     assert view.pod is not None
+    if not protocol.matches_owner(reservation, view.pod, workload_uid=view.workload_uid):
+        return (
+            f"spec.reservationOptions.reservationRef: Reservation {name!r} is not for this "
+            f"pod: its owners do not name it, or its replacements are made in namespace "
+            f"{protocol.placeholder_namespace(reservation)!r}; the webhook would not bind "
+            "the replacement there; nothing was evicted"
+        )
     too_small = protocol.asks_more(view.pod, reservation)
     if too_small is not None:
         return (

@@ -913,12 +913,17 @@ def smaller(found: dict[str, Any], *, cpu: str) -> dict[str, Any]:
             "its replacement would not be bound there",
             id="one that holds less than the pod asks",
         ),
+        pytest.param(
+            by_hand(owner_uid="uid-other-rs"),
+            "Reservation 'by-hand' is not for this pod: its owners do not name it",
+            id="one whose owners name another workload",
+        ),
     ],
 )
 def test_another_jobs_reservation_named_evicts_nothing(rsv: dict[str, Any], problem: str) -> None:
     """Opening another job's Reservation for this pod would hand that job's place over
-    before its own pod has left; one smaller than the pod would be opened for a
-    replacement the webhook does not bind there."""
+    before its own pod has left; one smaller than the pod, or for other pods, would be
+    opened for a replacement the webhook does not bind there."""
     plan = view_plan(job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=rsv)
     status = status_of(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
