@@ -25,6 +25,7 @@ from berth.kube.client import (
     JSON_PATCH,
     NODES,
     PODS,
+    PRIORITYCLASSES,
     RESERVATIONS,
     Kube,
     KubeError,
@@ -43,6 +44,10 @@ Versions = dict[tuple[str, str | None, str], str]
 """(plural, namespace, name) → the resourceVersion a plan's own write returned."""
 
 
+REPORTED_CREATES = (PODS, PRIORITYCLASSES, RESERVATIONS)
+"""The creates whose refusal is said on the object they were made for, not only logged."""
+
+
 @dataclass
 class Outcome:
     """How a plan ran: to the end (`done`), or stopped at an action that failed."""
@@ -55,8 +60,11 @@ class Outcome:
     """A write lost a race with another writer: the plan was made on stale objects."""
     create_refused: KubeError | None = None
     """The API server refused to create a pod (a ResourceQuota, Pod Security, an
-    admission webhook) or a Reservation (a template's metadata it does not take, an
-    admission policy), to be said on the object it was made for."""
+    admission webhook), a placeholder's PriorityClass (RBAC, an admission policy) or a
+    Reservation (a template's metadata it does not take, an admission policy), to be
+    said on the object it was made for."""
+    refused_resource: str = ""
+    """The plural of what `create_refused` is about."""
     error: KubeError | None = None
     """The API error any other action stopped on (a namespace's label refused by an
     admission policy, a 5xx...)."""
@@ -109,8 +117,10 @@ class Executor:
                     log.info("conflict on %s, will retry: %s", type(action).__name__, error)
                     return Outcome(done=False, conflict=True)
                 log.warning("%s failed: %s", _describe(action), error)
-                if isinstance(action, Create) and action.resource in (PODS, RESERVATIONS):
-                    return Outcome(done=False, create_refused=error)
+                if isinstance(action, Create) and action.resource in REPORTED_CREATES:
+                    return Outcome(
+                        done=False, create_refused=error, refused_resource=action.resource.plural
+                    )
                 return Outcome(done=False, error=error)
         return Outcome()
 

@@ -82,6 +82,7 @@ class Reconciler:
                     replace(view, reservation=current),
                     status_code=refused.status,
                     message=refused.message,
+                    resource=outcome.refused_resource,
                 )
             )
         return plan, outcome

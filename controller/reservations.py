@@ -500,8 +500,11 @@ def _replace_placeholder(view: ReservationView, status: Object, plan: Plan, *, l
     return plan.again_in(_seconds_until(view))
 
 
-def placeholder_refused(view: ReservationView, *, status_code: int, message: str) -> Plan:
-    """The API server refused to create the placeholder: say why on the Reservation
+def placeholder_refused(
+    view: ReservationView, *, status_code: int, message: str, resource: str = "pods"
+) -> Plan:
+    """The API server refused to create the placeholder, or (`resource` priorityclasses)
+    the PriorityClass it runs under: say why on the Reservation
     (Scheduled=False, `FailedCreate`, and a Warning event, once per message), so that its
     job does not wait "for the scheduler" until its TTL. The create is tried again,
     backing off: the name the API server generated for each attempt is left out of the
@@ -512,9 +515,10 @@ def placeholder_refused(view: ReservationView, *, status_code: int, message: str
     # then 5 random ones (`names.SimpleNameGenerator`).
     prefix = placeholder_prefix(_name(view))[:58]
     message = re.sub(re.escape(prefix) + r"[a-z0-9]{5}", f"{prefix}*", message)
-    said = (
-        f"the placeholder pod cannot be created: the API server answered {status_code}: {message}"
-    )
+    made = "the placeholder pod"
+    if resource == PRIORITYCLASSES.plural and view.priority_class is not None:
+        made = f"the placeholder's PriorityClass {view.priority_class['metadata']['name']!r}"
+    said = f"{made} cannot be created: the API server answered {status_code}: {message}"
     if same_condition(
         status, kind=Condition.SCHEDULED, state="False", reason=Reason.FAILED_CREATE, message=said
     ):

@@ -3,6 +3,7 @@ clean-up, and the release of stray gates."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -616,6 +617,20 @@ def test_a_placeholder_the_api_server_refuses_is_said_on_the_reservation_once(na
         rsv_view(said), status_code=403, message=refused.format(prefix + "rdv66")
     )
     assert again.actions == []
+
+
+def test_a_refused_priority_class_is_said_on_the_reservation_naming_it() -> None:
+    rsv = reservation(phase="Pending", node=None)
+    view = replace(rsv_view(rsv), priority_class={"metadata": {"name": "berth-non-preempting-7"}})
+    plan = reservations.placeholder_refused(
+        view, status_code=403, message="forbidden", resource="priorityclasses"
+    )
+    assert kinds(plan) == ["UpdateStatus:reservations", "Event:FailedCreate"]
+    scheduled = next(c for c in status_of(plan)["conditions"] if c["type"] == "Scheduled")
+    assert scheduled["message"] == (
+        "the placeholder's PriorityClass 'berth-non-preempting-7' cannot be created: "
+        "the API server answered 403: forbidden"
+    )
 
 
 def refused_since(replacement: dict[str, Any], seconds: float) -> dict[str, Any]:

@@ -7,7 +7,15 @@ from typing import Any, cast
 
 import pytest
 
-from berth.kube.client import NODES, PODS, PRIORITYCLASSES, RESERVATIONS, Kube, KubeError
+from berth.kube.client import (
+    NAMESPACES,
+    NODES,
+    PODS,
+    PRIORITYCLASSES,
+    RESERVATIONS,
+    Kube,
+    KubeError,
+)
 from berth.kube.events import Recorder
 from controller.actions import Create, Event, Evict, Plan, Record
 from controller.executor import Executor, _another_pod
@@ -86,18 +94,24 @@ class _Refusing:
         raise KubeError(403, {"message": "exceeded quota: pods", "reason": "Forbidden"})
 
 
-async def test_a_refused_pod_or_reservation_create_is_handed_back_to_be_said_on_its_object() -> (
-    None
-):
+async def test_a_refused_pod_class_or_reservation_create_is_said_on_its_object() -> None:
     executor = Executor(cast(Kube, _Refusing()), cast(Recorder, None))
     pod_body = {"metadata": {"generateName": "berth-placeholder-r-"}}
     outcome = await executor.run(Plan().then(Create(PODS, pod_body, namespace="ns")))
     assert not outcome.done
     assert outcome.create_refused is not None
     assert outcome.create_refused.status == 403
+    assert outcome.refused_resource == "pods"
     made = await executor.run(Plan().then(Create(RESERVATIONS, {"metadata": {"name": "r"}})))
     assert made.create_refused is not None
-    other = await executor.run(Plan().then(Create(PRIORITYCLASSES, {"metadata": {"name": "p"}})))
+    # A placeholder's PriorityClass too: refused, the Reservation says so (it would
+    # otherwise wait "for the scheduler", silently, until its job's TTL).
+    made = await executor.run(Plan().then(Create(PRIORITYCLASSES, {"metadata": {"name": "p"}})))
+    assert made.create_refused is not None
+    assert made.refused_resource == "priorityclasses"
+    other = await executor.run(
+        Plan().then(Create(NAMESPACES, {"metadata": {"name": "n"}}))  # any other create
+    )
     assert (other.done, other.create_refused) == (False, None)
 
 
