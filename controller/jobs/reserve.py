@@ -20,6 +20,7 @@ from controller.actions import Create, Event, Patch, Plan
 from controller.build import asks_for_preemption, reservation_for
 from controller.jobs import preempt
 from controller.jobs.consumable import (
+    closing,
     ended_before_eviction,
     opened_before_placed,
     opening,
@@ -96,7 +97,10 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
     status, preempted = preempt.record(view, status, placed=True)
     news = (*news, *preempted)
     if view.job["spec"].get("paused"):
-        return step(view, status, *news).again_in(WAIT_POLL)
+        # Paused after it was opened: closed again, or a pod the workload makes meanwhile
+        # (a scale-up) takes the place of a pod that stays. Opened again on resuming.
+        close = closing(view)
+        return step(view, status, *news, *([close] if close else [])).again_in(WAIT_POLL)
     return _open_then_evict(view, status, news)
 
 

@@ -741,6 +741,24 @@ def test_paused_job_waits_with_its_reservation() -> None:
         job_obj=job(paused=True), pod_obj=pod(), rsv=reservation(phase="Available", node="node-1")
     )
     assert not any(isinstance(a, Evict) for a in plan.actions)
+    assert not any(isinstance(a, Patch) for a in plan.actions)  # not opened: nothing to close
+
+
+def test_a_job_paused_once_its_reservation_was_opened_closes_it_until_resumed() -> None:
+    """Opened, then paused: a pod the workload makes meanwhile (a scale-up) would take the
+    place of a pod that stays. Closed while paused; opened again when resumed."""
+    opened = reservation(phase="Available", node="node-1", annotations={keys.CONSUMABLE: "true"})
+    plan = view_plan(job_obj=job(paused=True), pod_obj=pod(), rsv=opened)
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    [close] = [a for a in plan.actions if isinstance(a, Patch)]
+    assert close.patch["metadata"]["annotations"][keys.CONSUMABLE] == keys.CLOSED
+    assert close.patch["metadata"]["resourceVersion"] == opened["metadata"]["resourceVersion"]
+    closed = reservation(
+        phase="Available", node="node-1", annotations={keys.CONSUMABLE: keys.CLOSED}
+    )
+    resumed = view_plan(job_obj=job(), pod_obj=pod(), rsv=closed)
+    [reopen] = [a for a in resumed.actions if isinstance(a, Patch)]
+    assert reopen.patch["metadata"]["annotations"][keys.CONSUMABLE] == "true"
 
 
 def test_a_job_paused_after_its_admission_creates_no_reservation() -> None:
