@@ -48,6 +48,25 @@ NODES = 10
 SHOWN = 25
 """Functions listed: those whose time per pod grew the most."""
 
+PARTS = (
+    (
+        "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating.(*mutatingDispatcher).Dispatch",
+        "the mutating webhooks' dispatch, all of it",
+    ),
+    (
+        "k8s.io/apiserver/pkg/admission/plugin/webhook/generic.(*Webhook).ShouldCallHook",
+        "whether to call: selectors and the matchCondition (CEL)",
+    ),
+    (
+        "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating.(*mutatingDispatcher)"
+        ".callAttrMutatingHook",
+        "the call: the review built, encoded, sent; the answer decoded",
+    ),
+    ("k8s.io/client-go/rest.(*Request).Body", "of which encoding the AdmissionReview"),
+    ("runtime.gcBgMarkWorker", "garbage collection (marking)"),
+)
+"""The parts of a webhook call shown first, by function and what it is."""
+
 _TOP_LINE = re.compile(
     r"\s*[\d.]+(?:ms|s|us)?\s+[\d.]+%\s+[\d.]+%\s+([\d.]+)(ms|s|us)?\s+[\d.]+%\s+(.+)$"
 )
@@ -202,6 +221,14 @@ def report(against: str, called: Side, quiet: Side) -> str:
     lines += [
         "",
         f"Ratio (1 / latency, called over not called): {ratio:.2f}.",
+        "",
+        "| kube-apiserver, per pod | called | not called | difference |",
+        "|---|---|---|---|",
+    ]
+    for name, what in PARTS:
+        with_, without = called.function_ms(name), quiet.function_ms(name)
+        lines.append(f"| {what} | {with_:.3f} ms | {without:.3f} ms | {with_ - without:+.3f} ms |")
+    lines += [
         "",
         "| kube-apiserver function (cumulative) | called | not called | difference |",
         "|---|---|---|---|",

@@ -128,7 +128,7 @@ def decide(
         return _reassert(pod, token=token, reservations=reservations, workload_uid=workload_uid)
     controller = controller_of(pod) or {}
     consumable = [r for r in reservations.values() if is_consumable(r)]
-    if consumable and workload_uid is None and is_replicaset(controller):
+    if consumable and unconfirmed(pod, workload_uid):
         return Skip(
             f"its controller {controller.get('kind')} {controller.get('name')} "
             f"(uid {controller.get('uid')}) is not confirmed by the API server"
@@ -145,7 +145,7 @@ def _take_over(
     """The open Reservations `pod` would take but for a claim no owner was recorded for,
     oldest opening first (None: none). A ReplicaSet's pod whose controller the API server
     did not confirm takes none."""
-    if workload_uid is None and is_replicaset(controller_of(pod) or {}):
+    if unconfirmed(pod, workload_uid):
         return None
     claimed = [
         r
@@ -155,6 +155,12 @@ def _take_over(
         and asks_more(pod, r) is None
     ]
     return TakeOver(tuple(sorted(claimed, key=opening_order))) if claimed else None
+
+
+def unconfirmed(pod: Object, workload_uid: str | None) -> bool:
+    """A ReplicaSet's pod whose controller the API server did not confirm (no workload
+    found for it): it takes no Reservation."""
+    return workload_uid is None and is_replicaset(controller_of(pod) or {})
 
 
 def contested(reservation: Object) -> bool:
@@ -198,7 +204,7 @@ def worth_a_fresh_look(
     by its workload, a StatefulSet's or Job's by its controller, `workload_uid` None)."""
     if not isinstance(decision, Skip) or not looked_up:
         return []
-    if workload_uid is None and is_replicaset(controller_of(pod) or {}):
+    if unconfirmed(pod, workload_uid):
         return []  # its controller not confirmed: it takes no Reservation (`decide`)
     return [
         name
@@ -282,14 +288,19 @@ def _reassert(
         return Skip(
             f"carries claim {fingerprint(token)} for reservation {name}, "
             "which no longer waits for it",
-            # Open, no owner yet: this cache may not show the claim (or a takeover) yet.
-            recheck=name if is_open(reservation) and not owner_uids(reservation) else None,
+            # Available, no owner yet: this cache may not show the claim, a takeover, or
+            # the opening itself yet (the claim was made through another replica).
+            recheck=(
+                name
+                if phase(reservation) == ReservationPhase.AVAILABLE and not owner_uids(reservation)
+                else None
+            ),
         )
     if not matches_owner(reservation, pod, workload_uid=workload_uid):
         return Skip(
             f"carries claim {fingerprint(token)} for reservation {name}, "
             "which was not made for its workload",
-            unconfirmed=workload_uid is None and is_replicaset(controller_of(pod) or {}),
+            unconfirmed=unconfirmed(pod, workload_uid),
         )
     too_small = asks_more(pod, reservation)
     if too_small is not None:

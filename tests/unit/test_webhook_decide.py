@@ -355,7 +355,9 @@ def test_decide(
         (reservation("r1"), "r1"),  # open, unclaimed: this cache may lag the claim
         (reservation("r1", claim="other"), "r1"),  # or lag a takeover
         (handed_over(reservation("r1", claim="other")), None),
-        (reservation("r1", consumable=False), None),
+        # Not open in this cache: it may lag the opening the claim was made on.
+        (reservation("r1", consumable=False), "r1"),
+        (reservation("r1", claim=TOKEN, phase="Pending"), None),
         (reservation("r1", claim=TOKEN, phase="Succeeded"), None),
     ],
 )
