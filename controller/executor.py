@@ -68,6 +68,9 @@ class Outcome:
     error: KubeError | None = None
     """The API error any other action stopped on (a namespace's label refused by an
     admission policy, a 5xx...)."""
+    held_back: bool = False
+    """An eviction not sent: its Reservation's node, read at the last moment, was gone
+    or takes no replacement (`_place_still_there`); the next pass decides again."""
 
 
 class _RecordRefused(Exception):
@@ -105,7 +108,7 @@ class Executor:
                 return Outcome(done=False)
             try:
                 if isinstance(action, Evict) and not await self._place_still_there(action):
-                    return Outcome(done=False)
+                    return Outcome(done=False, held_back=True)
                 await self._one(action, versions)
             except _RecordRefused as failed:
                 log.warning("%s: recording it failed: %s", _describe(action), failed.error)

@@ -60,8 +60,11 @@ class Reconciler:
         plan, outcome = ran
         if outcome.done:
             return plan.requeue_after
-        if outcome.conflict or outcome.eviction_refused is not None:
-            return RETRY_AFTER_CONFLICT if outcome.conflict else RETRY_AFTER_ERROR
+        if outcome.conflict:
+            return RETRY_AFTER_CONFLICT
+        if outcome.held_back:
+            # Not an error: the caches are about to show why (`Executor._place_still_there`).
+            return RETRY_AFTER_ERROR
         metrics.RECONCILE_ERRORS.labels(kind=kind).inc()
         raise ApiFailure(key)
 

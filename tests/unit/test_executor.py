@@ -179,6 +179,9 @@ async def test_a_pod_is_not_evicted_into_a_place_on_a_node_deleted_moments_ago(
     assert kube.evicted == evicted
     assert outcome.done == bool(evicted)
     assert outcome.eviction_refused is None
+    # Held back, not failed: the pass is not counted an API failure and backed off.
+    assert outcome.held_back == (not evicted)
+    assert outcome.error is None
 
 
 @pytest.mark.parametrize(
