@@ -110,9 +110,9 @@ def is_consumable(reservation: Object) -> bool:
 
 
 def is_closed(reservation: Object) -> bool:
-    """Available on a node, opened for its pod's eviction and closed again because the
-    API server refused that eviction: no replacement may claim it until it is reopened
-    for the next attempt."""
+    """Available on a node, opened for its pod's eviction and closed again (the API
+    server refused that eviction, or the job was paused): no replacement may claim it
+    until it is reopened for the next attempt."""
     return (
         phase(reservation) == ReservationPhase.AVAILABLE
         and node_of(reservation) is not None

@@ -107,8 +107,9 @@ class Executor:
                 log.warning("not leading any more: %s and what follows not done", _describe(action))
                 return Outcome(done=False)
             try:
-                if isinstance(action, Evict) and not await self._place_still_there(action):
-                    return Outcome(done=False, held_back=True)
+                held = await self._held_back(action) if isinstance(action, Evict) else None
+                if held is not None:
+                    return held
                 await self._one(action, versions)
             except _RecordRefused as failed:
                 log.warning("%s: recording it failed: %s", _describe(action), failed.error)
@@ -127,19 +128,30 @@ class Executor:
                 return Outcome(done=False, error=error)
         return Outcome()
 
+    async def _held_back(self, action: Evict) -> Outcome | None:
+        """How the plan stops before the eviction, if it does (`_place_still_there`)."""
+        try:
+            there = await self._place_still_there(action)
+        except KubeError as error:  # not an eviction refused: none was sent
+            log.warning("%s: its node could not be read: %s", _describe(action), error)
+            return Outcome(done=False, error=error)
+        return None if there else Outcome(done=False, held_back=True)
+
     async def _place_still_there(self, action: Evict) -> bool:
         """Whether the node of the Reservation that holds the replacement's place is there
         and takes the replacement, as the API server says now (True when there is none to
         ask about): a node deleted, cordoned or tainted moments ago may not show so in the
-        caches the plan was made from. Not evicted when it is gone or refuses, or when the
-        API server cannot say; the job's next pass decides again."""
+        caches the plan was made from. Not evicted when it is gone or refuses; a read that
+        fails otherwise raises (an API failure: the pass backs off). The job's next pass
+        decides again."""
         if action.reserved_node is None:
             return True
         try:
             node = await self.kube.get(NODES, action.reserved_node)
         except KubeError as error:
-            why = "was deleted" if error.not_found else f"could not be read: {error}"
-            why = f"node {action.reserved_node}, where its Reservation holds the place, {why}"
+            if not error.not_found:
+                raise
+            why = f"node {action.reserved_node}, where its Reservation holds the place, was deleted"
         else:
             refusal = node_refusal(node, action.placement)
             if refusal is None:

@@ -163,7 +163,7 @@ async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | No
             log.warning(
                 "reconcile %s: the API server failed: %s (retry in %.0fs)",
                 key,
-                error or type(error).__name__,
+                str(error) or type(error).__name__,
                 delay,
             )
         except Exception:

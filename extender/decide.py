@@ -393,8 +393,10 @@ def refusal(
         f"{', '.join(sorted(held))} in handover",
         # Every node judged here passed kube-scheduler's own filters, so its preemption
         # dry run, which does not know the hold, finds no victim to take there and fails
-        # the attempt ("expected at least one victim pod"): preemption cannot help.
-        unresolvable=True,
+        # the attempt ("expected at least one victim pod"): preemption cannot help. But
+        # an owner's own node stays resolvable: with every node unresolvable, preemption
+        # would clear the owner's nomination (`NominatedNode("")`), which guards its place.
+        unresolvable=own is None,
     )
 
 

@@ -81,7 +81,9 @@ class Interceptor:
             async with asyncio.timeout(self.deadline):
                 answer = await self.answer(eviction, labelled=labelled, made=made)
         except Exception as error:
-            failed = error or "no answer within the deadline"
+            failed = str(error) or type(error).__name__
+            if isinstance(error, TimeoutError):
+                failed = "no answer within the deadline"
             if not isinstance(error, (KubeError, aiohttp.ClientError, TimeoutError)):
                 # Not the API server's failure: a defect. Said with its traceback, and
                 # answered as one (the job, if made, still holds the eviction back).

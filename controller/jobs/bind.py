@@ -24,6 +24,7 @@ from berth.api.times import read_time
 from controller.actions import Event, Plan
 from controller.arbitration.workloads import rollout_of
 from controller.jobs.consumable import (
+    closing,
     ended_before_eviction,
     opened_before_placed,
     opening,
@@ -139,7 +140,10 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
         if unopened is not None:
             return fail(view, status, reason=unopened[0], message=unopened[1])
         if _held_back(view):
-            return Plan().again_in(WAIT_POLL)
+            # Paused meanwhile: an open place is closed again (see `reserve`), else a
+            # scale-up's pod would take the place of a pod that stays.
+            close = closing(view) if view.job["spec"].get("paused") else None
+            return Plan().then(*([close] if close else [])).again_in(WAIT_POLL)
         if closed:
             return _reopen_when_due(view, status)
         waiting = _before_another_attempt(view)

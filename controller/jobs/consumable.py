@@ -2,8 +2,8 @@
 
 The controller opens a Reservation just before the eviction (`berth.sh/consumable: "true"`,
 with the time) and waits `CONSUMABLE_SETTLE` before evicting; it closes it after a refused
-eviction, so that no other pod of the workload takes the place of a pod that stays, and
-opens it again before the next attempt.
+eviction, or while the job is paused, so that no other pod of the workload takes the
+place of a pod that stays, and opens it again before the next attempt.
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ def settling(view: JobView) -> float | None:
 
 
 def closing(view: JobView) -> Patch | None:
-    """Close the job's Reservation after the API server refused its pod's eviction, so
-    that no other pod of the workload takes the place of a pod that stays; only one open
+    """Close the job's Reservation after the API server refused its pod's eviction, or
+    while the job is paused, so that no other pod of the workload takes the place of a
+    pod that stays; only one open
     and unclaimed, and conditional on the copy read (a claim made since stays, and the
     place with it). None when there is nothing to close."""
     reservation = view.reservation

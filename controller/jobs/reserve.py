@@ -73,8 +73,10 @@ def before_eviction(view: JobView, status: Object, *, expired: bool) -> Plan:
         return ended
     assert view.pod is not None
     reservation = view.reservation
-    if reservation is None:
-        return _create_reservation(view, status)
+    made = _make_or_record(view, status)
+    if made is not None:
+        return made
+    assert reservation is not None
     unusable = _unusable(view, status, reservation)
     if unusable is not None:
         return unusable
@@ -155,9 +157,8 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
     left), it holds less than the pod asks (`protocol.asks_more`: the webhook would not
     bind the replacement there), it is not for the pod (its owners and namespace, as the
     webhook reads them), or another job uses it first (`goes_first`). None for
-    the job's own (made from the pod), and for one made by hand that no other job uses
-    first: its owners are as its maker wrote them (a job's creator may evict without a
-    place anyway, EvictDirectly)."""
+    the job's own (made from the pod), and for one made by hand for the pod that no other
+    job uses first."""
     name = reservation["metadata"]["name"]
     if own_reservation(view.job, reservation):
         return None
@@ -243,6 +244,18 @@ def _cannot_go_on(view: JobView, status: Object, *, expired: bool) -> Plan | Non
     return None
 
 
+def _make_or_record(view: JobView, status: Object) -> Plan | None:
+    """Create the job's Reservation if there is none, or record the one it made if that
+    is not recorded yet (`_recorded`); None when it exists and is recorded."""
+    reservation = view.reservation
+    if reservation is None:
+        return _create_reservation(view, status)
+    options = view.job["spec"].get("reservationOptions") or {}
+    if own_reservation(view.job, reservation) and not options.get("reservationRef"):
+        return _recorded(view, status, reservation)
+    return None
+
+
 def _create_reservation(view: JobView, status: Object) -> Plan:
     """Create the Reservation, record it on the job, then say so; nothing for a job
     paused after its admission, until it is resumed."""
@@ -286,7 +299,15 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
             message=f"reservationOptions.template cannot be read ({unreadable(error)}); "
             "nothing was created",
         )
-    name = body["metadata"]["name"]
+    return Plan().then(Create(RESERVATIONS, body), *_recorded(view, status, body).actions)
+
+
+def _recorded(view: JobView, status: Object, reservation: Object) -> Plan:
+    """Record the job's own Reservation on the job (where the RESERVATION column reads
+    it, as the design describes), then say so. After its create, or on a later pass if
+    the record lost a race then (the job changed between the create and the patch, which
+    is conditional on the job as read)."""
+    name = reservation["metadata"]["name"]
     status = with_condition(
         status,
         kind=Type.RESERVATION_CREATED,
@@ -299,8 +320,6 @@ def _create_reservation(view: JobView, status: Object) -> Plan:
     return (
         Plan()
         .then(
-            Create(RESERVATIONS, body),
-            # Record it where the RESERVATION column reads it, as the design describes.
             Patch(
                 PODMIGRATIONJOBS,
                 job_name(view),

@@ -91,15 +91,22 @@ def view(
     exhausted_pdb: str | None = None,
     sharing: tuple[dict[str, Any], ...] = (),
     ph: dict[str, Any] | str | None = "bound",
+    recorded: bool = True,
 ) -> jobs.JobView:
     """`ph`: the Reservation's placeholder; "bound" (the default): bound to the node of
-    `rsv` if it has one, else none."""
+    `rsv` if it has one, else none. `recorded`: the job's own Reservation (`rsv` named
+    after the job's UID) is recorded in its reservationRef, as the controller does right
+    after creating it."""
+    job_obj = job_obj or job()
+    if recorded and rsv and rsv["metadata"]["name"] == job_obj["metadata"]["uid"]:
+        options = job_obj["spec"].setdefault("reservationOptions", {})
+        options.setdefault("reservationRef", {"name": rsv["metadata"]["name"]})
     if ph == "bound":
         node = ((rsv or {}).get("status") or {}).get("nodeName")
         ph = placeholder(rsv["metadata"]["name"], node=node) if rsv and node else None
     assert not isinstance(ph, str)
     return jobs.JobView(
-        job=job_obj or job(),
+        job=job_obj,
         pod=pod_obj,
         reservation=rsv,
         owner=owner,

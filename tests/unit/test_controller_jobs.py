@@ -173,6 +173,24 @@ def test_running_job_creates_its_reservation_and_records_it() -> None:
     assert cond(status_of(plan), "ReservationCreated")["status"] == "True"
 
 
+def test_a_reservation_created_but_not_recorded_is_recorded_on_the_next_pass() -> None:
+    """The create went through, the record after it lost a race (the job changed between
+    the two, and the patch is conditional on the job as read): the next pass finds the
+    Reservation by the job's UID and records it then, RESERVATION column, condition and
+    event, before anything else."""
+    rsv = reservation(phase="Pending", node=None)
+    plan = jobs.decide(view(job_obj=job(), pod_obj=pod(), rsv=rsv, recorded=False))
+    assert kinds(plan) == [
+        "Patch:podmigrationjobs",
+        "UpdateStatus:podmigrationjobs",
+        "Event:ReservationCreated",
+    ]
+    patch = plan.actions[0]
+    assert isinstance(patch, Patch)
+    assert patch.patch["spec"]["reservationOptions"]["reservationRef"]["name"] == "uid-job-1"
+    assert patch.patch["metadata"] == {"resourceVersion": "10"}
+
+
 @pytest.mark.parametrize(
     ("template", "problem"),
     [
@@ -2223,11 +2241,17 @@ def test_a_refused_eviction_is_tried_again_only_as_the_first_would_be(
     changes: dict[str, Any], rsv: dict[str, Any], view_kwargs: dict[str, Any]
 ) -> None:
     """After a refusal, the next attempt waits for what would have held the first one
-    back: nothing is evicted, nothing reopened, and the job goes on."""
+    back: nothing is evicted, nothing reopened, and the job goes on. Paused with its
+    place open again, the place is closed (a scale-up's pod would take it meanwhile)."""
     blocked = job(conditions=BLOCKED)
     blocked["spec"].update(changes)
     plan = view_plan(job_obj=blocked, pod_obj=pod(), rsv=rsv, now=later(10), **view_kwargs)
-    assert plan.actions == []
+    if changes.get("paused") and protocol.is_consumable(rsv):
+        [close] = plan.actions
+        assert isinstance(close, Patch)
+        assert close.patch["metadata"]["annotations"][keys.CONSUMABLE] == keys.CLOSED
+    else:
+        assert plan.actions == []
     assert plan.requeue_after is not None
 
 

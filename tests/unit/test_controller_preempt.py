@@ -183,8 +183,11 @@ def job_view(
     preempted: tuple[Object, ...] = (),
     now: datetime | None = None,
 ) -> jobs.JobView:
+    job_obj = job_obj or job()
+    if rsv["metadata"]["name"] == job_obj["metadata"]["uid"]:  # recorded on the job
+        job_obj["spec"]["reservationOptions"] = {"reservationRef": {"name": "uid-job-1"}}
     return jobs.JobView(
-        job=job_obj or job(),
+        job=job_obj,
         pod=pod(),
         reservation=rsv,
         owner=None,

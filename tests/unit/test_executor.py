@@ -184,6 +184,28 @@ async def test_a_pod_is_not_evicted_into_a_place_on_a_node_deleted_moments_ago(
     assert outcome.error is None
 
 
+class _NodeUnreadable(_NodeGone):
+    """An API server that refuses to say anything of the node (RBAC, throttling)."""
+
+    async def get(self, _resource: object, _name: str, *_: object) -> object:
+        raise KubeError(429, {"message": "throttled", "reason": "TooManyRequests"})
+
+
+async def test_a_node_that_cannot_be_read_before_the_eviction_is_an_api_failure() -> None:
+    """Not evicted, and not "held back" either (which is looked at again in 2 s, with no
+    back-off): the API server failed, so the pass backs off as after any API failure."""
+    kube = _NodeUnreadable(set())
+    executor = Executor(cast(Kube, kube), cast(Recorder, None))
+    eviction = Evict("ns", "web-1", "uid-1", policy="Eviction", reserved_node="node-1")
+    outcome = await executor.run(Plan().then(eviction))
+    assert kube.evicted == []
+    assert not outcome.done
+    assert not outcome.held_back
+    assert outcome.eviction_refused is None
+    assert outcome.error is not None
+    assert outcome.error.status == 429
+
+
 @pytest.mark.parametrize(
     ("cordoned", "placement", "evicted"),
     [

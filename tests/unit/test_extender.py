@@ -191,9 +191,9 @@ def test_an_owner_takes_its_own_hold_not_anothers(
     assert judged.reserved is not None
     found = refusal(ledger, judged, judged.reserved[1])
     assert (found.reason if found else None) == refused
-    # The node passed kube-scheduler's own filters (the extender is asked only about
-    # those), so its preemption dry run, blind to the hold, cannot make room there.
-    assert found is None or found.unresolvable
+    # Resolvable for an owner: were every node unresolvable, preemption would clear the
+    # owner's nomination, which guards its place. A stranger's refusal is unresolvable.
+    assert found is None or not found.unresolvable
 
 
 def test_a_resource_the_hold_does_not_hold_is_left_to_the_scheduler(ledger: Ledger) -> None:
