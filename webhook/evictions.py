@@ -271,12 +271,8 @@ def already_migrated(
         or ref.get("uid") == pod["metadata"].get("uid")
     ):
         return None
-    try:
-        created = datetime.fromisoformat(metadata["creationTimestamp"])
-        ttl = parse_duration(job["spec"].get("ttl") or "0s")
-    except (KeyError, ValueError):
-        return None
-    if now > created + ttl + REPLACEMENT_GRACE:
+    times = _created_and_ttl(job)
+    if times is None or now > times[0] + times[1] + REPLACEMENT_GRACE:
         return None
     return Gone(
         "AlreadyMigrated",
@@ -356,13 +352,23 @@ def in_progress(job: str, eviction: Eviction) -> Deny:
     )
 
 
-def _overdue(job: Object, *, now: datetime, default_ttl: timedelta) -> timedelta | None:
-    """How long past its TTL (no more than `default_ttl`) and `REPLACEMENT_GRACE` the job
-    is, if it is (None: not, or its times cannot be read)."""
+def _created_and_ttl(job: Object) -> tuple[datetime, timedelta] | None:
+    """When the job was created and its TTL (0 when unset); None when either cannot be
+    read."""
     try:
         created = datetime.fromisoformat(job["metadata"]["creationTimestamp"])
         ttl = parse_duration(job.get("spec", {}).get("ttl") or "0s")
     except (KeyError, TypeError, ValueError):
         return None
+    return created, ttl
+
+
+def _overdue(job: Object, *, now: datetime, default_ttl: timedelta) -> timedelta | None:
+    """How long past its TTL (no more than `default_ttl`) and `REPLACEMENT_GRACE` the job
+    is, if it is (None: not, or its times cannot be read)."""
+    times = _created_and_ttl(job)
+    if times is None:
+        return None
+    created, ttl = times
     late = now - (created + min(ttl or default_ttl, default_ttl) + REPLACEMENT_GRACE)
     return late if late > timedelta(0) else None

@@ -333,6 +333,20 @@ def test_a_retry_on_the_replacement_is_answered_gone(
     assert isinstance(answer, Gone) == gone
 
 
+@pytest.mark.parametrize("ttl", [300, ["5m"], "5 minutes"])
+def test_a_job_whose_ttl_cannot_be_read_answers_no_retry_as_gone(ttl: Any) -> None:
+    """Whatever its spec holds (the webhook reads jobs as the API server stores them, and
+    a schema may be looser), an unreadable TTL makes no 404 and raises nothing."""
+    job_obj = migrated_by(ADMIN)
+    job_obj["spec"]["ttl"] = ttl
+    assert (
+        already_migrated(
+            job_obj, REPLACEMENT, eviction=EVICTION, now=T0 + timedelta(seconds=10), draining=False
+        )
+        is None
+    )
+
+
 @pytest.mark.parametrize(
     ("replacement", "eviction", "draining"),
     [
