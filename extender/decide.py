@@ -371,7 +371,9 @@ def refusal(
         if taken is not None:
             return Refusal(
                 f"host port {taken[0]}/{taken[1]} held for Reservation {name} in handover",
-                unresolvable=True,  # preempting a pod frees no port the place holds
+                # Preempting a pod frees no port the place holds; an owner's own node
+                # stays resolvable, as below.
+                unresolvable=own is None,
             )
     free = ledger.free(node, for_reservation=own)
     if free is None:

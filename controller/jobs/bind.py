@@ -21,6 +21,7 @@ from berth.api import (
     ReservationReason,
 )
 from berth.api.times import read_time
+from berth.eviction import soft_evicted
 from controller.actions import Event, Plan
 from controller.arbitration.workloads import rollout_of
 from controller.jobs.consumable import (
@@ -141,8 +142,10 @@ def _pod_still_there(view: JobView, status: Object, *, expired: bool) -> Plan:
             return fail(view, status, reason=unopened[0], message=unopened[1])
         if _held_back(view):
             # Paused meanwhile: an open place is closed again (see `reserve`), else a
-            # scale-up's pod would take the place of a pod that stays.
-            close = closing(view) if view.job["spec"].get("paused") else None
+            # scale-up's pod would take the place of a pod that stays. Not a pod annotated
+            # for soft eviction: whatever acts on it may remove the pod any moment.
+            paused = view.job["spec"].get("paused") and not soft_evicted(view.pod or {})
+            close = closing(view) if paused else None
             return Plan().then(*([close] if close else [])).again_in(WAIT_POLL)
         if closed:
             return _reopen_when_due(view, status)

@@ -661,10 +661,6 @@ def test_a_reservation_opened_before_its_place_moved_is_opened_again_before_the_
     )
 
 
-def _gone(ph: dict[str, Any]) -> None:
-    ph["metadata"]["deletionTimestamp"] = ts(T0)
-
-
 def _failed(ph: dict[str, Any]) -> None:
     ph["status"]["phase"] = "Failed"
 
@@ -675,13 +671,14 @@ def _elsewhere(ph: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [pytest.param(None, id="none"), _gone, _failed, _elsewhere],
+    [pytest.param(None, id="none"), _failed, _elsewhere],
 )
 @pytest.mark.parametrize("conditions", [None, EVICTING], ids=["first attempt", "again"])
 def test_no_eviction_while_the_placeholder_does_not_hold_the_place(
     change: Any, conditions: Any
 ) -> None:
-    """The placeholder was preempted, deleted or finished: the Reservation still says
+    """The placeholder was preempted, deleted or finished, or is bound elsewhere: the
+    Reservation still says
     Available until its own pass sees that. No eviction, first or again, is sent into a
     place nothing holds; once the placeholder holds it, the eviction goes."""
     scheduled = job(conditions=conditions or [
@@ -2253,6 +2250,15 @@ def test_a_refused_eviction_is_tried_again_only_as_the_first_would_be(
     else:
         assert plan.actions == []
     assert plan.requeue_after is not None
+
+
+def test_a_paused_job_leaves_the_place_of_a_pod_annotated_for_soft_eviction_open() -> None:
+    """Whatever acts on the annotation may remove the pod any moment, paused or not: its
+    replacement must find the place open."""
+    blocked = job(conditions=BLOCKED, paused=True)
+    annotated = pod(annotations={keys.SOFT_EVICTION: SOFT})
+    plan = view_plan(job_obj=blocked, pod_obj=annotated, rsv=open_reservation(), now=later(10))
+    assert not any(isinstance(a, Patch) for a in plan.actions)
 
 
 def test_a_pod_forbidden_since_its_admission_is_not_evicted_again() -> None:
