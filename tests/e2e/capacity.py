@@ -88,9 +88,18 @@ async def shape_free_cpu(cluster: Cluster, namespace: str, free: dict[str, str])
 
 
 async def reserve(
-    cluster: Cluster, namespace: str, name: str, *, node: str, cpu: str, scheduler: str
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    *,
+    node: str,
+    cpu: str,
+    scheduler: str,
+    owners: tuple[dict[str, Any], ...] = (),
 ) -> None:
-    """A Reservation whose placeholder the controller creates; pinned to `node`."""
+    """A Reservation whose placeholder the controller creates; pinned to `node`. Its
+    owners: the pod named `owner` (made by `hand_over`), and `owners` (the pod a job
+    naming it migrates: a job uses only a Reservation whose owners take its pod)."""
     await cluster.aapply(
         json.dumps(
             {
@@ -112,7 +121,7 @@ async def reserve(
                             ],
                         },
                     },
-                    "owners": [{"object": {"name": "owner", "namespace": namespace}}],
+                    "owners": [{"object": {"name": "owner", "namespace": namespace}}, *owners],
                     "ttl": "10m",
                 },
             }

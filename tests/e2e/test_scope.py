@@ -454,8 +454,19 @@ async def test_a_pod_of_higher_priority_and_a_place_in_handover(
     [old] = await cluster.await_(lambda: ready_pods(cluster, namespace, "web", 1), what="pod")
     await shape_free_cpu(cluster, namespace, {"node-0": "300m", "node-1": "3", "node-2": "300m"})
     reservation = f"{namespace}-hole"
+    # The job's pod by name: a job uses only a Reservation whose owners take its pod. Its
+    # replacement (a Deployment's, named anew) is not one: the test's `owner` takes over.
+    migrated = {"object": {"name": old["metadata"]["name"], "namespace": namespace}}
     try:
-        await reserve(cluster, namespace, reservation, node="node-1", cpu="3", scheduler=SCHEDULER)
+        await reserve(
+            cluster,
+            namespace,
+            reservation,
+            node="node-1",
+            cpu="3",
+            scheduler=SCHEDULER,
+            owners=(migrated,),
+        )
         name, manifest = job_manifest(
             old, ttl=LONG_TTL, reservationOptions={"reservationRef": {"name": reservation}}
         )
