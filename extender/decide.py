@@ -382,12 +382,11 @@ def refusal(
     # scheduler has checked itself (some it does not, a DRA-backed extended resource,
     # which a node does not list and the ledger would read as none free).
     holds = ledger.handover(node)
-    contended = {
-        name: value
-        for name, value in pod.requests.items()
+    missing = [
+        name
+        for name in fits(pod.requests, add(free, released or {}))
         if any(holds[reservation].get(name, 0) > 0 for reservation in held)
-    }
-    missing = fits(contended, add(free, released or {}))
+    ]
     if not missing:
         return None
     return Refusal(
