@@ -144,6 +144,25 @@ def taints_tolerated(spec: Object, node: Object) -> bool:
     return _untolerated(spec, node) is None
 
 
+DRAIN_TAINTS = frozenset(
+    {"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption"}
+)
+"""The taints with which Cluster Autoscaler and Karpenter (v1, and before v1) mark a node
+they are draining to remove it; they do not cordon it."""
+
+
+def being_drained(node: Object, spec: Object) -> bool:
+    """Whether `node` is being drained, as far as a pod of `spec` on it goes: cordoned
+    (whatever the pod tolerates), tainted NoSchedule or NoExecute against the pod, or
+    carrying a drain taint of Cluster Autoscaler or Karpenter (`DRAIN_TAINTS`), which
+    removes the node whatever its pods tolerate."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return True
+    if any(taint.get("key") in DRAIN_TAINTS for taint in _keeping_away(node)):
+        return True
+    return not taints_tolerated(spec, node)
+
+
 UNSCHEDULABLE_TAINT: Object = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 """What a cordon means to the scheduler (its NodeUnschedulable plugin): a pod that
 tolerates this taint may still go to a cordoned node."""

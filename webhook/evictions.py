@@ -21,8 +21,8 @@ The checks, in order:
   no UID precondition: without this, it would evict the replacement in turn, gated and
   not yet scheduled (a pod Berth never migrates, below), or bound to its reserved node.
   It is answered 404 (the pod it meant is gone), which drain counts as done. Not when the
-  replacement's node is being drained (cordoned, or tainted NoSchedule or NoExecute
-  against it, as Cluster Autoscaler and Karpenter mark a node they remove): that is a
+  replacement's node is being drained (`berth.scheduling.being_drained`: cordoned,
+  tainted against it, or marked for removal by Cluster Autoscaler or Karpenter): that is a
   drain of that node, and the replacement is migrated off it as any pod is.
 - `screen_pod`: the pod. A pod Berth never migrates (`berth.eviction.forbidden`: no
   controller, DaemonSet, static, not scheduled, terminating, ...) is evicted as asked.

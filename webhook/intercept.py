@@ -22,7 +22,7 @@ from berth import metrics, web
 from berth.kube.client import NAMESPACES, NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
-from berth.scheduling import taints_tolerated
+from berth.scheduling import being_drained
 from berth.settings import MigrationControllerArgs
 from webhook import evictions, review
 from webhook.evictions import Answer, Deny, Eviction, Gone, Pass
@@ -265,18 +265,15 @@ class Interceptor:
         return gone
 
     async def draining(self, node: str, pod: Object) -> bool:
-        """Whether `node` is being drained: cordoned (whatever the pod tolerates), or
-        tainted NoSchedule or NoExecute against `pod`, as Cluster Autoscaler
-        (ToBeDeletedByClusterAutoscaler) and Karpenter (karpenter.sh/disrupted) mark a
-        node they are draining to remove it."""
+        """Whether `node`, as the API server has it now, is being drained
+        (`scheduling.being_drained`); not when it is gone."""
         try:
             found = await self.kube.get(NODES, node)
         except KubeError as error:
             if error.not_found:
                 return False
             raise
-        cordoned = bool((found.get("spec") or {}).get("unschedulable"))
-        return cordoned or not taints_tolerated(pod.get("spec") or {}, found)
+        return being_drained(found, pod.get("spec") or {})
 
     def event(self, pod: Object, reason: str, message: str, event_type: str = "Normal") -> None:
         """Record an event on the pod without holding the answer up for it."""

@@ -85,6 +85,12 @@ OPENED_AT: Final = "berth.sh/opened-at"
 eviction waits a moment after it, so every webhook's cache has seen the Reservation open,
 and the webhook offers open Reservations to replacements in this order."""
 
+OPENED_FOR: Final = "berth.sh/opened-for"
+"""Reservation annotation: the UID of the PodMigrationJob that opened it (written with
+`OPENED_AT`, and kept when it is closed again). Of the jobs naming one Reservation made by
+hand, the one that opened it goes first: a job's status, which says whether it tried an
+eviction, is written by whoever may abort the job; a Reservation only by Berth."""
+
 CLOSED_AT: Final = "berth.sh/closed-at"
 """Reservation annotation: when it was closed after its pod's eviction was refused (RFC
 3339, to the microsecond); reopened `EVICTION_RETRY` less the settle time after it."""

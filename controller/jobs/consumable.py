@@ -20,11 +20,13 @@ from controller.status import condition, micro_timestamp
 def opening(view: JobView) -> Patch:
     """Open the job's Reservation to a replacement (again, after a refused eviction closed
     it), with the time: the eviction waits `CONSUMABLE_SETTLE` after it, and the webhook
-    offers the Reservation opened first first."""
+    offers the Reservation opened first first. It records which job opened it: of the
+    jobs that share one made by hand, that one goes first (`reserve.goes_first`)."""
     assert view.reservation is not None
     annotations = {
         keys.CONSUMABLE: "true",
         keys.OPENED_AT: micro_timestamp(view.now),
+        keys.OPENED_FOR: str(view.job["metadata"].get("uid") or ""),
         keys.CLOSED_AT: None,
     }
     return Patch(

@@ -183,7 +183,7 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
             "would not be bound there (the webhook binds a pod only to a place that holds "
             "what it asks); nothing was evicted"
         )
-    first = goes_first(view.job, view.sharing)
+    first = goes_first(view.job, view.sharing, reservation)
     if first is not None:
         return (
             f"spec.reservationOptions.reservationRef: Reservation {name!r} is named by "
@@ -193,16 +193,22 @@ def _not_for_this_pod(view: JobView, reservation: Object) -> str | None:
     return None
 
 
-def goes_first(job: Object, sharing: tuple[Object, ...]) -> str | None:
+def goes_first(job: Object, sharing: tuple[Object, ...], reservation: Object) -> str | None:
     """The job, of the others not finished that name the same Reservation, that uses it
-    before `job` (None: `job` goes first): one that has tried an eviction, else the one
-    created first (by name when created in the same second). The same order for every
-    job of them, so that at most one evicts into the place."""
+    before `job` (None: `job` goes first): the one that opened it (`keys.OPENED_FOR`, which
+    only Berth writes), else the one created first (by name when created in the same
+    second). The same order for every job of them, so that at most one evicts into the
+    place. A Reservation opened before openings were recorded falls back on the jobs'
+    Eviction condition (one that has tried an eviction first)."""
+    opener = protocol.annotations_of(reservation).get(keys.OPENED_FOR)
 
     def order(one: Object) -> tuple[bool, str, str]:
-        evicting = condition(dict(one.get("status") or {}), Type.EVICTION) is not None
+        if opener:
+            first = one["metadata"].get("uid") == opener
+        else:
+            first = condition(dict(one.get("status") or {}), Type.EVICTION) is not None
         metadata = one["metadata"]
-        return (not evicting, str(metadata.get("creationTimestamp") or ""), metadata["name"])
+        return (not first, str(metadata.get("creationTimestamp") or ""), metadata["name"])
 
     mine = order(job)
     before = [other for other in sharing if order(other) < mine]

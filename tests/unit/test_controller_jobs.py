@@ -1058,6 +1058,70 @@ def test_of_two_jobs_naming_one_reservation_the_one_after_evicts_nothing(
     assert not any(isinstance(a, Evict) for a in plan.actions)
 
 
+@pytest.mark.parametrize(
+    ("opener", "others", "first"),
+    [
+        pytest.param(
+            "uid-job-9",
+            (rival("job-0", evicting=True), rival("job-9", created=later(5))),
+            "job-9",
+            id="the opener, whatever another's status says",
+        ),
+        pytest.param(
+            "uid-job-9",
+            (rival("job-0", evicting=True), rival("job-9", created=later(5)), rival("job-8")),
+            "job-9",
+            id="the opener of three",
+        ),
+        pytest.param(
+            "uid-gone",
+            (
+                rival("job-0", created=later(5), evicting=True),
+                rival("job-2", created=T0 - timedelta(seconds=1)),
+            ),
+            "job-2",
+            id="an opener that has ended: by creation, status aside",
+        ),
+    ],
+)
+def test_the_job_that_opened_a_shared_reservation_goes_first(
+    opener: str, others: tuple[dict[str, Any], ...], first: str
+) -> None:
+    """Whether a job tried an eviction is said by its status, which whoever may abort the
+    job writes: the Reservation's record of who opened it, which only Berth writes, orders
+    the jobs once there is one."""
+    plan = view_plan(
+        job_obj=job(reservation_ref="by-hand"),
+        pod_obj=pod(),
+        rsv=by_hand(**{keys.OPENED_FOR: opener}),
+        sharing=others,
+    )
+    status = status_of(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+    assert f"is named by PodMigrationJob {first!r} too" in status["message"]
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+
+
+def test_the_job_that_opened_a_shared_reservation_goes_on_before_one_evicting() -> None:
+    mine = job(reservation_ref="by-hand")
+    mine["metadata"]["creationTimestamp"] = ts(later(9))
+    plan = view_plan(
+        job_obj=mine,
+        pod_obj=pod(),
+        rsv=by_hand(**{keys.OPENED_FOR: "uid-job-1"}),
+        sharing=(rival("job-0", evicting=True),),
+    )
+    assert "Failed" not in str(status_of(plan).get("phase"))
+
+
+def test_opening_records_the_job_that_opened() -> None:
+    plan = view_plan(job_obj=job(reservation_ref="by-hand"), pod_obj=pod(), rsv=by_hand())
+    opened = [a for a in plan.actions if isinstance(a, Patch)][-1]
+    annotations = opened.patch["metadata"]["annotations"]
+    assert annotations[keys.OPENED_FOR] == "uid-job-1"
+    assert annotations[keys.CONSUMABLE] == "true"
+
+
 def test_of_two_jobs_naming_one_reservation_the_first_goes_on() -> None:
     plan = view_plan(
         job_obj=job(reservation_ref="by-hand"),

@@ -399,6 +399,28 @@ TOLERATES_ALL = {
         # Cluster Autoscaler and Karpenter taint a node they remove; they do not cordon it.
         ({"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}, True),
         ({"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}, True),
+        # ...whatever the replacement tolerates: they remove the node all the same.
+        (
+            {
+                "taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}],
+                "tolerant": True,
+            },
+            True,
+        ),
+        (
+            {
+                "taints": [
+                    {
+                        "key": "karpenter.sh/disruption",
+                        "value": "disrupting",
+                        "effect": "NoSchedule",
+                    }
+                ],
+                "tolerant": True,
+            },
+            True,
+        ),
+        ({"taints": [{"key": "gpu", "effect": "NoSchedule"}], "tolerant": True}, False),
         ({"taints": [{"key": "soon", "effect": "PreferNoSchedule"}]}, False),
     ],
 )
