@@ -1358,6 +1358,7 @@ def test_a_closed_reservation_is_reopened_then_the_eviction_tried_again_after_th
     assert patch.patch["metadata"]["annotations"] == {
         keys.CONSUMABLE: "true",
         keys.OPENED_AT: "2026-01-01T12:00:05.000000Z",
+        keys.OPENED_FOR: "uid-job-1",
         keys.CLOSED_AT: None,
     }
     reopened = open_reservation(**{keys.OPENED_AT: "2026-01-01T12:00:05.000000Z"})
