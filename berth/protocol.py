@@ -542,6 +542,18 @@ def is_terminal_pod(pod: Object) -> bool:
     return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
 
 
+def placeholder_holds(reservation: Object, placeholder: Object | None) -> bool:
+    """Whether `placeholder` holds the Reservation's place, as far as the pod goes: it is
+    there, not finished (the scheduler no longer counts a pod that is), and bound to the
+    Reservation's node. The one judgement of the Reservation's own pass and of a job
+    before it evicts into the place."""
+    return (
+        placeholder is not None
+        and not is_terminal_pod(placeholder)
+        and (placeholder.get("spec") or {}).get("nodeName") == node_of(reservation)
+    )
+
+
 def is_ready(pod: Object) -> bool:
     conditions = pod.get("status", {}).get("conditions") or []
     return pod.get("status", {}).get("phase") == "Running" and any(

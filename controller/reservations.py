@@ -358,11 +358,8 @@ def _claim(view: ReservationView, status: Object, token: str, plan: Plan) -> boo
 def _holds_place(view: ReservationView) -> bool:
     """Whether the placeholder holds the Reservation's place now: there, not finished,
     bound to the Reservation's node, which is not gone."""
-    placeholder = view.placeholder
     return (
-        placeholder is not None
-        and not protocol.is_terminal_pod(placeholder)
-        and placeholder["spec"].get("nodeName") == protocol.node_of(view.reservation)
+        protocol.placeholder_holds(view.reservation, view.placeholder)
         and not view.node_gone
         and view.node_refuses is None
     )

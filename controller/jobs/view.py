@@ -106,19 +106,13 @@ def job_name(view: JobView) -> str:
 
 
 def place_held(view: JobView) -> bool:
-    """Whether the Reservation's placeholder holds its place, as the caches show it:
-    there, bound to the Reservation's node, not finished; as the Reservation's own pass
-    judges it (`reservations._holds_place`). A placeholder preempted or deleted leaves
-    the Reservation Available until that pass sees it (`reservations._place_lost`, which
-    sends it back to Pending): an eviction in that moment would send the pod to a place
-    nothing holds."""
-    placeholder, reservation = view.placeholder, view.reservation
-    return (
-        placeholder is not None
-        and reservation is not None
-        and not protocol.is_terminal_pod(placeholder)
-        and placeholder["spec"].get("nodeName") == protocol.node_of(reservation)
-    )
+    """Whether the Reservation's placeholder holds its place, as the caches show it
+    (`protocol.placeholder_holds`, as the Reservation's own pass judges it). A
+    placeholder preempted or deleted leaves the Reservation Available until that pass
+    sees it (`reservations._place_lost`, which sends it back to Pending): an eviction in
+    that moment would send the pod to a place nothing holds."""
+    reservation = view.reservation
+    return reservation is not None and protocol.placeholder_holds(reservation, view.placeholder)
 
 
 def as_read(job: Mapping[str, Any]) -> Object:

@@ -128,6 +128,28 @@ def test_a_placeholder_is_the_pod_the_controller_recorded() -> None:
     assert protocol.recorded_placeholder(garbled) is None
 
 
+@pytest.mark.parametrize(
+    ("change", "holds"),
+    [
+        pytest.param({}, True, id="bound to the node, running"),
+        pytest.param({"node": None}, False, id="not bound yet"),
+        pytest.param({"node": "node-2"}, False, id="bound elsewhere"),
+        pytest.param({"phase": "Failed"}, False, id="failed"),
+        pytest.param({"phase": "Succeeded"}, False, id="succeeded"),
+        pytest.param({"gone": True}, False, id="gone"),
+    ],
+)
+def test_a_placeholder_holds_the_place_bound_there_and_not_finished(
+    change: dict[str, Any], holds: bool
+) -> None:
+    """The one judgement the Reservation's pass and a job about to evict share."""
+    rsv = reservation(phase="Available", node="node-1")
+    held = placeholder(rsv["metadata"]["name"], node=change.get("node", "node-1"))
+    if "phase" in change:
+        held["status"]["phase"] = change["phase"]
+    assert protocol.placeholder_holds(rsv, None if change.get("gone") else held) is holds
+
+
 def test_claimed_at_reads_managed_fields() -> None:
     assert protocol.claimed_at(claimed(at=later(5))) == later(5)
     assert protocol.claimed_at(reservation()) is None
