@@ -402,10 +402,48 @@ def test_eviction_interception_can_be_left_out(helm: Path) -> None:
     objects = helm_template(helm, values=["webhook.evictionInterception.enabled=false"])
     assert "ValidatingWebhookConfiguration" not in {o["kind"] for o in objects}
     role = one(objects, "ClusterRole", "berth-webhook")
-    assert {resource for rule in role["rules"] for resource in rule["resources"]} == {
-        "reservations",
-        "replicasets",
+    rights = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    # Binding replacements still lists a namespace's pods by a claim's label before it
+    # takes that claim over (`webhook.app.carried`).
+    assert {resource for resource, _ in rights} == {"reservations", "replicasets", "pods"}
+    assert {verb for resource, verb in rights if resource == "pods"} == {"list"}
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_a_components_disruption_budget_never_blocks_a_drain(helm: Path, replicas: int) -> None:
+    objects = helm_template(
+        helm,
+        values=[
+            f"webhook.replicas={replicas}",
+            f"extender.replicas={replicas}",
+            f"controller.replicas={replicas}",
+            "controller.podDisruptionBudget.enabled=true",
+        ],
+    )
+    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert len(budgets) == 3
+    for budget in budgets:
+        assert budget["spec"]["maxUnavailable"] == 1
+        assert "minAvailable" not in budget["spec"]
+
+
+def test_an_image_digest_pins_the_image(helm: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    objects = helm_template(helm, values=[f"image.digest={digest}", "image.tag=0.9.0"])
+    images = {
+        container["image"]
+        for o in objects
+        if o["kind"] == "Deployment"
+        for container in o["spec"]["template"]["spec"]["containers"]
     }
+    assert images == {f"ghcr.io/berth-sh/berth@{digest}"}
+    with pytest.raises(RenderError, match="digest"):
+        helm_template(helm, values=["image.digest=0.9.0"])
+
+
+def test_the_chart_takes_the_global_values_of_a_parent_chart(helm: Path) -> None:
+    objects = helm_template(helm, values=["global.imageRegistry=registry.example"])
+    assert any(o["kind"] == "Deployment" for o in objects)
 
 
 def test_the_controller_loads_the_rendered_eviction_interception(

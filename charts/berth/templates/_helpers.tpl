@@ -36,7 +36,11 @@ app.kubernetes.io/component: {{ . }}
 {{- end -}}
 
 {{- define "berth.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -109,7 +113,7 @@ metadata:
   labels:
     {{- include "berth.labels" . | nindent 4 }}
 spec:
-  minAvailable: {{ $values.podDisruptionBudget.minAvailable }}
+  maxUnavailable: {{ $values.podDisruptionBudget.maxUnavailable }}
   selector:
     matchLabels:
       {{- include "berth.selectorLabels" . | nindent 6 }}
