@@ -245,7 +245,9 @@ def test_install_upgrade_and_uninstall(cluster: Cluster, helm: Helm, release: st
         if "configMap" in v
     ]
     assert mounted == [config_map["metadata"]["name"]]
-    assert cluster.get("pdb", f"{FULLNAME}-controller", "-n", release)["spec"]["minAvailable"] == 1
+    assert (
+        cluster.get("pdb", f"{FULLNAME}-controller", "-n", release)["spec"]["maxUnavailable"] == 1
+    )
     selector = cluster.get("mutatingwebhookconfiguration", FULLNAME)["webhooks"][0][
         "namespaceSelector"
     ]
