@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.exposition import choose_encoder
 
@@ -131,6 +132,35 @@ class Tls:
 
     def files(self) -> tuple[Path, ...]:
         return tuple(p for p in (self.cert_file, self.key_file, self.client_ca_file) if p)
+
+    def problem(self) -> str | None:
+        """Why the files do not make a context, naming the file, if they do not: each is
+        loaded on its own first (a garbled file, a key that is not the certificate's, a
+        client CA file without a certificate)."""
+        try:
+            x509.load_pem_x509_certificate(self.cert_file.read_bytes())
+        except (OSError, ValueError) as error:
+            return f"{self.cert_file}: not a PEM certificate ({error})"
+        try:
+            serialization.load_pem_private_key(self.key_file.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as error:
+            return f"{self.key_file}: not an unencrypted PEM private key ({error})"
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as error:
+            return f"{self.key_file} is not the key of {self.cert_file} ({_reason(error)})"
+        if self.client_ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.client_ca_file)
+            except (OSError, ssl.SSLError) as error:
+                return f"{self.client_ca_file}: no PEM CA certificate in it ({_reason(error)})"
+        return None
+
+
+def _reason(error: OSError) -> str:
+    """An SSL error's reason (`KEY_VALUES_MISMATCH`), without its library noise."""
+    return str(getattr(error, "reason", None) or error)
 
 
 # ----- the serving certificate, reloaded when its files change ---------------------------
@@ -331,7 +361,7 @@ def serving_problem(args: argparse.Namespace) -> str | None:
     for path in (*certificate, client_ca):
         if path is not None and not path.is_file():
             return f"{path}: no such file"
-    return None
+    return Tls(args.tls_cert_file, args.tls_private_key_file, client_ca).problem()
 
 
 def tls_from(args: argparse.Namespace) -> Tls | None:

@@ -73,6 +73,7 @@ def make_ca(common_name: str = "berth-ca") -> KeyPair:
     cert = (
         _builder(name, name, key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -111,6 +112,13 @@ def issue(
     builder = _builder(_name(common_name, organization), ca_cert.subject, key.public_key())
     builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
     builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    # Key identifiers, which a strict verifier (Python 3.13's default context) requires.
+    builder = builder.add_extension(
+        x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+    )
+    builder = builder.add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+    )
     sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
     if sans:

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from berth import log, server
-from berth.exits import CONFIG_ERRORS, bad_config
+from berth.exits import BAD_CONFIG, CONFIG_ERRORS, bad_config
 from berth.kube.client import KubeError, add_kubeconfig_argument
 from berth.settings import load_args
 from controller.app import run
@@ -47,7 +47,7 @@ def handle(args: argparse.Namespace) -> int:
     problem = server.serving_problem(args)
     if problem:
         print(f"berth controller: {problem}", file=sys.stderr)
-        return 1
+        return BAD_CONFIG
     try:
         settings = load_args(args.config) if args.config else None
         log.setup()

@@ -8,7 +8,7 @@ import sys
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
-from berth.exits import CONFIG_ERRORS, bad_config
+from berth.exits import BAD_CONFIG, CONFIG_ERRORS, bad_config
 from berth.kube.client import add_kubeconfig_argument
 from extender.app import run
 from extender.decide import Placement
@@ -43,7 +43,7 @@ def handle(args: argparse.Namespace) -> int:
     problem = server.serving_problem(args)
     if problem:
         print(f"berth extender: {problem}", file=sys.stderr)
-        return 1
+        return BAD_CONFIG
     tls = server.tls_from(args)
     log.setup()
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 from kubernetes_asyncio.config import ConfigException
 
 from berth import log, server
-from berth.exits import CONFIG_ERRORS, bad_config
+from berth.exits import BAD_CONFIG, CONFIG_ERRORS, bad_config
 from berth.kube.client import add_kubeconfig_argument
 from berth.settings import MigrationControllerArgs, load_args
 from webhook.app import DEADLINE, run
@@ -62,7 +62,12 @@ def handle(args: argparse.Namespace) -> int:
     for path in (args.tls_cert_file, args.tls_private_key_file, args.client_ca_file):
         if path is not None and not path.is_file():
             print(f"berth webhook: {path}: no such file", file=sys.stderr)
-            return 1
+            return BAD_CONFIG
+    tls = server.Tls(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file)
+    problem = tls.problem()
+    if problem:
+        print(f"berth webhook: {problem}", file=sys.stderr)
+        return BAD_CONFIG
     try:
         settings = load_args(args.config) if args.config else MigrationControllerArgs()
     except CONFIG_ERRORS as error:
@@ -73,7 +78,7 @@ def handle(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             host=args.host,
             port=args.port,
-            tls=server.Tls(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file),
+            tls=tls,
             limits=server.limits_from(args),
             deadline=args.request_deadline,
             interception=Interception(settings, args.controller_user),
