@@ -87,6 +87,15 @@ def is_healthy(pod: Object) -> bool:
     return protocol.is_ready(pod) and not pod["metadata"].get("deletionTimestamp")
 
 
+def guarded_by_budgets(pod: Object) -> bool:
+    """Whether the Eviction API looks at the pod's PodDisruptionBudgets at all: not for a
+    pod Pending, finished or terminating, which it deletes as asked (`canIgnorePDB`)."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Pending", "Succeeded", "Failed") and not pod["metadata"].get(
+        "deletionTimestamp"
+    )
+
+
 PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from berth.api import PodMigrationJobMode, keys
-from berth.eviction import eviction_cost, is_healthy
+from berth.eviction import eviction_cost, guarded_by_budgets, is_healthy
 from berth.protocol import made_from_eviction
 from controller.arbitration.objects import Object
 from controller.arbitration.order import first_keys, last_keys, qos_rank
@@ -41,6 +41,7 @@ class PodFacts:
         "bypass",
         "controller",
         "cost",
+        "guarded",
         "healthy",
         "key",
         "label_set",
@@ -77,6 +78,7 @@ class PodFacts:
         self.priority_class: str = spec.get("priorityClassName") or ""
         self.scheduler: str = spec.get("schedulerName") or "default-scheduler"
         self.healthy = is_healthy(pod)
+        self.guarded = guarded_by_budgets(pod)
         self.bypass = keys.DESCHEDULER_EVICT in annotations
         self.qos = qos_rank(labels, pod)
         self.local_storage: str | None = None

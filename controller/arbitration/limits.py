@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from berth.api import PodMigrationJobReason
 from berth.resources import format_quantity, pod_requests
-from berth.settings import MigrationControllerArgs, ObjectLimiterKind
+from berth.settings import EvictionPolicy, MigrationControllerArgs, ObjectLimiterKind
 from controller.arbitration.workloads import max_per_workload
 
 Wait = tuple[str, str]
@@ -79,10 +79,23 @@ def _too_few_replicas(c: Candidate, _r: Round) -> Wait | None:
 
 
 def _pdb(c: Candidate, r: Round) -> Wait | None:
-    """Every PodDisruptionBudget covering a healthy pod must have a disruption left:
-    status.disruptionsAllowed less the migrations whose pods it still counts healthy and
-    has not recorded in status.disruptedPods. An unhealthy pod takes no disruption."""
-    if not c.healthy:
+    """Every PodDisruptionBudget covering the pod must have a disruption left, when its
+    eviction takes one (`Disruptions.takes_one`: a healthy pod's; an unhealthy one's
+    unless the budgets spare it): status.disruptionsAllowed less the migrations whose pods
+    it still counts healthy and has not recorded in status.disruptedPods. With the
+    Eviction API, a pod more than one PDB covers waits whatever they allow: the API
+    evicts no such pod (it answers 500)."""
+    covering = r.disruptions.covering(c)
+    if not covering:
+        return None
+    if len(covering) > 1 and r.args.eviction_policy == EvictionPolicy.EVICTION:
+        names = ", ".join(sorted(key for key, _ in covering))
+        return WaitReason.BLOCKED_BY_PDB, (
+            f"the pod is covered by more than one PodDisruptionBudget ({names}), and the "
+            "Eviction API evicts no such pod (it answers 500); leave one budget selecting "
+            "it"
+        )
+    if not r.disruptions.takes_one(c):
         return None
     found = r.disruptions.exhausted(c)
     if found is None:

@@ -39,7 +39,7 @@ class PdbIndex:
             index = self.by_label.setdefault(pdb["metadata"]["namespace"], {})
             key = object_key(pdb)
             index.setdefault(next(iter(labels.items())), []).append((key, pdb))
-            self.allowed[key] = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+            self.allowed[key] = _allowed(pdb)
 
     def holds(self, pdbs: Sequence[Object]) -> bool:
         """Whether the index was built from these very objects."""
@@ -66,6 +66,28 @@ class PdbIndex:
         return found
 
 
+def _allowed(pdb: Object) -> int:
+    """status.disruptionsAllowed; none while the disruption controller has not yet seen
+    the budget's current spec (the Eviction API answers 429 then)."""
+    status = pdb.get("status") or {}
+    generation = int(pdb["metadata"].get("generation") or 0)
+    if int(status.get("observedGeneration") or 0) < generation:
+        return 0
+    return int(status.get("disruptionsAllowed") or 0)
+
+
+def spares_unhealthy(pdb: Object) -> bool:
+    """Whether the budget lets an unhealthy (not Ready) pod go without taking one of its
+    disruptions, as the Eviction API judges it: `unhealthyPodEvictionPolicy: AlwaysAllow`,
+    or the workload is as healthy as the budget asks (currentHealthy >= desiredHealthy
+    > 0). Otherwise an unhealthy pod needs a disruption left, as a healthy one does."""
+    if (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+        return True
+    status = pdb.get("status") or {}
+    desired = int(status.get("desiredHealthy") or 0)
+    return desired > 0 and int(status.get("currentHealthy") or 0) >= desired
+
+
 class Disruptions:
     """The disruptions each PDB has left in this round."""
 
@@ -81,6 +103,15 @@ class Disruptions:
             known = c.pdbs = (self.index, self.index.covering(c.namespace, c.labels, c.label_set))
         return known[1]
 
+    def takes_one(self, c: Candidate) -> bool:
+        """Whether evicting the candidate's pod takes a disruption from the PDBs covering
+        it: a healthy pod's always; an unhealthy one's unless every PDB covering it spares
+        it (`spares_unhealthy`); never a pod the Eviction API deletes without looking at
+        budgets (Pending, finished, terminating)."""
+        if c.healthy:
+            return True
+        return c.guarded and not all(spares_unhealthy(pdb) for _, pdb in self.covering(c))
+
     def count_running(self, facts: PodFacts, name: str) -> None:
         """A Running job's healthy pod `name` takes a disruption from each PDB covering it
         that does not list it in status.disruptedPods yet."""
@@ -89,7 +120,7 @@ class Disruptions:
                 self.left[key] -= 1
 
     def take(self, c: Candidate) -> None:
-        """An admitted job's healthy pod takes a disruption from each PDB covering it."""
+        """An admitted job's pod takes a disruption from each PDB covering it."""
         for key, _ in self.covering(c):
             self.left[key] -= 1
 

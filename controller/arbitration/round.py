@@ -319,6 +319,6 @@ class Round:
         if c.workload_key and c.workload:
             self.per_workload[c.workload_key] += 1
             c.workload.available -= c.healthy
-        if c.healthy:
+        if self.disruptions.takes_one(c):
             self.disruptions.take(c)
         self.rates.admitted(c.workload_key if c.workload else None)

@@ -30,6 +30,26 @@ def no_selector() -> Object:
     return budget
 
 
+def sparing(
+    budget: Object,
+    *,
+    policy: str | None = None,
+    current: int | None = None,
+    desired: int | None = None,
+    generation: int | None = None,
+    observed: int | None = None,
+) -> Object:
+    """`budget` with its unhealthy pod eviction policy, healthy counts and generations."""
+    if policy is not None:
+        budget["spec"]["unhealthyPodEvictionPolicy"] = policy
+    if current is not None:
+        budget["status"] |= {"currentHealthy": current, "desiredHealthy": desired}
+    if generation is not None:
+        budget["metadata"]["generation"] = generation
+        budget["status"]["observedGeneration"] = observed
+    return budget
+
+
 @pytest.mark.parametrize(
     ("budgets", "migrating", "ready", "verdict", "message"),
     [
@@ -67,7 +87,46 @@ def no_selector() -> Object:
             [pdb(allowed=1)], "not ready", True, "admit", "", id="migrating pod not ready"
         ),
         pytest.param([pdb(allowed=1)], "gone", True, "admit", "", id="migrating pod gone"),
-        pytest.param([pdb(allowed=0)], None, False, "admit", "", id="unhealthy pod takes none"),
+        pytest.param(
+            [pdb(allowed=0)],
+            None,
+            False,
+            "wait",
+            "allows no more disruptions",
+            id="unhealthy pod, its workload short of the budget: takes one",
+        ),
+        pytest.param(
+            [sparing(pdb(allowed=0), policy="AlwaysAllow")],
+            None,
+            False,
+            "admit",
+            "",
+            id="unhealthy pod, AlwaysAllow: takes none",
+        ),
+        pytest.param(
+            [sparing(pdb(allowed=0), current=3, desired=3)],
+            None,
+            False,
+            "admit",
+            "",
+            id="unhealthy pod, its workload as healthy as the budget asks: takes none",
+        ),
+        pytest.param(
+            [sparing(pdb(allowed=0), current=0, desired=0)],
+            None,
+            False,
+            "wait",
+            "allows no more disruptions",
+            id="unhealthy pod, a budget asking for none healthy: takes one",
+        ),
+        pytest.param(
+            [sparing(pdb(allowed=3), generation=2, observed=1)],
+            None,
+            True,
+            "wait",
+            "(disruptionsAllowed 0, 0 taken by migrations)",
+            id="a budget changed since the disruption controller last saw it",
+        ),
         pytest.param(
             [pdb(allowed=0, namespace="other")], None, True, "admit", "", id="other namespace"
         ),
@@ -96,14 +155,6 @@ def no_selector() -> Object:
             "",
             id="matchExpressions",
         ),
-        pytest.param(
-            [pdb(allowed=3), pdb("all", allowed=0, selector={})],
-            None,
-            True,
-            "wait",
-            "default/all",
-            id="every covering PDB counts",
-        ),
     ],
 )
 def test_pdb(
@@ -129,6 +180,52 @@ def test_pdb(
         workloads=[workload(replicas=4)],
         in_flight=in_flight,
         pdbs=budgets,
+        **LOOSE,
+    )
+    assert decision.verdict == verdict
+    if verdict == "wait":
+        assert decision.reason == "BlockedByPDB"
+        assert message in decision.message
+
+
+@pytest.mark.parametrize(
+    ("policy", "budgets", "verdict", "message"),
+    [
+        pytest.param(
+            "Eviction",
+            [pdb(allowed=3), pdb("all", allowed=3, selector={})],
+            "wait",
+            "covered by more than one PodDisruptionBudget (default/all, default/web-pdb)",
+            id="the Eviction API: more than one budget, whatever they allow",
+        ),
+        pytest.param(
+            "Delete",
+            [pdb(allowed=3), pdb("all", allowed=0, selector={})],
+            "wait",
+            "PodDisruptionBudget default/all allows no more disruptions",
+            id="a delete: every covering budget counts",
+        ),
+        pytest.param(
+            "Delete",
+            [pdb(allowed=3), pdb("all", allowed=1, selector={})],
+            "admit",
+            "",
+            id="a delete: each covering budget has one left",
+        ),
+    ],
+)
+def test_a_pod_several_budgets_cover(
+    policy: str, budgets: list[Object], verdict: str, message: str
+) -> None:
+    """The Eviction API refuses (500) a pod more than one budget selects: such a job waits
+    rather than reserve a place for an eviction that cannot happen."""
+    web = pods_of(count=4)
+    decision = one(
+        web[0],
+        pods=web,
+        workloads=[workload(replicas=4)],
+        pdbs=budgets,
+        evictionPolicy=policy,
         **LOOSE,
     )
     assert decision.verdict == verdict
