@@ -376,13 +376,20 @@ def top_level_workload(controller: Mapping[str, Any], replicaset: Object | None)
     counts: a ReplicaSet's ownerReferences are written by whoever creates it, and one
     naming a StatefulSet's UID would make its pods that StatefulSet's replacements."""
     if replicaset is not None and replicaset["metadata"].get("uid") == controller.get("uid"):
-        above = controller_of(replicaset)
-        if above is not None and (above.get("apiVersion"), above.get("kind")) == (
-            "apps/v1",
-            "Deployment",
-        ):
-            return str(above["uid"])
+        above = deployment_above(replicaset)
+        if above is not None:
+            return above
     return str(controller["uid"])
+
+
+def deployment_above(replicaset: Object) -> str | None:
+    """The UID of the `apps/v1` Deployment the ReplicaSet's controller reference names, if
+    it names one: the one reading of a ReplicaSet's workload, for the webhook, the
+    limits and the admission's record alike."""
+    above = controller_of(replicaset)
+    if above is None or (above.get("apiVersion"), above.get("kind")) != ("apps/v1", "Deployment"):
+        return None
+    return str(above["uid"])
 
 
 # ----- pods -------------------------------------------------------------------------------

@@ -895,14 +895,16 @@ class _WorkloadOf(Mapping[str, str]):
     def __getitem__(self, key: str) -> str:
         namespace, _, uid = key.partition("/")
         for replicaset in self.replicasets.by_index("uid", uid):
-            above = _deployment_above(replicaset)
+            above = protocol.deployment_above(replicaset)
             if above is not None and replicaset["metadata"].get("namespace") == namespace:
                 return above
         raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
         return (
-            _key_of(o) for o in self.replicasets.store.values() if _deployment_above(o) is not None
+            _key_of(o)
+            for o in self.replicasets.store.values()
+            if protocol.deployment_above(o) is not None
         )
 
     def __len__(self) -> int:
@@ -911,14 +913,6 @@ class _WorkloadOf(Mapping[str, str]):
 
 def _key_of(obj: Object) -> str:
     return protocol.controlled_key(obj["metadata"].get("namespace") or "", obj["metadata"]["uid"])
-
-
-def _deployment_above(replicaset: Object) -> str | None:
-    """The UID of the Deployment that controls the ReplicaSet, if one does."""
-    above = protocol.controller_of(replicaset)
-    if above is None or above.get("kind") != "Deployment":
-        return None
-    return str(above["uid"])
 
 
 class _Workloads(Mapping[str, Object]):

@@ -220,7 +220,11 @@ def limit_checks(args: MigrationControllerArgs) -> tuple[Check, ...]:
     order their reasons are reported: the configuration's own readiness, the pod's and its
     workload's safety, then the counts and the rates."""
     checks: list[Check] = []
-    if args.priority_threshold is not None and args.priority_threshold.name is not None:
+    if (
+        args.priority_threshold is not None
+        and args.priority_threshold.name is not None
+        and not args.evict_system_critical_pods  # which lifts the threshold (`forbid`)
+    ):
         checks.append(_threshold_unknown)
     if args.node_fit:
         checks.append(_node_fit)

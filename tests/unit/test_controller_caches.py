@@ -434,7 +434,7 @@ def test_the_workload_of_a_replicaset_is_its_deployment_or_itself() -> None:
     which Berth does not cache) as itself, not as a workload nobody can read."""
     cache, _ = caches()
 
-    def replicaset(name: str, owner_kind: str) -> dict[str, Any]:
+    def replicaset(name: str, owner_kind: str, api: str = "apps/v1") -> dict[str, Any]:
         return {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
@@ -444,6 +444,7 @@ def test_the_workload_of_a_replicaset_is_its_deployment_or_itself() -> None:
                 "uid": f"uid-{name}",
                 "ownerReferences": [
                     {
+                        "apiVersion": api,
                         "kind": owner_kind,
                         "name": "top",
                         "uid": f"uid-{owner_kind}",
@@ -454,10 +455,14 @@ def test_the_workload_of_a_replicaset_is_its_deployment_or_itself() -> None:
         }
 
     cache.replicasets.put(replicaset("of-deployment", "Deployment"))
-    cache.replicasets.put(replicaset("of-rollout", "Rollout"))
+    cache.replicasets.put(replicaset("of-rollout", "Rollout", api="argoproj.io/v1alpha1"))
+    # Read as the webhook and the admission's record read it: an apps/v1 Deployment only,
+    # so that the limits count a migration against the workload its record names.
+    cache.replicasets.put(replicaset("of-old", "Deployment", api="extensions/v1beta1"))
     workload_of = cache.frozen().workload_of()
     assert workload_of.get("default/uid-of-deployment") == "uid-Deployment"
     assert workload_of.get("default/uid-of-rollout") is None
+    assert workload_of.get("default/uid-of-old") is None
     assert set(workload_of) == {"default/uid-of-deployment"}
     # A pod of another namespace naming that ReplicaSet's UID is none of its pods.
     assert workload_of.get("other/uid-of-deployment") is None

@@ -244,3 +244,10 @@ def test_a_threshold_naming_no_priority_class_keeps_jobs_waiting_not_failed() ->
     assert "PriorityClass missing of priorityThreshold.name does not exist" in decision.message
     found = one(priorityThreshold={"name": "batch"}, priority_classes={"batch": 1000})
     assert found.verdict == "admit"
+
+
+def test_a_threshold_naming_no_priority_class_holds_nothing_back_when_lifted() -> None:
+    """evictSystemCriticalPods allows pods of any priority: the threshold, lifted, keeps
+    no job waiting for its class."""
+    decision = one(priorityThreshold={"name": "missing"}, evictSystemCriticalPods=True)
+    assert decision.verdict == "admit", decision.message
