@@ -74,11 +74,13 @@ def forbidden(pod: Object, *, evict_failed_bare_pods: bool = False) -> str | Non
 
 def eviction_cost(annotations: Mapping[str, str]) -> int:
     """scheduling.koordinator.sh/eviction-cost, an int32 (MaxInt32 and above: never
-    migrate); unset or not an integer is 0."""
+    migrate); unset, not an integer, or below the least int32 is 0 (whoever may label
+    a pod writes it: no number jumps the order further than an int32 can)."""
     try:
-        return int(annotations.get(keys.EVICTION_COST, 0))
+        cost = int(annotations.get(keys.EVICTION_COST, 0))
     except ValueError:
         return 0
+    return cost if cost >= -(2**31) else 0
 
 
 def is_healthy(pod: Object) -> bool:

@@ -175,7 +175,9 @@ def test_evict_failed_bare_pods_lifts_only_the_bare_pod_rule(lifted: bool) -> No
 @pytest.mark.parametrize(
     ("annotations", "cost"),
     [({}, 0), ({keys.EVICTION_COST: "7"}, 7), ({keys.EVICTION_COST: "-5"}, -5),
-     ({keys.EVICTION_COST: "cheap"}, 0), ({keys.EVICTION_COST: NEVER}, 2**31 - 1)],
+     ({keys.EVICTION_COST: "cheap"}, 0), ({keys.EVICTION_COST: NEVER}, 2**31 - 1),
+     ({keys.EVICTION_COST: str(-(2**31))}, -(2**31)),
+     ({keys.EVICTION_COST: "-99999999999999"}, 0)],
 )  # fmt: skip
 def test_eviction_cost(annotations: dict[str, str], cost: int) -> None:
     assert eviction_cost(annotations) == cost
