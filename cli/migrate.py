@@ -13,6 +13,7 @@ import asyncio
 import sys
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +21,7 @@ import aiohttp
 
 from berth import eviction
 from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES
+from berth.api.duration import parse_duration
 from berth.exits import CONFIG_ERRORS, bad_config
 from berth.kube.client import NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError, default_namespace
 from berth.protocol import is_object_name
@@ -107,23 +109,100 @@ def table(lines: list[tuple[str, ...]]) -> str:
     )
 
 
-async def follow(kube: Kube, names: list[str], *, out: TextIO) -> bool:
-    """Show the jobs until they all end; True when every one succeeded."""
-    live = out.isatty()
-    shown = ""
+DELETED = "Deleted"
+"""The phase shown for a job deleted while it was followed (it did not succeed)."""
+
+POLL_MAX = 10.0
+"""The longest wait between two reads while the API server does not answer."""
+
+TIMED_OUT = 3
+"""The exit code when `--timeout` passed before every job ended (they go on)."""
+
+
+async def follow(
+    kube: Kube,
+    names: list[str],
+    *,
+    out: TextIO,
+    err: TextIO = sys.stderr,
+    timeout: float | None = None,
+) -> bool | None:
+    """Show the jobs until they all end; True when every one succeeded, False when one
+    did not (failed, or deleted meanwhile), None when `timeout` seconds passed first.
+
+    The jobs are read together each round. An answer that may fare otherwise next time
+    (a connection lost, a timeout, 429, a 5xx) keeps the last table and is read again,
+    each time later, up to `POLL_MAX`; any other refusal (401, 403) ends the wait."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    last: dict[str, Object] = {}
+    shown, delay = "", POLL
     while True:
-        jobs = [await kube.get(PODMIGRATIONJOBS, name) for name in names]
-        text = table(rows(jobs))
-        if text != shown:
-            if live and shown:
-                out.write(f"\x1b[{shown.count(chr(10)) + 1}F\x1b[J")
-            out.write(text + "\n" if live else text + "\n\n")
-            out.flush()
-            shown = text
+        reads = await asyncio.gather(
+            *(_read(kube, name, last.get(name)) for name in names), return_exceptions=True
+        )
+        failed = [error for error in reads if isinstance(error, BaseException)]
+        for name, read in zip(names, reads, strict=True):
+            if not isinstance(read, BaseException):
+                last[name] = read
+        if failed:
+            problem = failed[0]
+            if not _transient(problem):
+                raise problem
+            delay = min(delay * 2, POLL_MAX)
+            err.write(f"kubectl-migrate: the jobs could not be read ({_said(problem)}); "
+                      f"trying again in {delay:g}s\n")  # fmt: skip
+            shown = ""  # the table again, below the line
+        else:
+            delay = POLL
+        jobs = [last[name] for name in names if name in last]
+        shown = _show(jobs, shown, out)
         phases = [(job.get("status") or {}).get("phase") for job in jobs]
-        if all(phase in TERMINAL_PHASES for phase in phases):
+        if len(jobs) == len(names) and all(
+            phase in (*TERMINAL_PHASES, DELETED) for phase in phases
+        ):
             return all(phase in SUCCEEDED_PHASES for phase in phases)
-        await asyncio.sleep(POLL)
+        if deadline is not None and loop.time() + delay > deadline:
+            return None
+        await asyncio.sleep(delay)
+
+
+async def _read(kube: Kube, name: str, before: Object | None) -> Object:
+    """The job `name` as the API server has it; shown `Deleted` once it is gone."""
+    try:
+        return await kube.get(PODMIGRATIONJOBS, name)
+    except KubeError as error:
+        if not error.not_found:
+            raise
+    gone = dict(before or {"metadata": {"name": name}, "spec": {"podRef": {"name": ""}}})
+    gone["status"] = {**(gone.get("status") or {}), "phase": DELETED, "message": "deleted"}
+    return gone
+
+
+def _transient(error: BaseException) -> bool:
+    """An error whose request may go through if sent again."""
+    if isinstance(error, KubeError):
+        return error.status == 429 or error.status >= 500
+    return isinstance(error, aiohttp.ClientError | TimeoutError)
+
+
+def _said(error: BaseException) -> str:
+    if isinstance(error, KubeError):
+        return f"HTTP {error.status}: {error.message}"
+    return str(error) or type(error).__name__
+
+
+def _show(jobs: list[Object], shown: str, out: TextIO) -> str:
+    """Write the table if it changed (in place on a terminal); the table shown now."""
+    text = table(rows(jobs))
+    if text == shown:
+        return shown
+    live = out.isatty()
+    if live and shown:
+        out.write(f"\x1b[{shown.count(chr(10)) + 1}F\x1b[J")
+    out.write(text + "\n" if live else text + "\n\n")
+    out.flush()
+    return text
 
 
 async def _create(kube: Kube, pods: list[Object], args: argparse.Namespace) -> list[str]:
@@ -146,6 +225,8 @@ async def _run(args: argparse.Namespace) -> int:
     if problem:
         print(f"kubectl-migrate: {problem}", file=sys.stderr)
         return 2
+    timeout = parse_duration(args.timeout_text) if args.timeout_text else None
+    args.timeout = timeout.total_seconds() if timeout is not None else None
     kube = await Kube.connect(args.kubeconfig)
     try:
         pods, problem = await _pods(kube, args)
@@ -158,10 +239,18 @@ async def _run(args: argparse.Namespace) -> int:
         names = await _create(kube, pods, args)
         if not args.wait:
             return 0
-        ok = await follow(kube, names, out=sys.stdout)
+        ok = await follow(kube, names, out=sys.stdout, timeout=args.timeout)
+        if ok is None:
+            print(
+                f"kubectl-migrate: timed out after {args.timeout_text}; the jobs go on",
+                file=sys.stderr,
+            )
+            return TIMED_OUT
         if not ok:
             print(
-                "migration failed: see `kubectl describe pmj` for each failed job", file=sys.stderr
+                "migration failed: see `kubectl describe pmj` for each job that failed "
+                "or was deleted",
+                file=sys.stderr,
             )
         return 0 if ok else 1
     except KubeError as error:
@@ -231,6 +320,17 @@ def _bad_arguments(args: argparse.Namespace) -> str | None:
     cannot go together (None: nothing)."""
     if getattr(args, "to", None) and args.mode == "EvictDirectly":
         return "--to pins the pod's Reservation to a node; --mode EvictDirectly reserves none"
+    for flag, text in (("--ttl", args.ttl), ("--timeout", args.timeout_text)):
+        if text is None:
+            continue
+        try:
+            negative = parse_duration(text) < timedelta(0)
+        except ValueError as error:
+            return f"{flag}: {error}"
+        if negative:
+            return f"{flag}: {text!r} is negative"
+    if args.timeout_text is not None and not args.wait:
+        return "--timeout bounds --wait: give --wait too"
     names = (
         (args.target, args.name),
         ("namespace", args.namespace),
@@ -284,6 +384,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         )
         sub.add_argument("--paused", action="store_true", help="create the jobs paused")
         sub.add_argument("--wait", action="store_true", help="follow the jobs until they end")
+        sub.add_argument(
+            "--timeout",
+            dest="timeout_text",
+            metavar="DURATION",
+            default=None,
+            help="with --wait, stop waiting after this long, a Go duration (exit code "
+            f"{TIMED_OUT}; the jobs go on; default: wait until they end)",
+        )
         sub.add_argument(
             "--kubeconfig",
             type=Path,

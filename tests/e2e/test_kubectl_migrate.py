@@ -93,3 +93,61 @@ def test_migrate_to_a_node_that_cannot_take_the_pod_creates_no_job(
     assert f"is already on node {node}" in same.stderr
     jobs = cluster.get("podmigrationjobs")["items"]
     assert not [j for j in jobs if j["spec"]["podRef"].get("name") == name]
+
+
+def test_a_wait_ends_at_its_timeout_and_the_jobs_go_on(cluster: Cluster, namespace: str) -> None:
+    """A paused job never ends by itself: `--timeout` ends the wait (its own exit code),
+    and the job is left as it is."""
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name = pod["metadata"]["name"]
+    result = kubectl_migrate(
+        cluster, "pod", name, "-n", namespace, "--paused", "--wait", "--timeout", "3s"
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "timed out after 3s; the jobs go on" in result.stderr
+    [job] = [
+        j
+        for j in cluster.get("podmigrationjobs")["items"]
+        if j["spec"]["podRef"].get("name") == name
+    ]
+    assert job["spec"]["paused"] is True
+    assert (job.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    cluster.kubectl("delete", "podmigrationjob", job["metadata"]["name"])
+
+
+def test_a_job_deleted_while_followed_ends_the_wait_as_not_succeeded(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    name = pod["metadata"]["name"]
+    assert cluster.local.binaries is not None
+    path = f"{Path(sys.executable).parent}:{cluster.local.binaries.bin_dir}:{os.environ['PATH']}"
+    argv = ["migrate", "pod", name, "-n", namespace, "--paused", "--wait"]
+    waiting = subprocess.Popen(
+        [str(cluster.local.binaries.kubectl), *argv],
+        env={**os.environ, "PATH": path, "KUBECONFIG": str(cluster.kubeconfig)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        job = cluster.wait(
+            lambda: next(
+                (
+                    j["metadata"]["name"]
+                    for j in cluster.get("podmigrationjobs")["items"]
+                    if j["spec"]["podRef"].get("name") == name
+                ),
+                None,
+            ),
+            what="the job",
+        )
+        cluster.kubectl("delete", "podmigrationjob", job)
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 1, out + err
+    assert "Deleted" in out
+    assert "failed or was deleted" in err

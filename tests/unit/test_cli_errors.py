@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 
 from berth import tls
-from berth.kube.client import default_namespace
+from berth.kube.client import KubeError, default_namespace
+from cli import migrate
 from devtools.processes import free_port
 
 COMMANDS = {
@@ -107,6 +109,19 @@ def test_a_flag_out_of_its_range_is_named(argv: list[str], problem: str, tmp_pat
             ["-m", "cli.migrate", "pod", "web", "--to", "node-1", "--mode", "EvictDirectly"],
             "--to pins the pod's Reservation to a node; --mode EvictDirectly reserves none",
         ),
+        (
+            ["-m", "cli.migrate", "pod", "web", "--ttl", "5"],
+            "--ttl: '5' is not a Go duration such as 90s, 5m or 1h30m",
+        ),
+        (["-m", "cli.migrate", "node", "n", "--ttl=-5m"], "--ttl: '-5m' is negative"),
+        (
+            ["-m", "cli.migrate", "pod", "web", "--timeout", "1m"],
+            "--timeout bounds --wait: give --wait too",
+        ),
+        (
+            ["-m", "cli.migrate", "pod", "web", "--wait", "--timeout", "soon"],
+            "--timeout: 'soon' is not a Go duration",
+        ),
     ],
 )
 def test_kubectl_migrate_refuses_a_name_no_object_can_have(
@@ -170,3 +185,23 @@ def test_a_file_that_cannot_be_written_is_said_on_one_line(tmp_path: Path) -> No
         assert result.returncode == 1, result.stderr
         assert "Traceback" not in result.stderr
         assert str(taken) in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "again"),
+    [
+        (KubeError(429, {"message": "slow down"}), True),
+        (KubeError(503, {"message": "unavailable"}), True),
+        (KubeError(403, {"message": "forbidden"}), False),
+        (KubeError(401, {"message": "token expired"}), False),
+        (aiohttp.ServerDisconnectedError(), True),
+        (TimeoutError(), True),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_a_wait_reads_the_jobs_again_after_an_answer_that_may_fare_otherwise(
+    error: BaseException, again: bool
+) -> None:
+    """One lost connection or throttled read while following the jobs says nothing of
+    them: the wait goes on. A refusal (401, 403) ends it."""
+    assert migrate._transient(error) is again
