@@ -93,7 +93,7 @@ IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/names
 def default_namespace(kubeconfig: Path | None = None) -> str:
     """The namespace a command works in when none is given, as kubectl's: the current
     context's, else the ServiceAccount's in a cluster, else "default"."""
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if _in_cluster(kubeconfig):
         try:
             return IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
         except OSError:
@@ -104,6 +104,16 @@ def default_namespace(kubeconfig: Path | None = None) -> str:
     except Exception:  # the library raises what its parsers raise; `Kube.connect` says it
         return "default"
     return namespace if isinstance(namespace, str) and namespace else "default"
+
+
+def _in_cluster(given: Path | None) -> bool:
+    """Whether to use the pod's ServiceAccount: in a pod, when neither a kubeconfig nor
+    $KUBECONFIG names a file to use (as kubectl: $KUBECONFIG first, wherever it runs)."""
+    return (
+        given is None
+        and not os.environ.get("KUBECONFIG")
+        and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    )
 
 
 def _kubeconfig_file(given: Path | None) -> Path:
@@ -175,10 +185,10 @@ class Kube:
 
     @classmethod
     async def connect(cls, kubeconfig: Path | None = None) -> Kube:
-        """From a kubeconfig file, else from the in-cluster service account, else from
-        $KUBECONFIG or ~/.kube/config. KubeconfigError, naming the file and the problem,
-        when none of these can be used."""
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        """From a kubeconfig file, else from $KUBECONFIG, else from the in-cluster
+        service account, else from ~/.kube/config. KubeconfigError, naming the file and
+        the problem, when none of these can be used."""
+        if _in_cluster(kubeconfig):
             try:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
             except config.ConfigException as error:

@@ -174,6 +174,19 @@ def test_the_namespace_of_a_command_is_the_contexts_as_kubectl_s(tmp_path: Path)
     assert default_namespace(tmp_path / "missing") == "default"
 
 
+def test_kubeconfig_wins_over_the_pods_service_account_as_with_kubectl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod, a command given $KUBECONFIG acts where that file says, not as the pod's
+    ServiceAccount in the pod's own cluster."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_to_a_closed_port(tmp_path, "prod")))
+    assert default_namespace() == "prod"
+    monkeypatch.delenv("KUBECONFIG")
+    # The pod's own namespace file, absent here: the in-cluster path answers "default".
+    assert default_namespace() == "default"
+
+
 def test_a_file_that_cannot_be_written_is_said_on_one_line(tmp_path: Path) -> None:
     taken = tmp_path / "a-file"
     taken.write_text("")
