@@ -79,10 +79,25 @@ def _int_or_percent(value: object) -> int | str:
 IntOrPercent = Annotated[int | str, PlainValidator(_int_or_percent)]
 
 
+HONOURED_DELETE_OPTIONS = ("gracePeriodSeconds", "propagationPolicy")
+"""The fields of defaultDeleteOptions Berth passes on. A job's deleteOptions may carry
+any (the seeds' free-form metav1.DeleteOptions) and the others are ignored; the
+operator's own file refuses them, so that a typo or a `dryRun` is not ignored unseen."""
+
+
 def _delete_options(value: dict[str, Any] | None) -> dict[str, Any] | None:
     problem = delete_options_problem(value)
     if problem:
         raise ValueError(f"defaultDeleteOptions{problem}")
+    for field in value or {}:
+        if field in ("apiVersion", "kind") or field in HONOURED_DELETE_OPTIONS:
+            continue
+        hint = difflib.get_close_matches(str(field), HONOURED_DELETE_OPTIONS, n=1, cutoff=0.6)
+        raise ValueError(
+            f"defaultDeleteOptions.{field}: not used by Berth, which passes on only "
+            f"{' and '.join(HONOURED_DELETE_OPTIONS)}"
+            + (f" (did you mean {hint[0]}?)" if hint else "")
+        )
     return value
 
 

@@ -189,6 +189,11 @@ flowControlBurst: 5
          "defaultDeleteOptions.gracePeriodSeconds '60' is not a number of seconds"),
         ("defaultDeleteOptions: {propagationPolicy: Later}",
          "defaultDeleteOptions.propagationPolicy 'Later' is not one of"),
+        ("defaultDeleteOptions: {gracePeriodSecond: 0}",
+         "defaultDeleteOptions.gracePeriodSecond: not used by Berth, which passes on only "
+         "gracePeriodSeconds and propagationPolicy (did you mean gracePeriodSeconds?)"),
+        ("defaultDeleteOptions: {dryRun: [All]}",
+         "defaultDeleteOptions.dryRun: not used by Berth"),
         ("defaultJobMode: Reservation", "defaultJobMode: input should be 'ReservationFirst' or"),
         ("defaultJobTTL: soon", "defaultJobTTL: 'soon' is not a Go duration such as 90s"),
         ("defaultJobTTL: 300", "defaultJobTTL: 300 is not a Go duration string"),
