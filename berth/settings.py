@@ -280,7 +280,9 @@ class MigrationControllerArgs(_Args):
     first sees the job, so the job keeps it whatever the configuration later says."""
     default_job_ttl: PositiveDuration = Field(default=timedelta(minutes=5), alias="defaultJobTTL")
     """TTL of the jobs the controller itself creates."""
-    scheduler_names: list[str] = Field(default_factory=lambda: list(DEFAULT_SCHEDULER_NAMES))
+    scheduler_names: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: list(DEFAULT_SCHEDULER_NAMES)
+    )
     """Schedulers that place Reservations; a ReservationFirst job may only migrate pods
     scheduled by one of them."""
     evict_qps: Rate = Field(default=10.0, alias="evictQPS")
@@ -293,7 +295,7 @@ class MigrationControllerArgs(_Args):
     """Delete options for evictions when a job sets none (meta v1 DeleteOptions)."""
     arbitration_args: ArbitrationArgs = Field(default_factory=ArbitrationArgs)
     """Arbitration of pending jobs."""
-    placeholder_image: str = "registry.k8s.io/pause:3.10"
+    placeholder_image: str = Field(default="registry.k8s.io/pause:3.10", min_length=1)
     """Berth's own key: the image of the placeholder pods that hold reserved capacity."""
     flow_control_qps: Rate | None = Field(default=None, alias="flowControlQPS")
     """Jobs admitted per second by arbitration; unset means no limit."""

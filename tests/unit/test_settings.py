@@ -202,6 +202,8 @@ flowControlBurst: 5
         ("evictionInterception: {keepFinished: -1h}", "must not be negative"),
         ("schedulerNames: koord-scheduler", "schedulerNames: input should be a valid list"),
         ("schedulerNames: [1]", "schedulerNames[0]: input should be a valid string, got 1"),
+        ("schedulerNames: ['']", "schedulerNames[0]: string should have at least 1 character"),
+        ("placeholderImage: ''", "placeholderImage: string should have at least 1 character"),
         ("evictQPS: fast", "evictQPS: 'fast' is not a non-negative number"),
         ("evictQPS: -1", "evictQPS: -1 is not a non-negative number"),
         ("evictQPS: true", "evictQPS: True is not a non-negative number"),
