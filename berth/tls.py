@@ -18,6 +18,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=365)
+"""How long a serving or client certificate is valid."""
+CA_VALIDITY = datetime.timedelta(days=3650)
+"""How long a CA is valid: a renewal of the certificates it signs changes nothing that
+trusts it (the webhook configurations' caBundle, kube-scheduler's caData)."""
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
@@ -52,7 +56,10 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 
 
 def _builder(
-    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    validity: datetime.timedelta = VALIDITY,
 ) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (
@@ -62,7 +69,7 @@ def _builder(
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        .not_valid_after(now + validity)
     )
 
 
@@ -71,7 +78,7 @@ def make_ca(common_name: str = "berth-ca") -> KeyPair:
     key = ec.generate_private_key(ec.SECP256R1())
     name = _name(common_name)
     cert = (
-        _builder(name, name, key.public_key())
+        _builder(name, name, key.public_key(), CA_VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         .add_extension(
@@ -137,11 +144,28 @@ def make_signing_key() -> tuple[bytes, bytes]:
 
 
 def write_serving_set(
-    out_dir: Path, *, dns_names: tuple[str, ...], ip_addresses: tuple[str, ...]
+    out_dir: Path,
+    *,
+    dns_names: tuple[str, ...],
+    ip_addresses: tuple[str, ...],
+    new_ca: bool = False,
 ) -> list[Path]:
-    """Write ca.crt, ca.key, tls.crt and tls.key: what `berth certs` makes."""
+    """Write ca.crt, ca.key, tls.crt and tls.key: what `berth certs` makes. A CA already
+    in `out_dir` signs the new serving certificate (a renewal: whatever trusts the CA
+    trusts it), unless `new_ca`; ValueError when only one of its two files is there."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    ca = make_ca()
+    ca_cert, ca_key = out_dir / "ca.crt", out_dir / "ca.key"
+    if not new_ca and ca_cert.exists() != ca_key.exists():
+        raise ValueError(f"{out_dir}: one of ca.crt and ca.key without the other")
+    if not new_ca and ca_cert.exists():
+        ca = KeyPair(ca_cert.read_bytes(), ca_key.read_bytes())
+        try:
+            x509.load_pem_x509_certificate(ca.cert_pem)
+            serialization.load_pem_private_key(ca.key_pem, password=None)
+        except ValueError as error:
+            raise ValueError(f"{out_dir}: ca.crt and ca.key do not load ({error})") from None
+    else:
+        ca = make_ca()
     common_name = dns_names[0] if dns_names else (ip_addresses[0] if ip_addresses else "berth")
     serving = issue(ca, common_name=common_name, dns_names=dns_names, ip_addresses=ip_addresses)
     paths = [out_dir / name for name in ("ca.crt", "ca.key", "tls.crt", "tls.key")]

@@ -32,7 +32,9 @@ REGISTERED = "berth.commands"
 
 
 def _certs(args: argparse.Namespace) -> int:
-    paths = tls.write_serving_set(args.out, dns_names=tuple(args.dns), ip_addresses=tuple(args.ip))
+    paths = tls.write_serving_set(
+        args.out, dns_names=tuple(args.dns), ip_addresses=tuple(args.ip), new_ca=args.new_ca
+    )
     for path in paths:
         print(path)
     return 0
@@ -69,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
     certs.add_argument("--out", type=Path, required=True, help="directory for ca/tls files")
     certs.add_argument("--dns", action="append", default=[], help="a DNS name (repeatable)")
     certs.add_argument("--ip", action="append", default=[], help="an IP address (repeatable)")
+    certs.add_argument(
+        "--new-ca",
+        action="store_true",
+        help="make a new CA even if DIR holds one (by default a CA in DIR signs the new "
+        "serving certificate: a renewal that changes no caBundle)",
+    )
     certs.set_defaults(handler=_certs)
 
     controller_cli.add_parser(commands)

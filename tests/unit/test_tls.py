@@ -60,3 +60,32 @@ def test_serving_set_has_ip_and_dns_sans(tmp_path: Path) -> None:
     assert sans.get_values_for_type(x509.DNSName) == ["berth-webhook.berth-system.svc"]
     assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     assert (tmp_path / "tls.key").stat().st_mode & 0o077 == 0
+
+
+def test_a_renewal_is_signed_by_the_ca_already_there(tmp_path: Path) -> None:
+    """`berth certs` run again renews the serving certificate under the same CA: every
+    caBundle and caData that trusts it stays right. `new_ca` makes a new one."""
+    names = ("berth-webhook.berth-system.svc",)
+    tls.write_serving_set(tmp_path, dns_names=names, ip_addresses=())
+    ca = (tmp_path / "ca.crt").read_bytes()
+    first = (tmp_path / "tls.crt").read_bytes()
+    tls.write_serving_set(tmp_path, dns_names=names, ip_addresses=())
+    assert (tmp_path / "ca.crt").read_bytes() == ca
+    renewed = load((tmp_path / "tls.crt").read_bytes())
+    assert renewed.serial_number != load(first).serial_number
+    renewed.verify_directly_issued_by(load(ca))
+    tls.write_serving_set(tmp_path, dns_names=names, ip_addresses=(), new_ca=True)
+    assert (tmp_path / "ca.crt").read_bytes() != ca
+
+
+def test_a_ca_outlives_the_certificates_it_signs() -> None:
+    ca = tls.make_ca()
+    leaf = load(tls.issue(ca, common_name="leaf").cert_pem)
+    assert load(ca.cert_pem).not_valid_after_utc - leaf.not_valid_after_utc > tls.VALIDITY * 5
+
+
+def test_half_a_ca_is_refused(tmp_path: Path) -> None:
+    tls.write_serving_set(tmp_path, dns_names=("a",), ip_addresses=())
+    (tmp_path / "ca.key").unlink()
+    with pytest.raises(ValueError, match=r"one of ca\.crt and ca\.key without the other"):
+        tls.write_serving_set(tmp_path, dns_names=("a",), ip_addresses=())
