@@ -239,28 +239,37 @@ async def _run(args: argparse.Namespace) -> int:
         names = await _create(kube, pods, args)
         if not args.wait:
             return 0
-        ok = await follow(kube, names, out=sys.stdout, timeout=args.timeout)
-        if ok is None:
-            print(
-                f"kubectl-migrate: timed out after {args.timeout_text}; the jobs go on",
-                file=sys.stderr,
-            )
-            return TIMED_OUT
-        if not ok:
-            print(
-                "migration failed: see `kubectl describe pmj` for each job that failed "
-                "or was deleted",
-                file=sys.stderr,
-            )
-        return 0 if ok else 1
-    except KubeError as error:
-        print(f"kubectl-migrate: {error.message}", file=sys.stderr)
-        return 1
-    except (aiohttp.ClientError, TimeoutError) as error:
-        print(f"kubectl-migrate: the API server cannot be reached: {error!r}", file=sys.stderr)
+        return await _wait(kube, names, args)
+    except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+        print(f"kubectl-migrate: {_api_problem(error)}", file=sys.stderr)
         return 1
     finally:
         await kube.close()
+
+
+async def _wait(kube: Kube, names: list[str], args: argparse.Namespace) -> int:
+    """Follow the jobs; the exit code their ends make."""
+    ok = await follow(kube, names, out=sys.stdout, timeout=args.timeout)
+    if ok is None:
+        print(
+            f"kubectl-migrate: timed out after {args.timeout_text}; the jobs go on", file=sys.stderr
+        )
+        return TIMED_OUT
+    if not ok:
+        print(
+            "migration failed: see `kubectl describe pmj` for each job that failed or was deleted",
+            file=sys.stderr,
+        )
+    return 0 if ok else 1
+
+
+def _api_problem(error: KubeError | aiohttp.ClientError | TimeoutError) -> str:
+    """What went wrong with the API server, in one line."""
+    if isinstance(error, KubeError):
+        return error.message
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        return f"the API server's certificate does not verify: {error}"
+    return f"the API server cannot be reached: {_said(error)}"
 
 
 async def _pods(kube: Kube, args: argparse.Namespace) -> tuple[list[Object], str | None]:
@@ -407,8 +416,14 @@ def _handle(args: argparse.Namespace) -> int:
     except CONFIG_ERRORS as error:
         return bad_config("kubectl-migrate", error)
     except KeyboardInterrupt:
-        print("kubectl-migrate: interrupted; the jobs created go on", file=sys.stderr)
+        print(
+            "kubectl-migrate: interrupted; any job created goes on (`kubectl get pmj`)",
+            file=sys.stderr,
+        )
         return 130
+    except BrokenPipeError:  # its output piped into `head`, say, which has had enough
+        sys.stderr.close()
+        return 141
 
 
 def main(argv: list[str] | None = None) -> int:
