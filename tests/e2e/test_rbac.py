@@ -544,3 +544,62 @@ def test_a_migration_runs_under_the_pod_policy(cluster: Cluster, namespace: str)
     job = cluster.wait(lambda: phase_is(cluster, name, "Succeed", "Failed"), what="the job")
     assert job["status"]["phase"] == "Succeed", job["status"]
     assert not any(leftovers(cluster, namespace).values())
+
+
+# --- what the API server lets the webhook write, beyond RBAC ------------------------
+
+WEBHOOK = "--as=system:serviceaccount:berth-system:berth-webhook"
+
+
+@pytest.fixture
+def hand_made(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """A Reservation no node can hold (its placeholder stays Pending), made by hand."""
+    name = f"hand-made-{uuid.uuid4().hex[:8]}"
+    body = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Reservation",
+        "metadata": {"name": name, "annotations": {"example.com/note": "kept"}},
+        "spec": {
+            "template": {
+                "metadata": {"namespace": namespace},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+            "owners": [{"object": {"name": "web-1", "namespace": namespace}}],
+            "ttl": "10m",
+        },
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(body))
+    yield name
+    cluster.kubectl("delete", "reservation", name, "--wait=false", check=False)
+
+
+def as_webhook(cluster: Cluster, *args: str) -> str:
+    """What the API server answers the webhook's ServiceAccount (a server dry run)."""
+    result = cluster.kubectl(WEBHOOK, *args, "--dry-run=server", check=False)
+    return "" if result.returncode == 0 else result.stderr
+
+
+def test_the_webhook_changes_nothing_of_a_reservation_but_its_claim(
+    cluster: Cluster, hand_made: str
+) -> None:
+    """RBAC lets the webhook patch any Reservation; the policy holds it to the claim, so
+    its token (the component on the network) cannot hand reserved capacity elsewhere."""
+    name = f"reservation/{hand_made}"
+    token = uuid.uuid4().hex
+    assert as_webhook(cluster, "annotate", name, f"berth.sh/claim={token}") == ""
+    owners = {"spec": {"owners": [{"object": {"name": "other", "namespace": "default"}}]}}
+    for change in (
+        ["annotate", name, "berth.sh/consumable=true"],
+        ["annotate", name, "example.com/note-"],
+        ["label", name, "team=other"],
+        ["patch", name, "--type=merge", "-p", json.dumps(owners)],
+        ["patch", name, "--type=merge", "-p", '{"spec": {"ttl": "1000h"}}'],
+    ):
+        refused = as_webhook(cluster, *change)
+        assert "may only change a Reservation's berth.sh/claim annotation" in refused, (
+            change,
+            refused,
+        )
