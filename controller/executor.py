@@ -68,6 +68,8 @@ class Outcome:
     error: KubeError | None = None
     """The API error any other action stopped on (a namespace's label refused by an
     admission policy, a 5xx...)."""
+    failed: str = ""
+    """The action `error` stopped on, described (`Patch podmigrationjobs job-1`)."""
     held_back: bool = False
     """An eviction not sent: its Reservation's node, read at the last moment, was gone
     or takes no replacement (`_place_still_there`); the next pass decides again."""
@@ -125,7 +127,7 @@ class Executor:
                     return Outcome(
                         done=False, create_refused=error, refused_resource=action.resource.plural
                     )
-                return Outcome(done=False, error=error)
+                return Outcome(done=False, error=error, failed=_describe(action))
         return Outcome()
 
     async def _held_back(self, action: Evict) -> Outcome | None:
@@ -287,6 +289,11 @@ def _remember(versions: Versions, plural: str, obj: dict[str, Any]) -> None:
 
 
 def _describe(action: Action) -> str:
-    metadata = (getattr(action, "body", None) or {}).get("metadata", {})
+    """`Patch podmigrationjobs/job-1`: the action, what it is about, and its name."""
+    metadata = (getattr(action, "body", None) or getattr(action, "obj", None) or {}).get(
+        "metadata", {}
+    )
     name = getattr(action, "name", "") or metadata.get("name") or metadata.get("generateName", "")
-    return f"{type(action).__name__} {name}".strip()
+    resource = getattr(action, "resource", None)
+    about = f"{resource.plural}/{name}" if resource is not None else name
+    return f"{type(action).__name__} {about}".strip()

@@ -17,9 +17,10 @@ from typing import Any
 import aiohttp
 
 from berth import metrics
+from berth.api import PodMigrationJobReason
 from berth.kube.client import PODMIGRATIONJOBS
 from controller import jobs, namespaces, reservations
-from controller.actions import Plan, UpdateStatus
+from controller.actions import Event, Plan, UpdateStatus
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
 from controller.queue import NAMESPACE, RESERVATION, WorkQueue, split
@@ -116,6 +117,20 @@ class Reconciler:
         outcome = await self.executor.run(plan)
         if outcome.done:
             record_job_writes(job, plan)
+        refused_for_good = outcome.error
+        if refused_for_good is not None and refused_for_good.status in jobs.REFUSED_FOR_GOOD:
+            # Tried again with back-off (`ApiFailure`): said where `kubectl describe` shows it.
+            await self.executor.run(
+                Plan().then(
+                    Event(
+                        job,
+                        PodMigrationJobReason.WRITE_REFUSED,
+                        f"{outcome.failed} was refused (HTTP {refused_for_good.status}: "
+                        f"{refused_for_good.message}); it is tried again with back-off",
+                        type="Warning",
+                    )
+                )
+            )
         create_refused = outcome.create_refused
         if create_refused is not None:
             ended = jobs.reservation_refused(

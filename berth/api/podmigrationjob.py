@@ -167,6 +167,12 @@ class PodMigrationJobReason(StrEnum):
     PRIORITY_THRESHOLD = "PriorityThreshold"
     """priorityThreshold.name names a PriorityClass that does not exist (a typo, or a
     class deleted and made again): no pod is judged against it until it does."""
+    # Berth's: a Warning event
+    WRITE_REFUSED = "WriteRefused"
+    """A write of the job's pass (its record, its status, a patch of its pod or
+    Reservation) was refused in a way that a retry alone will not change (400, 403,
+    422: a policy, RBAC, validation); it is tried again with back-off, and the event
+    names the write and the API server's answer."""
 
 
 class PodMigrationJobPreemptionOptions(ApiModel):

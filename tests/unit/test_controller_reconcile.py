@@ -8,7 +8,7 @@ import pytest
 
 from berth.kube.client import KubeError
 from controller import reservations
-from controller.actions import Plan, UpdateStatus
+from controller.actions import Event, Plan, UpdateStatus
 from controller.caches import Caches
 from controller.executor import Executor, Outcome
 from controller.queue import job_key, reservation_key
@@ -88,4 +88,26 @@ async def test_a_refused_priority_class_is_said_on_the_reservation() -> None:
     assert scheduled["message"].startswith(
         "the placeholder's PriorityClass 'berth-non-preempting-7' cannot be created: "
         "the API server answered 403: forbidden by policy"
+    )
+
+
+@pytest.mark.parametrize(("status", "said"), [(403, True), (422, True), (429, False), (500, False)])
+async def test_a_write_refused_for_good_is_said_on_the_job(status: int, said: bool) -> None:
+    """A write a retry alone will not change (a policy, RBAC, validation) backs off as any
+    API failure, and a Warning event on the job names it and the API server's answer;
+    throttling and server errors, which pass by themselves, only back off."""
+    rsv = reservation(phase="Available", node="node-1")
+    refused = KubeError(status, {"message": "denied by policy"})
+    executor = _Executor(Outcome(done=False, error=refused, failed="Patch podmigrationjobs/job-1"))
+    with pytest.raises(ApiFailure):
+        await reconciler(_Caches(job_obj=job(), rsv=rsv), executor).reconcile(job_key("job-1"))
+    events = [a for plan in executor.plans[1:] for a in plan.actions if isinstance(a, Event)]
+    if not said:
+        assert events == []
+        return
+    [event] = events
+    assert (event.reason, event.type) == ("WriteRefused", "Warning")
+    assert event.message == (
+        f"Patch podmigrationjobs/job-1 was refused (HTTP {status}: denied by policy); "
+        "it is tried again with back-off"
     )
