@@ -312,7 +312,7 @@ def _parse_error(text: str) -> str | None:
              "RolloutInProgress", "ExpectedReplicas", "MaxMigratingPerWorkload",
              "MaxUnavailablePerWorkload", "MaxMigratingPerNode", "MaxMigratingPerNamespace",
              "MaxMigratingGlobally", "ObjectLimiters", "EvictQPS", "FlowControlQPS",
-             "PriorityThreshold"],
+             "PriorityThreshold", "WriteRefused"],
         ),
         (ConditionStatus, ["True", "False", "Unknown"]),
         (ReservationPhase, ["Pending", "Available", "Succeeded", "Failed"]),
