@@ -146,10 +146,14 @@ class Informer(Store):
         when it is newer than the cached one, so that readers see the write at once rather
         than when the watch brings it; the watch's event for it still reaches the handler.
         An object the cache does not hold (just created) is taken only while the watch has
-        not reached its version: past it, the watch has told what became of it."""
+        not reached its version: past it, the watch has told what became of it. While the
+        cache relists (no version: its watch expired), it is taken: the relist keeps what
+        is newer than its list and drops what the list shows gone, and the watch from the
+        list brings what became of it. Dropped, a placeholder the controller just created
+        would be missing from the cache for the whole relist, and made again each pass."""
         key = object_key(obj)
         old = self.store.get(key)
-        if old is None and not _after(obj, self.resource_version):
+        if old is None and self.resource_version and not _after(obj, self.resource_version):
             return
         if old is not None and not _newer(obj, old):
             return
