@@ -261,4 +261,7 @@ class LeaderElector:
                 log.error("lost the lease: could not renew for %.0fs", self.renew_deadline)
                 self.lost.set()
                 return
-            await asyncio.sleep(self.retry)
+            # `retry` from the start of this attempt, not from its end: a renewal that
+            # takes a while (a loaded API server) leaves the next one the rest of the
+            # renew deadline, rather than that less the attempt's own time.
+            await asyncio.sleep(max(0.0, started + self.retry - loop.time()))

@@ -9,6 +9,7 @@ from typing import cast
 
 import aiohttp
 import pytest
+from aiohttp import web
 from kubernetes_asyncio import client
 
 from berth.kube.client import PODS, Kube
@@ -196,3 +197,45 @@ async def test_a_replica_that_releases_acts_no_more_even_when_the_api_server_is_
     finally:
         server.close()
         await kube.close()
+
+
+async def test_slow_renewals_that_each_succeed_keep_the_lease() -> None:
+    """Each renewal takes a second (a loaded API server answers each request in half a
+    second) and succeeds: the leader keeps leading. The next attempt starts `retry` after
+    the start of the last one, so it has what is left of the renew deadline, not that
+    less the last attempt's own time (which stepped down a leader whose renewals took a
+    third of the deadline)."""
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "l", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 10, "leaseTransitions": 0},
+    }
+
+    async def slowly(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)
+        if request.method == "PUT":
+            lease.update(await request.json())
+        return web.json_response(lease)
+
+    app = web.Application()
+    app.router.add_route("*", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", slowly)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    kube = Kube(client.ApiClient(configuration))
+    elector = LeaderElector(
+        kube, namespace="ns", name="l", identity="me", renew_deadline=3.0, retry=1.5
+    )
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(elector.run(), timeout=7.0)
+        assert elector.leading.is_set()
+        assert not elector.lost.is_set()
+    finally:
+        await kube.close()
+        await runner.cleanup()
