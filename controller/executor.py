@@ -112,6 +112,10 @@ class Executor:
                 held = await self._held_back(action) if isinstance(action, Evict) else None
                 if held is not None:
                     return held
+                if isinstance(action, Evict) and not self.may_act():
+                    # The node's read took long enough for the lease to run out meanwhile.
+                    log.warning("not leading any more: %s not done", _describe(action))
+                    return Outcome(done=False)
                 await self._one(action, versions)
             except _RecordRefused as failed:
                 log.warning("%s: recording it failed: %s", _describe(action), failed.error)
@@ -189,6 +193,10 @@ class Executor:
         self._written(action.resource, created)
         record = action.record
         if record is not None:
+            if not self.may_act():
+                # Unrecorded, it is a stray to the next leader, which deletes it.
+                log.warning("not leading any more: %s not recorded", _describe(action))
+                return
             annotations = {record.key: protocol.name_and_uid(created)}
             try:
                 await self._patch(

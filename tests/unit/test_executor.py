@@ -229,3 +229,28 @@ async def test_a_pod_is_not_evicted_into_a_place_on_a_node_cordoned_or_relabelle
     outcome = await executor.run(Plan().then(eviction))
     assert kube.evicted == evicted
     assert outcome.done == bool(evicted)
+
+
+async def test_a_lease_lost_while_the_node_is_read_stops_the_eviction() -> None:
+    """The node's read before an eviction may take a while: the right to act is asked
+    again after it, so a replica whose lease ran out meanwhile evicts nothing (the new
+    leader decides anew)."""
+    kube = _NodeGone({"node-1"})
+    answers = iter([True, False])
+    executor = Executor(cast(Kube, kube), cast(Recorder, None), may_act=lambda: next(answers))
+    eviction = Evict("ns", "web-1", "uid-1", policy="Eviction", reserved_node="node-1")
+    outcome = await executor.run(Plan().then(eviction))
+    assert kube.evicted == []
+    assert not outcome.done
+
+
+async def test_a_lease_lost_after_a_create_leaves_it_unrecorded() -> None:
+    """Unrecorded, the placeholder is a stray to the next leader, which deletes it; a
+    record written after the lease ran out could overwrite that leader's own."""
+    kube = _RecordRefused()  # its patch would raise: it must not be called
+    answers = iter([True, False])
+    executor = Executor(cast(Kube, kube), cast(Recorder, None), may_act=lambda: next(answers))
+    record = Record(RESERVATIONS, "r", "berth.sh/placeholder")
+    body = {"metadata": {"generateName": "berth-placeholder-r-"}}
+    outcome = await executor.run(Plan().then(Create(PODS, body, namespace="ns", record=record)))
+    assert outcome.error is None
