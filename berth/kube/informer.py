@@ -61,6 +61,11 @@ WATCH_TIMEOUT = 300
 """Seconds a watch asks the API server to keep it open, up to twice that at random (as
 client-go does), so that the watches of a process do not all end and reopen together."""
 
+SHORT_WATCH = 1.0
+"""A watch that ends this soon after it began, having brought nothing, was closed by the
+other end at once: the next one waits as after a failure (client-go's "very short
+watch")."""
+
 YIELD_EVERY = 256
 """Objects of a relist handled between two turns of the loop: a relist of tens of
 thousands of objects must not hold up requests, probes and lease renewals."""
@@ -173,11 +178,18 @@ class Informer(Store):
     # ----- keeping up to date ---------------------------------------------------------
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 if not self.resource_version:
                     await self._relist()
-                await self._watch()
+                started = loop.time()
+                events = await self._watch()
+                if events == 0 and loop.time() - started < SHORT_WATCH:
+                    # Closed as soon as opened (an API server shutting down, a proxy):
+                    # opened again at once, it would be opened again hundreds of times
+                    # a second.
+                    await self._failed("ended as soon as it began")
             except asyncio.CancelledError:
                 raise
             except KubeError as error:
@@ -248,7 +260,9 @@ class Informer(Store):
             if not continue_token:
                 return items, page.get("metadata", {}).get("resourceVersion", "")
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> int:
+        """Follow the watch until it ends; the number of events it brought."""
+        events = 0
         async for event in self.kube.watch(
             self.resource,
             resource_version=self.resource_version,
@@ -260,6 +274,7 @@ class Informer(Store):
             kind, obj = event.get("type"), event.get("object", {})
             if kind == "ERROR":
                 raise KubeError(int(obj.get("code", 500)), obj)
+            events += 1
             self.failures = 0
             version = (obj.get("metadata") or {}).get("resourceVersion") if obj else None
             if kind == "BOOKMARK":
@@ -280,6 +295,7 @@ class Informer(Store):
             # all before anything else: requests, probes and lease renewals would wait
             # behind the burst. One event, then whatever else is ready.
             await asyncio.sleep(0)
+        return events
 
     async def _apply(self, kind: str, obj: Object) -> None:
         """Take one event into the cache and hand it to the handler. An object the cache

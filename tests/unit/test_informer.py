@@ -361,3 +361,32 @@ async def test_an_error_in_the_stream_keeps_the_back_off() -> None:
     informer.kube = cast(Kube, _Burst([{"type": "ADDED", "object": on_node("p", "n", rv="1")}]))
     await informer._watch()
     assert informer.failures == 0
+
+
+class _ClosedAtOnce(_Burst):
+    """A watch the other end closes as soon as it is opened, counted."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.opened = 0
+
+    async def watch(self, _resource: Any, **_: Any) -> AsyncIterator[dict[str, Any]]:
+        self.opened += 1
+        await asyncio.sleep(0)  # a connection's turn of the loop
+        for event in self.events:
+            yield event
+
+
+async def test_a_watch_closed_as_soon_as_it_opens_is_opened_again_only_after_a_wait() -> None:
+    """An API server shutting down, or a proxy, ends every watch at once: the informer
+    waits as after a failure rather than open one after another without end."""
+    kube = _ClosedAtOnce()
+    informer = Informer(cast(Kube, kube), PODS)
+    informer.resource_version = "10"  # synced: only watching
+    task = asyncio.create_task(informer.run())
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert kube.opened == 1
+    assert informer.failures == 1
