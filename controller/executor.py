@@ -112,10 +112,6 @@ class Executor:
                 held = await self._held_back(action) if isinstance(action, Evict) else None
                 if held is not None:
                     return held
-                if isinstance(action, Evict) and not self.may_act():
-                    # The node's read took long enough for the lease to run out meanwhile.
-                    log.warning("not leading any more: %s not done", _describe(action))
-                    return Outcome(done=False)
                 await self._one(action, versions)
             except _RecordRefused as failed:
                 log.warning("%s: recording it failed: %s", _describe(action), failed.error)
@@ -141,7 +137,13 @@ class Executor:
         except KubeError as error:  # not an eviction refused: none was sent
             log.warning("%s: its node could not be read: %s", _describe(action), error)
             return Outcome(done=False, error=error)
-        return None if there else Outcome(done=False, held_back=True)
+        if not there:
+            return Outcome(done=False, held_back=True)
+        if not self.may_act():
+            # The node's read took long enough for the lease to run out meanwhile.
+            log.warning("not leading any more: %s not done", _describe(action))
+            return Outcome(done=False)
+        return None
 
     async def _place_still_there(self, action: Evict) -> bool:
         """Whether the node of the Reservation that holds the replacement's place is there
