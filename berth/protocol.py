@@ -478,7 +478,8 @@ def may_claim(
 ) -> bool:
     """Whether `pod`, carrying the Reservation's claim, may be recorded as its owner.
 
-    It must be in the Reservation's namespace, and its controller (`controller_uid`, as the
+    It must be in the Reservation's namespace, ask no more than the Reservation holds
+    (`asks_more`), and its controller (`controller_uid`, as the
     reader resolved it from its own caches, never from the pod alone) or that controller's
     top-level workload (`workload_uid`) must be the one the Reservation was made for, or
     one of its owners must name the pod as in `matches_owner` (every field set), the
@@ -488,6 +489,10 @@ def may_claim(
     if pod.get("metadata", {}).get("namespace") != placeholder_namespace(reservation):
         return False
     if placeholder_reservation(pod) is not None:
+        return False
+    if asks_more(pod, reservation) is not None:
+        # Made larger after the webhook bound it (a later mutating webhook, the VPA's):
+        # the place would not hold it, as the webhook would not have bound it.
         return False
     reserved_workload = annotations_of(reservation).get(keys.WORKLOAD)
     if workload_uid and reserved_workload == workload_uid:

@@ -49,6 +49,9 @@ def claimer(name: str = "web-2", **kwargs: Any) -> dict[str, Any]:
         pytest.param({}, "other", "uid-deploy", False, id="another workload"),
         pytest.param({}, None, None, False, id="controller not resolved"),
         pytest.param({"namespace": "x"}, "uid-web-rs", None, False, id="another namespace"),
+        pytest.param(
+            {"cpu": "2"}, "uid-web-rs", None, False, id="made larger than the place holds"
+        ),
     ],
 )
 def test_may_claim(
