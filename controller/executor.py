@@ -188,7 +188,10 @@ class Executor:
                 action.resource, action.body, namespace=action.namespace
             )
         except KubeError as error:
-            if error.conflict and error.reason == "AlreadyExists":
+            named = (action.body.get("metadata") or {}).get("name")
+            if error.conflict and error.reason == "AlreadyExists" and named:
+                # Made before (by an earlier pass whose answer was lost): done. Not for a
+                # generated name, whose collision made nothing.
                 return
             raise
         _remember(versions, action.resource.plural, created)

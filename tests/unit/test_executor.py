@@ -254,3 +254,23 @@ async def test_a_lease_lost_after_a_create_leaves_it_unrecorded() -> None:
     body = {"metadata": {"generateName": "berth-placeholder-r-"}}
     outcome = await executor.run(Plan().then(Create(PODS, body, namespace="ns", record=record)))
     assert outcome.error is None
+
+
+class _Exists:
+    """An API server that answers every create 409 AlreadyExists."""
+
+    async def create(self, *_: object, **__: object) -> object:
+        raise KubeError(409, {"message": "already exists", "reason": "AlreadyExists"})
+
+
+async def test_an_object_made_before_is_done_but_a_generated_name_collision_is_not() -> None:
+    """A named create answered AlreadyExists was made by an earlier pass; a generated
+    name's collision (where the API server does not retry it) made nothing, and the
+    placeholder is neither made nor recorded: the pass fails and is tried again."""
+    executor = Executor(cast(Kube, _Exists()), cast(Recorder, None))
+    named = await executor.run(Plan().then(Create(RESERVATIONS, {"metadata": {"name": "r"}})))
+    assert named.done
+    body = {"metadata": {"generateName": "berth-placeholder-r-"}}
+    record = Record(RESERVATIONS, "r", "berth.sh/placeholder")
+    generated = await executor.run(Plan().then(Create(PODS, body, namespace="ns", record=record)))
+    assert not generated.done
