@@ -40,8 +40,8 @@ from berth.api import (
     ReservationConditionType,
     ReservationPhase,
     ReservationReason,
+    is_zero,
     keys,
-    parse_duration,
 )
 from berth.api.times import read_time
 from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
@@ -126,7 +126,7 @@ def expires_at(reservation: Mapping[str, Any]) -> datetime:
     if expires is not None:
         return expires
     ttl = spec.get("ttl")
-    if ttl and parse_duration(ttl) == timedelta(0):
+    if ttl and is_zero(ttl):
         return NEVER
     return deadline(reservation, ttl, DEFAULT_TTL)
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from berth.api import parse_duration
+from berth.api import is_zero, parse_duration
 
 Object = dict[str, Any]
 
@@ -51,8 +51,10 @@ def job_deadline(job: Mapping[str, Any]) -> datetime | None:
     ttl of 0, as in Koordinator (`defaultJobTTL` is the ttl of the jobs Berth writes
     itself: evictions it intercepts)."""
     ttl = job["spec"].get("ttl")
-    length = parse_duration(ttl) if ttl else timedelta(0)
-    return created_at(job) + length if length else None
+    if not ttl or is_zero(ttl):
+        return None
+    # A ttl under a microsecond (`500ns`) reads as none to the microsecond: it has run out.
+    return created_at(job) + parse_duration(ttl)
 
 
 def condition(status: Mapping[str, Any], kind: str) -> Object | None:

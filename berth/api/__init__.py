@@ -5,7 +5,7 @@ the extender read and write objects through them, and `berth.crds` generates the
 CustomResourceDefinitions from them.
 """
 
-from berth.api.duration import Duration, format_duration, go_form, parse_duration
+from berth.api.duration import Duration, format_duration, go_form, is_zero, parse_duration
 from berth.api.meta import (
     API_VERSION,
     GROUP,
@@ -83,5 +83,6 @@ __all__ = [
     "ReservationTemplateSpec",
     "format_duration",
     "go_form",
+    "is_zero",
     "parse_duration",
 ]

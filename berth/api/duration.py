@@ -42,6 +42,12 @@ def parse_duration(text: str) -> timedelta:
     return -magnitude if nanos < 0 else magnitude
 
 
+def is_zero(text: str) -> bool:
+    """Whether a Go duration string is exactly zero: `500ns` is not, though it reads as
+    no time to the microsecond (`parse_duration`)."""
+    return _parse_nanos(text) == 0
+
+
 def go_form(text: str) -> str:
     """A Go duration string as Go prints it back: `5m` gives `5m0s`, `1.5h` gives
     `1h30m0s`. Exact to the nanosecond, like a Go client reading and writing the value."""

@@ -19,7 +19,7 @@ from controller.actions import Create, Delete, Evict, Patch, UpdateStatus
 from controller.jobs.evict import start_eviction
 from controller.jobs.view import EVICTION_RETRY, evict, released
 from controller.namespaces import LabelRefused
-from controller.status import micro_timestamp
+from controller.status import job_deadline, micro_timestamp
 from tests.unit.arbitration.helpers import one
 from tests.unit.builders import ADMISSION_KEY, T0, job, later, placeholder, pod, reservation, ts
 from tests.unit.controller_cases import (
@@ -76,6 +76,11 @@ def test_a_job_that_sets_no_ttl_or_0_never_times_out(ttl: str | None) -> None:
     assert isinstance(created, Create)
     # Its Reservation lasts the Reservation's default (24h), as Koordinator's would.
     assert "ttl" not in created.body["spec"]
+
+
+def test_a_ttl_under_a_microsecond_has_run_out_rather_than_never_ending() -> None:
+    assert job_deadline(without_ttl("500ns")) == T0
+    assert job_deadline(without_ttl("0s")) is None
 
 
 def test_a_job_with_a_ttl_gives_it_to_its_reservation() -> None:

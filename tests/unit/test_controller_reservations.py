@@ -323,9 +323,12 @@ def test_expired_reservation_fails_then_cleans_up_and_lets_the_pod_go() -> None:
 DAY = 24 * 3600
 
 
-@pytest.mark.parametrize(("ttl", "expected"), [("0s", None), ("0", None), ("90s", 90)])
+@pytest.mark.parametrize(
+    ("ttl", "expected"), [("0s", None), ("0", None), ("90s", 90), ("500ns", 0), ("0.5us", 0)]
+)
 def test_a_ttl_of_zero_never_expires(ttl: str, expected: int | None) -> None:
-    """Koordinator's Reservation API: "Set 0 to disable expiration"."""
+    """Koordinator's Reservation API: "Set 0 to disable expiration". A ttl under a
+    microsecond is not zero: it has run out (as in Go), it does not hold for ever."""
     rsv = reservation(phase="Available", node="node-1", ttl=ttl)
     found = reservations.expires_at(rsv)
     assert found == (reservations.NEVER if expected is None else later(expected))
