@@ -144,10 +144,12 @@ def delete_placeholder(placeholder: Mapping[str, Any]) -> Delete:
 
 
 def ungate(pod: Mapping[str, Any]) -> Patch:
-    """Remove Berth's gate from a pod, keeping any other gate; the test guards the index."""
+    """Remove Berth's gate from a pod, keeping any other gate; the tests guard the pod (a
+    pod of the same name made since, a StatefulSet's, is another) and the index."""
     gates = pod["spec"].get("schedulingGates") or []
     index = next(i for i, gate in enumerate(gates) if gate.get("name") == keys.RESERVATION_GATE)
     operations = [
+        {"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
         {
             "op": "test",
             "path": f"/spec/schedulingGates/{index}/name",
@@ -638,12 +640,14 @@ def handover_step(*, placeholder: bool, nominated: bool, gated: bool) -> Step:
 
 
 def nominate(pod: Mapping[str, Any], node: str | None) -> Patch:
-    """Set (or, with None, clear) the pod's status.nominatedNodeName."""
+    """Set (or, with None, clear) the pod's status.nominatedNodeName; of that very pod (its
+    UID, which the API server refuses to change: a pod of the same name made since is
+    another)."""
     metadata = pod["metadata"]
     return Patch(
         PODS,
         metadata["name"],
-        {"status": {"nominatedNodeName": node}},
+        {"metadata": {"uid": metadata["uid"]}, "status": {"nominatedNodeName": node}},
         namespace=metadata["namespace"],
         subresource="status",
     )

@@ -261,7 +261,10 @@ def test_handover_nominates_then_deletes_the_placeholder_then_ungates() -> None:
     nominate = first.actions[0]
     assert isinstance(nominate, Patch)
     assert (nominate.subresource, nominate.json_patch) == ("status", False)
-    assert nominate.patch == {"status": {"nominatedNodeName": "node-1"}}
+    assert nominate.patch == {
+        "metadata": {"uid": "uid-web-2"},
+        "status": {"nominatedNodeName": "node-1"},
+    }
     assert (nominate.name, nominate.namespace) == ("web-2", "default")
 
     second = rsv_plan(rsv, ph=placeholder(), owner=nominated(owner))
@@ -277,6 +280,7 @@ def test_handover_nominates_then_deletes_the_placeholder_then_ungates() -> None:
     assert isinstance(ungate, Patch)
     assert ungate.json_patch
     assert ungate.subresource is None
+    assert ungate.patch[0] == {"op": "test", "path": "/metadata/uid", "value": "uid-web-2"}
     assert ungate.patch[-1] == {"op": "remove", "path": "/spec/schedulingGates/0"}
 
 
@@ -285,7 +289,7 @@ def test_an_owner_nominated_elsewhere_is_nominated_to_the_reservations_node() ->
     owner = nominated(pod("web-2", node=None, gates=[keys.RESERVATION_GATE]), "node-2")
     plan = rsv_plan(rsv, ph=placeholder(), owner=owner)
     assert kinds(plan) == ["Patch:pods"]
-    assert plan.actions[0].patch == {"status": {"nominatedNodeName": "node-1"}}  # type: ignore[union-attr]
+    assert plan.actions[0].patch["status"] == {"nominatedNodeName": "node-1"}  # type: ignore[union-attr]
 
 
 def test_an_owner_whose_nomination_the_scheduler_cleared_is_nominated_again() -> None:
@@ -302,7 +306,7 @@ def test_a_released_reservation_clears_the_nomination_it_set() -> None:
     assert kinds(plan) == ["Patch:pods", "Event:ReservationReleased", "Patch:pods"]
     clear = plan.actions[-1]
     assert isinstance(clear, Patch)
-    assert (clear.subresource, clear.patch) == ("status", {"status": {"nominatedNodeName": None}})
+    assert (clear.subresource, clear.patch["status"]) == ("status", {"nominatedNodeName": None})
 
 
 def test_bound_owner_makes_the_reservation_succeeded() -> None:
