@@ -13,7 +13,7 @@ Objects are the API server's dicts; these functions are pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from berth.resources import parse_quantity
@@ -306,3 +306,118 @@ def ports_conflict(first: HostPort, second: HostPort) -> bool:
     return first[:2] == second[:2] and (
         first[2] == second[2] or ANY_ADDRESS in (first[2], second[2])
     )
+
+
+def spreads_hard(pod: Object) -> bool:
+    """Whether the pod has a `DoNotSchedule` topology spread constraint."""
+    return any(
+        c.get("whenUnsatisfiable") == "DoNotSchedule"
+        for c in (pod.get("spec") or {}).get("topologySpreadConstraints") or ()
+    )
+
+
+def spread_refusal(
+    pod: Object, node: Object, *, nodes: Iterable[Object], pods: Iterable[Object]
+) -> str | None:
+    """Why kube-scheduler's PodTopologySpread would refuse a new pod like `pod` (its
+    replacement: the same labels and constraints) on `node`, once `pod` is gone; None when
+    none of its `DoNotSchedule` constraints would. Counted as the plugin counts: per domain
+    of the nodes that carry every constraint's topology key (and pass the constraint's
+    node inclusion policies: its required node affinity unless `nodeAffinityPolicy:
+    Ignore`, its taints only with `nodeTaintsPolicy: Honor`), the pods of the namespace
+    bound there that its selector (with `matchLabelKeys`) matches, not terminating and not
+    `pod` itself; against the least of those counts (0 when fewer domains than
+    `minDomains`).
+
+    A placeholder carries none of the pod's labels, so the scheduler places it without
+    counting it as one of them: where it lands, the replacement may break the spread."""
+    spec = pod.get("spec") or {}
+    constraints = [
+        c
+        for c in spec.get("topologySpreadConstraints") or ()
+        if c.get("whenUnsatisfiable") == "DoNotSchedule" and c.get("topologyKey")
+    ]
+    if not constraints:
+        return None
+    labels: Mapping[str, str] = (pod.get("metadata") or {}).get("labels") or {}
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    uid = (pod.get("metadata") or {}).get("uid")
+    keys = [str(c["topologyKey"]) for c in constraints]
+    node_labels = (node.get("metadata") or {}).get("labels") or {}
+    name = (node.get("metadata") or {}).get("name")
+    for key in keys:
+        if key not in node_labels:
+            return f"node {name} has no label {key}, the pod's topology spread key"
+    carrying = [
+        n for n in nodes if all(k in ((n.get("metadata") or {}).get("labels") or {}) for k in keys)
+    ]
+    others = [
+        p
+        for p in pods
+        if (p.get("metadata") or {}).get("namespace") == namespace
+        and (p.get("metadata") or {}).get("uid") != uid
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+        and (p.get("spec") or {}).get("nodeName")
+    ]
+    for constraint in constraints:
+        key = str(constraint["topologyKey"])
+        selector = _spread_selector(constraint, labels) or NOTHING
+        included = {
+            str((n.get("metadata") or {}).get("name")): str(n["metadata"]["labels"][key])
+            for n in carrying
+            if _included(constraint, spec, n)
+        }
+        counts = dict.fromkeys(included.values(), 0)
+        # An empty selector counts no pod (the plugin's `countPodsMatchSelector`).
+        empty = not selector.get("matchLabels") and not selector.get("matchExpressions")
+        for other in () if empty else others:
+            domain = included.get(str(other["spec"]["nodeName"]))
+            if domain is not None and selector_matches(
+                selector, (other.get("metadata") or {}).get("labels") or {}
+            ):
+                counts[domain] += 1
+        least = min(counts.values(), default=0)
+        if len(counts) < int(constraint.get("minDomains") or 0):
+            least = 0
+        mine = 1 if selector_matches(selector, labels) else 0
+        domain = str(node_labels[key])
+        skew = counts.get(domain, 0) + mine - least
+        limit = int(constraint.get("maxSkew") or 1)
+        if skew > limit:
+            return (
+                f"a pod like it on node {name} would break its topology spread on {key} "
+                f"(maxSkew {limit}): {counts.get(domain, 0)} of its pods in {key}={domain} "
+                f"against {least} where there are fewest"
+            )
+    return None
+
+
+NOTHING: Object = {"matchExpressions": [{"key": "berth.sh/none", "operator": "In", "values": []}]}
+"""A selector no pod matches: a spread constraint's when it has no labelSelector."""
+
+
+def _spread_selector(constraint: Object, labels: Mapping[str, str]) -> Object | None:
+    """The constraint's label selector with its `matchLabelKeys` requirements added, as
+    the scheduler reads it; None when it has none (it matches no pod)."""
+    selector = constraint.get("labelSelector")
+    if not isinstance(selector, Mapping):
+        return None
+    extra = [
+        {"key": key, "operator": "In", "values": [labels[key]]}
+        for key in constraint.get("matchLabelKeys") or ()
+        if key in labels
+    ]
+    if not extra:
+        return dict(selector)
+    return {**selector, "matchExpressions": [*(selector.get("matchExpressions") or ()), *extra]}
+
+
+def _included(constraint: Object, spec: Object, node: Object) -> bool:
+    """The constraint's node inclusion policies: required node affinity honoured unless
+    `nodeAffinityPolicy: Ignore`; taints only with `nodeTaintsPolicy: Honor`."""
+    metadata = node.get("metadata") or {}
+    if constraint.get("nodeAffinityPolicy") != "Ignore" and not node_affinity_matches(
+        spec, str(metadata.get("name")), metadata.get("labels") or {}
+    ):
+        return False
+    return constraint.get("nodeTaintsPolicy") != "Honor" or taints_tolerated(spec, node)

@@ -41,7 +41,13 @@ from berth.kube.client import (
 from berth.kube.informer import IndexFunc, Informer, Store, object_key, without_managed_fields
 from berth.ledger import Ledger
 from berth.resources import Resources
-from berth.scheduling import node_gates, node_refusal, selector_matches
+from berth.scheduling import (
+    node_gates,
+    node_refusal,
+    selector_matches,
+    spread_refusal,
+    spreads_hard,
+)
 from berth.settings import MigrationControllerArgs
 from controller import build, jobs, namespaces, reservations
 from controller.actions import Plan
@@ -274,6 +280,7 @@ class Caches:
                 # Unbound pods with a claim, by the one node their affinity allows.
                 "tied": lambda p: _single(protocol.tied_node(p)) if protocol.pod_claim(p) else [],
                 "controller": _controlled_by,
+                "namespace": lambda p: _single(p["metadata"].get("namespace")),
             },
             handler=self._on_pod,
             keep=lean_pod,
@@ -624,6 +631,21 @@ class Caches:
             return None
         return node_refusal(found, build.replacement_placement(pod, where=where))
 
+    def spread_refusal(self, node: str | None, pod: Object | None) -> str | None:
+        """Why a replacement of `pod` could not go to `node` for its topology spread
+        (`scheduling.spread_refusal`), counting the pods of its namespace as the cache
+        holds them; None when it could, or when the pod spreads under no hard constraint."""
+        found = self.nodes.get(node) if node else None
+        if found is None or pod is None or not spreads_hard(pod):
+            return None
+        namespace = pod["metadata"].get("namespace") or ""
+        return spread_refusal(
+            pod,
+            found,
+            nodes=self.nodes.values(),
+            pods=self.pods.by_index("namespace", namespace),
+        )
+
     def _node_gone(self, node: str | None, *, again: str | None = None) -> bool:
         """Whether `node` names a node that is gone (`_missing`)."""
         return self._missing(node, again=again) is Missing.GONE
@@ -706,6 +728,9 @@ class Caches:
                 protocol.node_of(reservation) if reservation else None,
                 pod if pod is not None else self.owner(reservation),
                 where=pod is None or jobs.own_reservation(job, reservation),
+            ),
+            reserved_node_spread=self.spread_refusal(
+                protocol.node_of(reservation) if reservation else None, pod
             ),
             exhausted_pdb=(
                 self.exhausted_pdb(pod)

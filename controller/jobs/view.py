@@ -79,6 +79,12 @@ class JobView:
     it to its node, as its replacement). Before the eviction nothing is evicted while
     it says so, and the Reservation moves its placeholder (`reservations._place_lost`);
     after it, a replacement the scheduler keeps refusing there is let go."""
+    reserved_node_spread: str | None = None
+    """Before the eviction: why the pod's replacement could not go to the Reservation's
+    node for one of the pod's `DoNotSchedule` topology spread constraints, once the pod
+    has left (`scheduling.spread_refusal`: the placeholder, which carries none of the
+    pod's labels, is placed without counting as one of them). Nothing is evicted while
+    it says so."""
     workload: Object | None = None
     """The controller the Reservation was made for (its one owner by controller
     reference, a ReplicaSet or StatefulSet), as the caches hold it."""

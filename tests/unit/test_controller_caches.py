@@ -667,3 +667,31 @@ async def test_a_job_view_reads_where_the_pods_volumes_may_be_used() -> None:
     await watch(cache.pods, "ADDED", mounting)
     assert cache.job_view(job()).volume_terms == ((zone_a,), (zone_b,))
     assert cache.volume_terms(None) == ()
+
+
+async def test_a_job_view_says_when_the_reserved_node_would_break_the_pods_spread() -> None:
+    """The pods of the namespace as the cache holds them, the nodes with their zones: once
+    the pod (on node-0, zone b) has left, a=1, b=0, c=0; its replacement would break
+    maxSkew 1 in zone a (1 + 1 - 0), not in zone c."""
+    cache, _ = caches()
+    zones = {"node-0": "b", "node-1": "a", "node-2": "c"}
+    for name, zone in zones.items():
+        await watch(cache.nodes, "ADDED", node(name, labels={"zone": zone}))
+    moving = pod()
+    moving["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    await watch(cache.pods, "ADDED", moving)
+    await watch(cache.pods, "ADDED", pod("web-a", node="node-1", uid="uid-web-a"))
+    rsv = reservation(phase="Available", node="node-1")
+    await watch(cache.reservations, "ADDED", rsv)
+    refusal = cache.job_view(job()).reserved_node_spread
+    assert refusal is not None
+    assert "1 of its pods in zone=a against 0 where there are fewest" in refusal
+    await watch(cache.reservations, "MODIFIED", reservation(phase="Available", node="node-2"))
+    assert cache.job_view(job()).reserved_node_spread is None

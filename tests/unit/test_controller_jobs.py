@@ -1011,6 +1011,21 @@ def test_a_place_on_a_node_the_pods_placement_excludes_evicts_nothing(
     assert moves in message
 
 
+@pytest.mark.parametrize("ref", [None, "by-hand"])
+def test_nothing_is_evicted_where_the_replacement_would_break_its_topology_spread(
+    ref: str | None,
+) -> None:
+    """The placeholder, of none of the pod's labels, was placed as none of its kind: its
+    replacement could not go there. The job waits, saying why, and evicts nothing."""
+    spread = "a pod like it on node node-1 would break its topology spread on zone (maxSkew 1)"
+    rsv = by_hand() if ref else OPEN
+    plan = view_plan(job_obj=job(reservation_ref=ref), pod_obj=pod(), rsv=rsv, node_spread=spread)
+    assert not any(isinstance(a, Evict) for a in plan.actions)
+    message = cond(status_of(plan), "ReservationScheduled")["message"]
+    assert spread in message
+    assert "nothing is evicted while it would" in message
+
+
 def test_the_eviction_reads_the_node_again_for_where_the_replacement_may_go() -> None:
     """Just before the eviction the executor reads the Reservation's node again: judged
     by the pod's whole placement for the job's own Reservation, by its tolerations alone

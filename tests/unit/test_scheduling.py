@@ -17,6 +17,7 @@ from berth.scheduling import (
     ports_conflict,
     qos_class,
     selector_matches,
+    spread_refusal,
     taints_tolerated,
 )
 from tests.unit.builders import node, pod
@@ -258,3 +259,92 @@ def test_host_ports_conflict_on_one_address_or_every_address(
 ) -> None:
     assert ports_conflict(first, second) is conflict
     assert ports_conflict(second, first) is conflict
+
+
+ZONES = {"node-a": "a", "node-a2": "a", "node-b": "b", "node-c": "c"}
+
+
+def zoned() -> list[dict[str, Any]]:
+    return [node(name, labels={"zone": zone}) for name, zone in ZONES.items()]
+
+
+def spread(**constraint: Any) -> dict[str, Any]:
+    """A pod of app=web, on node-b, spread over zones with maxSkew 1."""
+    moving = pod("web-b", node="node-b", labels={"app": "web"})
+    moving["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+            **constraint,
+        }
+    ]
+    return moving
+
+
+def placed(**where: str) -> list[dict[str, Any]]:
+    return [pod(name, node=at, labels={"app": "web"}) for name, at in where.items()]
+
+
+def test_a_place_where_the_replacement_would_break_the_spread_is_refused() -> None:
+    """Zones a=2, b=1 (the pod moving), c=1: the placeholder, which matches no selector,
+    may land in a (2 - 1 = 1) or c; once the pod has left b, a replacement fits only in b
+    (a: 2 + 1 - 0, c: 1 + 1 - 0)."""
+    moving = spread()
+    others = [moving, *placed(**{"web-a1": "node-a", "web-a2": "node-a2", "web-c": "node-c"})]
+    nodes = {n["metadata"]["name"]: n for n in zoned()}
+    for target in ("node-a", "node-c"):
+        refusal = spread_refusal(moving, nodes[target], nodes=nodes.values(), pods=others)
+        assert refusal is not None
+        assert "topology spread on zone (maxSkew 1)" in refusal
+    assert spread_refusal(moving, nodes["node-b"], nodes=nodes.values(), pods=others) is None
+
+
+def test_a_spread_that_holds_refuses_nothing() -> None:
+    moving = spread(maxSkew=2)
+    others = [moving, *placed(**{"web-a1": "node-a", "web-a2": "node-a2", "web-c": "node-c"})]
+    nodes = zoned()
+    assert spread_refusal(moving, nodes[3], nodes=nodes, pods=others) is None  # c: 1 + 1 - 0
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        pytest.param({"whenUnsatisfiable": "ScheduleAnyway"}, False, id="ScheduleAnyway"),
+        pytest.param({"labelSelector": {}}, False, id="an empty selector counts none"),
+        pytest.param({"labelSelector": None}, False, id="no selector"),
+        pytest.param({"matchLabelKeys": ["app"]}, True, id="matchLabelKeys"),
+    ],
+)
+def test_what_the_spread_counts(change: dict[str, Any], refused: bool) -> None:
+    moving = spread(**change)
+    others = [moving, *placed(**{"web-a1": "node-a", "web-c": "node-c"})]
+    nodes = zoned()
+    # a=1, b=0 once the pod left, c=1: the c node (1 + 1 - 0 = 2) breaks maxSkew 1.
+    found = spread_refusal(moving, nodes[3], nodes=nodes, pods=others)
+    assert (found is not None) is refused
+
+
+def test_terminating_pods_and_nodes_without_the_key_count_for_nothing() -> None:
+    moving = spread()
+    leaving = placed(**{"web-a1": "node-a"})[0]
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    keyless = node("node-x")
+    nodes = [*zoned(), keyless]
+    assert spread_refusal(moving, nodes[0], nodes=nodes, pods=[moving, leaving]) is None
+    refusal = spread_refusal(moving, keyless, nodes=nodes, pods=[moving])
+    assert refusal == "node node-x has no label zone, the pod's topology spread key"
+
+
+@pytest.mark.parametrize(("min_domains", "refused"), [(None, False), (3, False), (4, True)])
+def test_fewer_domains_than_min_domains_count_the_least_as_none(
+    min_domains: int | None, refused: bool
+) -> None:
+    moving = spread(minDomains=min_domains)
+    others = [moving, *placed(**{"web-a1": "node-a", "web-b2": "node-b", "web-c": "node-c"})]
+    nodes = zoned()
+    # a=1, b=1, c=1 once the pod left: c takes one more (1 + 1 - 1), unless three zones
+    # are fewer than minDomains (1 + 1 - 0).
+    found = spread_refusal(moving, nodes[3], nodes=nodes, pods=others)
+    assert (found is not None) is refused
