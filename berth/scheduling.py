@@ -319,18 +319,21 @@ def spreads_hard(pod: Object) -> bool:
 def spread_refusal(
     pod: Object, node: Object, *, nodes: Iterable[Object], pods: Iterable[Object]
 ) -> str | None:
-    """Why kube-scheduler's PodTopologySpread would refuse a new pod like `pod` (its
-    replacement: the same labels and constraints) on `node`, once `pod` is gone; None when
-    none of its `DoNotSchedule` constraints would. Counted as the plugin counts: per domain
-    of the nodes that carry every constraint's topology key (and pass the constraint's
-    node inclusion policies: its required node affinity unless `nodeAffinityPolicy:
-    Ignore`, its taints only with `nodeTaintsPolicy: Honor`), the pods of the namespace
-    bound there that its selector (with `matchLabelKeys`) matches, not terminating and not
-    `pod` itself; against the least of those counts (0 when fewer domains than
-    `minDomains`).
+    """Why kube-scheduler's PodTopologySpread would refuse `pod`'s replacement (the same
+    labels and constraints, and the webhook's pin to `node` ANDed into its required node
+    affinity) on `node`, once `pod` is gone; None when none of its `DoNotSchedule`
+    constraints would. Counted as the plugin counts: per domain of the nodes that carry
+    every constraint's topology key and pass the constraint's node inclusion policies (the
+    required node affinity, pin included, unless `nodeAffinityPolicy: Ignore`; the taints
+    only with `nodeTaintsPolicy: Honor`), the pods of the namespace bound there that its
+    selector (with `matchLabelKeys`) matches, neither finished, terminating nor `pod`
+    itself; against the least of those counts (0 when fewer domains than `minDomains`).
 
-    A placeholder carries none of the pod's labels, so the scheduler places it without
-    counting it as one of them: where it lands, the replacement may break the spread."""
+    With the default policy the pin leaves `node` the only node counted, and the spread
+    holds whatever the other domains hold, unless `minDomains` asks for more domains than
+    one. With `nodeAffinityPolicy: Ignore` every node counts: the placeholder, which
+    carries none of the pod's labels, was placed without counting as one of them, and its
+    node may be one where the replacement breaks the spread."""
     spec = pod.get("spec") or {}
     constraints = [
         c
@@ -358,6 +361,7 @@ def spread_refusal(
         and (p.get("metadata") or {}).get("uid") != uid
         and not (p.get("metadata") or {}).get("deletionTimestamp")
         and (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     ]
     for constraint in constraints:
         key = str(constraint["topologyKey"])
@@ -365,7 +369,7 @@ def spread_refusal(
         included = {
             str((n.get("metadata") or {}).get("name")): str(n["metadata"]["labels"][key])
             for n in carrying
-            if _included(constraint, spec, n)
+            if _included(constraint, spec, n, pinned=str(name))
         }
         counts = dict.fromkeys(included.values(), 0)
         # An empty selector counts no pod (the plugin's `countPodsMatchSelector`).
@@ -412,12 +416,14 @@ def _spread_selector(constraint: Object, labels: Mapping[str, str]) -> Object | 
     return {**selector, "matchExpressions": [*(selector.get("matchExpressions") or ()), *extra]}
 
 
-def _included(constraint: Object, spec: Object, node: Object) -> bool:
+def _included(constraint: Object, spec: Object, node: Object, *, pinned: str) -> bool:
     """The constraint's node inclusion policies: required node affinity honoured unless
-    `nodeAffinityPolicy: Ignore`; taints only with `nodeTaintsPolicy: Honor`."""
+    `nodeAffinityPolicy: Ignore` (the pod's own, and the pin to `pinned` the webhook ANDs
+    into it); taints only with `nodeTaintsPolicy: Honor`."""
     metadata = node.get("metadata") or {}
-    if constraint.get("nodeAffinityPolicy") != "Ignore" and not node_affinity_matches(
-        spec, str(metadata.get("name")), metadata.get("labels") or {}
+    name = str(metadata.get("name"))
+    if constraint.get("nodeAffinityPolicy") != "Ignore" and not (
+        name == pinned and node_affinity_matches(spec, name, metadata.get("labels") or {})
     ):
         return False
     return constraint.get("nodeTaintsPolicy") != "Honor" or taints_tolerated(spec, node)

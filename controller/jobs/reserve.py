@@ -133,16 +133,20 @@ def _node_not_ready(view: JobView, status: Object, reservation: Object) -> Plan 
         )
     if view.reserved_node_spread is not None:
         # The scheduler placed the placeholder as none of the pod's kind: there the
-        # replacement would wait, pinned, for a place it cannot take. Nothing is evicted
-        # while the spread says so (pods of the workload coming and going may change it).
+        # replacement, pinned, would break its spread (`nodeAffinityPolicy: Ignore`, or
+        # `minDomains`) and wait for a place it cannot take. Nothing is evicted while the
+        # spread says so, and the place is closed (pods of the workload coming and going
+        # may change it).
         name = reservation["metadata"]["name"]
-        return _wait_for_place(
+        waiting = _wait_for_place(
             view,
             status,
             reservation,
             message=f"Reservation {name!r}: {view.reserved_node_spread}; nothing is evicted "
             "while it would (the job ends at its TTL if it stays so)",
         )
+        close = closing(view)
+        return waiting.then(close) if close is not None else waiting
     return None
 
 

@@ -1,6 +1,8 @@
-"""A pod under a DoNotSchedule topology spread constraint, against the real scheduler:
-the placeholder, which carries none of the pod's labels, may be placed where the
-replacement, once the pod has left, could not go. Nothing is evicted then."""
+"""A pod under a DoNotSchedule topology spread constraint that counts every node
+(`nodeAffinityPolicy: Ignore`), against the real scheduler: the placeholder, which
+carries none of the pod's labels, may be placed where the replacement, once the pod has
+left, could not go. Nothing is evicted then. (With the default policy the webhook's pin
+leaves the replacement's node the only one counted, and such a migration goes through.)"""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ SPREAD = {
             "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "DoNotSchedule",
             "labelSelector": {"matchLabels": {"app": "web"}},
+            "nodeAffinityPolicy": "Ignore",
         }
     ]
 }
@@ -32,8 +35,9 @@ def test_nothing_is_evicted_where_the_replacement_would_break_the_spread(
 ) -> None:
     """One pod per node; the pod of node A pinned to node B, which holds one already:
     the scheduler places the placeholder there (it is none of the pods the constraint
-    counts), but the replacement on B would make 2 against 0 on A. The job waits, saying
-    so, and its TTL ends it with the pod where it was."""
+    counts), but the replacement on B would make 2 against 0 on A, which the scheduler
+    would refuse it (every node counts). The job waits, saying so, and its TTL ends it
+    with the pod where it was."""
     cluster.apply(deployment("web", replicas=len(NODES), spec_extra=SPREAD), namespace)
     placed = cluster.wait(
         lambda: ready_pods(cluster, namespace, "web", len(NODES)), what="a pod on each node"

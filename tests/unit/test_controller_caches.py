@@ -684,6 +684,7 @@ async def test_a_job_view_says_when_the_reserved_node_would_break_the_pods_sprea
             "topologyKey": "zone",
             "whenUnsatisfiable": "DoNotSchedule",
             "labelSelector": {"matchLabels": {"app": "web"}},
+            "nodeAffinityPolicy": "Ignore",  # every node counts, not the pinned one alone
         }
     ]
     await watch(cache.pods, "ADDED", moving)

@@ -1024,6 +1024,9 @@ def test_nothing_is_evicted_where_the_replacement_would_break_its_topology_sprea
     message = cond(status_of(plan), "ReservationScheduled")["message"]
     assert spread in message
     assert "nothing is evicted while it would" in message
+    if ref is None:  # opened: closed again, so that no other pod takes the place meanwhile
+        [close] = [a for a in plan.actions if isinstance(a, Patch)]
+        assert close.patch["metadata"]["annotations"][keys.CONSUMABLE] == keys.CLOSED
 
 
 def test_the_eviction_reads_the_node_again_for_where_the_replacement_may_go() -> None:

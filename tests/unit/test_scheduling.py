@@ -269,7 +269,8 @@ def zoned() -> list[dict[str, Any]]:
 
 
 def spread(**constraint: Any) -> dict[str, Any]:
-    """A pod of app=web, on node-b, spread over zones with maxSkew 1."""
+    """A pod of app=web, on node-b, spread over zones with maxSkew 1, counting every node
+    whatever the replacement's required affinity (`nodeAffinityPolicy: Ignore`)."""
     moving = pod("web-b", node="node-b", labels={"app": "web"})
     moving["spec"]["topologySpreadConstraints"] = [
         {
@@ -277,6 +278,7 @@ def spread(**constraint: Any) -> dict[str, Any]:
             "topologyKey": "zone",
             "whenUnsatisfiable": "DoNotSchedule",
             "labelSelector": {"matchLabels": {"app": "web"}},
+            "nodeAffinityPolicy": "Ignore",
             **constraint,
         }
     ]
@@ -348,3 +350,30 @@ def test_fewer_domains_than_min_domains_count_the_least_as_none(
     # are fewer than minDomains (1 + 1 - 0).
     found = spread_refusal(moving, nodes[3], nodes=nodes, pods=others)
     assert (found is not None) is refused
+
+
+def test_with_the_default_policy_the_pin_leaves_one_node_counted() -> None:
+    """The webhook pins the replacement to the Reservation's node (a required affinity):
+    with `nodeAffinityPolicy: Honor`, the default, the plugin counts that node alone, and
+    the spread holds there whatever the other zones hold, unless `minDomains` asks for
+    more domains than that one."""
+    others = placed(**{"web-a1": "node-a", "web-a2": "node-a2", "web-c": "node-c"})
+    nodes = zoned()
+    honoured = spread(nodeAffinityPolicy="Honor")
+    assert spread_refusal(honoured, nodes[0], nodes=nodes, pods=[honoured, *others]) is None
+    default = spread()
+    del default["spec"]["topologySpreadConstraints"][0]["nodeAffinityPolicy"]
+    assert spread_refusal(default, nodes[0], nodes=nodes, pods=[default, *others]) is None
+    wide = spread(nodeAffinityPolicy="Honor", minDomains=2)
+    # node-a holds one of them (web-a1): 1 + 1 - 0 against maxSkew 1.
+    assert spread_refusal(wide, nodes[0], nodes=nodes, pods=[wide, *others]) is not None
+
+
+def test_finished_pods_count_for_nothing() -> None:
+    moving = spread()
+    others = placed(**{"web-a1": "node-a", "web-c": "node-c"})
+    nodes = zoned()
+    assert spread_refusal(moving, nodes[3], nodes=nodes, pods=[moving, *others]) is not None
+    for other in others:
+        other["status"]["phase"] = "Failed"  # evicted by the kubelet, say
+    assert spread_refusal(moving, nodes[3], nodes=nodes, pods=[moving, *others]) is None
