@@ -86,7 +86,7 @@ def _pdb(c: Candidate, r: Round) -> Wait | None:
     Eviction API, a pod more than one PDB covers waits whatever they allow: the API
     evicts no such pod (it answers 500)."""
     covering = r.disruptions.covering(c)
-    if not covering:
+    if not covering or not c.guarded:  # the Eviction API deletes such a pod as asked
         return None
     if len(covering) > 1 and r.args.eviction_policy == EvictionPolicy.EVICTION:
         names = ", ".join(sorted(key for key, _ in covering))

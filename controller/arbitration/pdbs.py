@@ -88,6 +88,16 @@ def spares_unhealthy(pdb: Object) -> bool:
     return desired > 0 and int(status.get("currentHealthy") or 0) >= desired
 
 
+def takes_a_disruption(facts: PodFacts, covering: Sequence[tuple[str, Object]]) -> bool:
+    """Whether evicting the pod takes a disruption from the PDBs covering it, as the
+    Eviction API judges it: a healthy pod's always; an unhealthy one's unless every PDB
+    covering it spares it (`spares_unhealthy`); never a pod the API deletes without
+    looking at budgets (Pending, finished, terminating)."""
+    if facts.healthy:
+        return True
+    return facts.guarded and not all(spares_unhealthy(pdb) for _, pdb in covering)
+
+
 class Disruptions:
     """The disruptions each PDB has left in this round."""
 
@@ -105,17 +115,17 @@ class Disruptions:
 
     def takes_one(self, c: Candidate) -> bool:
         """Whether evicting the candidate's pod takes a disruption from the PDBs covering
-        it: a healthy pod's always; an unhealthy one's unless every PDB covering it spares
-        it (`spares_unhealthy`); never a pod the Eviction API deletes without looking at
-        budgets (Pending, finished, terminating)."""
-        if c.healthy:
-            return True
-        return c.guarded and not all(spares_unhealthy(pdb) for _, pdb in self.covering(c))
+        it (`takes_a_disruption`)."""
+        return takes_a_disruption(c, self.covering(c))
 
     def count_running(self, facts: PodFacts, name: str) -> None:
-        """A Running job's healthy pod `name` takes a disruption from each PDB covering it
-        that does not list it in status.disruptedPods yet."""
-        for key, pdb in self.index.covering(facts.namespace, facts.labels, facts.label_set):
+        """A Running job's pod `name`, whose eviction takes a disruption
+        (`takes_a_disruption`), takes one from each PDB covering it that does not list it
+        in status.disruptedPods yet."""
+        covering = self.index.covering(facts.namespace, facts.labels, facts.label_set)
+        if not takes_a_disruption(facts, covering):
+            return
+        for key, pdb in covering:
             if name not in ((pdb.get("status") or {}).get("disruptedPods") or {}):
                 self.left[key] -= 1
 

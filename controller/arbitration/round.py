@@ -203,11 +203,11 @@ class Round:
         if workload:
             self.per_workload[workload] += 1
             self.workloads.in_flight[workload] += 1
-        if pod is None or facts is None or not facts.healthy:
+        if pod is None or facts is None:
             return
-        if workload:
-            self.workloads.healthy_in_flight[workload] += 1
         self.disruptions.count_running(facts, pod["metadata"]["name"])
+        if workload and facts.healthy:
+            self.workloads.healthy_in_flight[workload] += 1
 
     def candidates(self, pending: Sequence[Object], *, failed: list[Decision]) -> list[Candidate]:
         """The unpaused jobs as candidates, each with its workload and its place in the

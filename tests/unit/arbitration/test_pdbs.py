@@ -84,7 +84,20 @@ def sparing(
             [pdb(allowed=1)], "terminating", True, "admit", "", id="migrating pod terminating"
         ),
         pytest.param(
-            [pdb(allowed=1)], "not ready", True, "admit", "", id="migrating pod not ready"
+            [sparing(pdb(allowed=1), current=3, desired=2)],
+            "not ready",
+            True,
+            "admit",
+            "",
+            id="migrating pod not ready, its budget sparing it: takes none",
+        ),
+        pytest.param(
+            [sparing(pdb(allowed=1), current=1, desired=0)],
+            "not ready",
+            True,
+            "wait",
+            "(disruptionsAllowed 1, 1 taken by migrations)",
+            id="migrating pod not ready, a budget asking for none healthy: takes one",
         ),
         pytest.param([pdb(allowed=1)], "gone", True, "admit", "", id="migrating pod gone"),
         pytest.param(
@@ -244,3 +257,18 @@ def test_admissions_take_pdb_disruptions_within_the_round() -> None:
         **LOOSE,
     )
     assert list(verdicts(result).values()).count("admit") == 2
+
+
+def test_a_pod_the_eviction_api_deletes_as_asked_meets_no_budget() -> None:
+    """A pod still Pending (bound, its containers not started) is deleted by the Eviction
+    API without looking at budgets, however many select it."""
+    web = pods_of(count=4)
+    web[0] = tweaked(web[0], tweak(status__phase="Pending"))
+    decision = one(
+        web[0],
+        pods=web,
+        workloads=[workload(replicas=4)],
+        pdbs=[pdb(allowed=0), pdb("all", allowed=0, selector={})],
+        **LOOSE,
+    )
+    assert decision.verdict == "admit", decision.message
