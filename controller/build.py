@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from berth.api import API_VERSION, keys, parse_duration
+from berth.api import API_VERSION, is_zero, keys, parse_duration
 from berth.protocol import annotations_of, controller_of, placeholder_namespace
 from berth.resources import format_quantity, held_requests
 from berth.scheduling import host_port_entries
@@ -278,7 +278,7 @@ def reservation_for(
         "allocateOnce": True,
     }
     asked = user_spec.get("ttl")
-    if asked and parse_duration(str(asked)) > timedelta(0):
+    if asked and not is_zero(str(asked)) and parse_duration(str(asked)) >= timedelta(0):
         reservation_spec["ttl"] = asked
     elif ttl:
         reservation_spec["ttl"] = ttl

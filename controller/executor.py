@@ -115,7 +115,12 @@ class Executor:
                 await self._one(action, versions)
             except _RecordRefused as failed:
                 log.warning("%s: recording it failed: %s", _describe(action), failed.error)
-                return Outcome(done=False, conflict=failed.error.conflict, error=failed.error)
+                return Outcome(
+                    done=False,
+                    conflict=failed.error.conflict,
+                    error=failed.error,
+                    failed=f"recording {_describe(action)}",
+                )
             except KubeError as error:
                 if isinstance(action, Evict):
                     return Outcome(done=False, eviction_refused=error)
@@ -136,7 +141,9 @@ class Executor:
             there = await self._place_still_there(action)
         except KubeError as error:  # not an eviction refused: none was sent
             log.warning("%s: its node could not be read: %s", _describe(action), error)
-            return Outcome(done=False, error=error)
+            return Outcome(
+                done=False, error=error, failed=f"reading node {action.reserved_node} to evict"
+            )
         if not there:
             return Outcome(done=False, held_back=True)
         if not self.may_act():

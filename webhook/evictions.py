@@ -50,6 +50,7 @@ from berth.api import (
     TERMINAL_PHASES,
     PodMigrationJobReason,
     format_duration,
+    is_zero,
     keys,
     parse_duration,
 )
@@ -357,7 +358,10 @@ def _created_and_ttl(job: Object) -> tuple[datetime, timedelta] | None:
     read."""
     try:
         created = datetime.fromisoformat(job["metadata"]["creationTimestamp"])
-        ttl = parse_duration(job.get("spec", {}).get("ttl") or "0s")
+        text = job.get("spec", {}).get("ttl") or "0s"
+        ttl = parse_duration(text)
+        if not ttl and not is_zero(text):  # under a microsecond: run out, not unset
+            ttl = timedelta(microseconds=1)
     except (KeyError, TypeError, ValueError):
         return None
     return created, ttl

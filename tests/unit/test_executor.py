@@ -136,6 +136,8 @@ async def test_a_create_whose_record_is_refused_is_not_a_refused_create() -> Non
     assert outcome.create_refused is None
     assert outcome.error is not None
     assert outcome.error.status == 403
+    # Named for the Warning event said on the job (`WriteRefused`).
+    assert outcome.failed == "recording Create pods/berth-placeholder-r-"
 
 
 class _NodeGone:
