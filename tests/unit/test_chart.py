@@ -424,6 +424,7 @@ def test_a_components_disruption_budget_never_blocks_a_drain(helm: Path, replica
     assert len(budgets) == 3
     for budget in budgets:
         assert budget["spec"]["maxUnavailable"] == 1
+        assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
         assert "minAvailable" not in budget["spec"]
 
 

@@ -345,7 +345,11 @@ def test_servers_stay_available_through_drains(component: str) -> None:
     assert spec["selector"] == {"matchLabels": labels}
 
     budget = one(found, "PodDisruptionBudget", f"berth-{component}")["spec"]
-    assert budget == {"maxUnavailable": 1, "selector": {"matchLabels": labels}}
+    assert budget == {
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "selector": {"matchLabels": labels},
+    }
 
     [term] = spec["template"]["spec"]["affinity"]["podAntiAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"

@@ -114,6 +114,8 @@ metadata:
     {{- include "berth.labels" . | nindent 4 }}
 spec:
   maxUnavailable: {{ $values.podDisruptionBudget.maxUnavailable }}
+  # A replica that is not Ready serves nothing: evicting it never waits for the budget.
+  unhealthyPodEvictionPolicy: AlwaysAllow
   selector:
     matchLabels:
       {{- include "berth.selectorLabels" . | nindent 6 }}
