@@ -143,6 +143,37 @@ def make_signing_key() -> tuple[bytes, bytes]:
     return _key_pem(key), public
 
 
+def _unusable_ca(ca: KeyPair) -> str | None:
+    """Why `ca` cannot sign a new serving certificate for its whole validity, if so: files
+    that do not load (an encrypted key), no CA, a key that is not the certificate's, or a
+    CA that expires before a certificate issued now would (one of an earlier version,
+    valid a year)."""
+    try:
+        cert = x509.load_pem_x509_certificate(ca.cert_pem)
+        key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    except (ValueError, TypeError) as error:
+        return f"ca.crt and ca.key do not load ({error})"
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is None or not constraints.ca:
+        return "ca.crt is not a CA certificate"
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    encoding = serialization.Encoding.PEM
+    if key.public_key().public_bytes(encoding, public) != cert.public_key().public_bytes(
+        encoding, public
+    ):
+        return "ca.key is not the key of ca.crt"
+    until = datetime.datetime.now(datetime.UTC) + VALIDITY
+    if cert.not_valid_after_utc < until:
+        return (
+            f"the CA expires {cert.not_valid_after_utc:%Y-%m-%d}, before a certificate "
+            "issued now would"
+        )
+    return None
+
+
 def write_serving_set(
     out_dir: Path,
     *,
@@ -159,11 +190,9 @@ def write_serving_set(
         raise ValueError(f"{out_dir}: one of ca.crt and ca.key without the other")
     if not new_ca and ca_cert.exists():
         ca = KeyPair(ca_cert.read_bytes(), ca_key.read_bytes())
-        try:
-            x509.load_pem_x509_certificate(ca.cert_pem)
-            serialization.load_pem_private_key(ca.key_pem, password=None)
-        except ValueError as error:
-            raise ValueError(f"{out_dir}: ca.crt and ca.key do not load ({error})") from None
+        problem = _unusable_ca(ca)
+        if problem:
+            raise ValueError(f"{out_dir}: {problem}; give --new-ca to make a new CA")
     else:
         ca = make_ca()
     common_name = dns_names[0] if dns_names else (ip_addresses[0] if ip_addresses else "berth")

@@ -89,3 +89,30 @@ def test_half_a_ca_is_refused(tmp_path: Path) -> None:
     (tmp_path / "ca.key").unlink()
     with pytest.raises(ValueError, match=r"one of ca\.crt and ca\.key without the other"):
         tls.write_serving_set(tmp_path, dns_names=("a",), ip_addresses=())
+
+
+def test_a_ca_that_would_expire_before_its_renewal_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CA valid a year (an earlier version's) would expire before the certificate it
+    signs: refused, naming --new-ca; so are a leaf certificate in ca.crt and a key that is
+    not the CA's."""
+    with monkeypatch.context() as patched:
+        patched.setattr(tls, "CA_VALIDITY", tls.VALIDITY)
+        old = tls.make_ca()
+    (tmp_path / "ca.crt").write_bytes(old.cert_pem)
+    (tmp_path / "ca.key").write_bytes(old.key_pem)
+    with pytest.raises(ValueError, match=r"before a certificate issued now would; give --new-ca"):
+        tls.write_serving_set(tmp_path, dns_names=("a",), ip_addresses=())
+    leaf = tls.issue(tls.make_ca(), common_name="not a CA")
+    (tmp_path / "ca.crt").write_bytes(leaf.cert_pem)
+    (tmp_path / "ca.key").write_bytes(leaf.key_pem)
+    with pytest.raises(ValueError, match=r"ca\.crt is not a CA certificate; give --new-ca"):
+        tls.write_serving_set(tmp_path, dns_names=("a",), ip_addresses=())
+    (tmp_path / "ca.crt").write_bytes(tls.make_ca().cert_pem)
+    (tmp_path / "ca.key").write_bytes(tls.make_ca().key_pem)
+    with pytest.raises(ValueError, match=r"ca\.key is not the key of ca\.crt"):
+        tls.write_serving_set(tmp_path, dns_names=("a",), ip_addresses=())
+    tls.write_serving_set(tmp_path, dns_names=("a",), ip_addresses=(), new_ca=True)
+    issued = load((tmp_path / "tls.crt").read_bytes())
+    assert issued.issuer == load((tmp_path / "ca.crt").read_bytes()).subject
