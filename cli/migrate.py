@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import uuid
 from collections.abc import Iterable, Mapping
@@ -162,9 +163,13 @@ async def follow(
             phase in (*TERMINAL_PHASES, DELETED) for phase in phases
         ):
             return all(phase in SUCCEEDED_PHASES for phase in phases)
-        if deadline is not None and loop.time() + delay > deadline:
+        if deadline is None:
+            await asyncio.sleep(delay)
+            continue
+        remaining = deadline - loop.time()
+        if remaining <= 0:
             return None
-        await asyncio.sleep(delay)
+        await asyncio.sleep(min(delay, remaining))  # then one more read, at the deadline
 
 
 async def _read(kube: Kube, name: str, before: Object | None) -> Object:
@@ -422,7 +427,8 @@ def _handle(args: argparse.Namespace) -> int:
         )
         return 130
     except BrokenPipeError:  # its output piped into `head`, say, which has had enough
-        sys.stderr.close()
+        # What is left in stdout's buffer would fail again at exit: it goes nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
 
 

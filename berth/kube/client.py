@@ -107,11 +107,13 @@ def default_namespace(kubeconfig: Path | None = None) -> str:
 
 
 def _in_cluster(given: Path | None) -> bool:
-    """Whether to use the pod's ServiceAccount: in a pod, when neither a kubeconfig nor
-    $KUBECONFIG names a file to use (as kubectl: $KUBECONFIG first, wherever it runs)."""
+    """Whether to use the pod's ServiceAccount: in a pod, when neither a kubeconfig given
+    nor a file $KUBECONFIG lists is there to use (as kubectl: $KUBECONFIG first, wherever
+    it runs; one naming no file falls back on the pod's account)."""
+    listed = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     return (
         given is None
-        and not os.environ.get("KUBECONFIG")
+        and not any(path.is_file() for path in listed)
         and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     )
 

@@ -185,6 +185,12 @@ def test_kubeconfig_wins_over_the_pods_service_account_as_with_kubectl(
     monkeypatch.delenv("KUBECONFIG")
     # The pod's own namespace file, absent here: the in-cluster path answers "default".
     assert default_namespace() == "default"
+    # $KUBECONFIG naming no file falls back on the pod's account, as kubectl's loader does.
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert default_namespace() == "default"
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_to_a_closed_port(tmp_path, "prod")))
+    assert default_namespace() == "prod"
 
 
 def test_a_file_that_cannot_be_written_is_said_on_one_line(tmp_path: Path) -> None:
