@@ -14,6 +14,7 @@ import pytest
 from berth import web
 from berth.api import ALREADY_MIGRATING, keys
 from berth.kube.client import NAMESPACES, PODMIGRATIONJOBS, Kube, KubeError
+from berth.scheduling import being_drained
 from berth.settings import MigrationControllerArgs
 from tests.served import served
 from tests.unit.builders import T0, job, later, pod, reservation, with_status
@@ -374,16 +375,6 @@ def test_an_eviction_of_the_replacement_that_is_no_retry_is_not_answered_gone(
     assert answer is None
 
 
-class _Node:
-    """An API server holding one node, `spec` as given."""
-
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.spec = spec
-
-    async def get(self, _resource: Any, name: str, _namespace: str | None = None) -> Any:
-        return {"metadata": {"name": name}, "spec": self.spec}
-
-
 TOLERATES_ALL = {
     **REPLACEMENT,
     "spec": {**REPLACEMENT["spec"], "tolerations": [{"operator": "Exists"}]},
@@ -424,13 +415,16 @@ TOLERATES_ALL = {
         ({"taints": [{"key": "soon", "effect": "PreferNoSchedule"}]}, False),
     ],
 )
-async def test_the_replacements_node_is_drained_when_it_takes_no_new_pod_like_it(
+def test_the_replacements_node_is_drained_when_it_takes_no_new_pod_like_it(
     spec: dict[str, Any], draining: bool
 ) -> None:
+    """The decision the interceptor makes of the node it reads (`scheduling.being_drained`;
+    its read against the real API server: `test_a_retry_by_name_never_evicts_a_statefulset_
+    replacement` in tests/e2e/test_evictions.py)."""
     tolerant = spec.pop("tolerant", False)
-    interceptor = interceptor_on(_Node(spec))
     replacement = TOLERATES_ALL if tolerant else REPLACEMENT
-    assert await interceptor.draining("node-2", replacement) is draining
+    node = {"metadata": {"name": "node-2"}, "spec": spec}
+    assert being_drained(node, replacement["spec"]) is draining
 
 
 # --- the wire ---------------------------------------------------------------
