@@ -16,6 +16,10 @@ BAD_CONFIG = 2
 
 CONFIG_ERRORS = (ConfigError, KubeconfigError)
 
+TIMED_OUT = 3
+"""The exit code of a wait (`kubectl migrate ... --wait --timeout`) that reached its
+deadline first: what it waited for goes on."""
+
 
 def bad_config(command: str, error: Exception) -> int:
     """Say what is wrong on one line (a file's several problems joined by `; `)."""

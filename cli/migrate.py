@@ -4,6 +4,7 @@
 defragmentation use: move a pod to where it packs best). `migrate node NAME` creates a
 job for every migratable pod on a node: a drain that reserves first. With `--wait` the
 jobs are followed until they end; the exit code is 0 only if every job succeeded.
+`migrate abort` ends jobs in flight (`cli.abort`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import aiohttp
 from berth import eviction
 from berth.api import SUCCEEDED_PHASES, TERMINAL_PHASES
 from berth.api.duration import parse_duration
-from berth.exits import CONFIG_ERRORS, bad_config
+from berth.exits import CONFIG_ERRORS, TIMED_OUT, bad_config
 from berth.kube.client import NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError, default_namespace
 from berth.protocol import is_object_name
+from cli import abort
+from cli.errors import api_problem, said, transient
 
 Object = dict[str, Any]
 POLL = 1.0
@@ -116,9 +119,6 @@ DELETED = "Deleted"
 POLL_MAX = 10.0
 """The longest wait between two reads while the API server does not answer."""
 
-TIMED_OUT = 3
-"""The exit code when `--timeout` passed before every job ended (they go on)."""
-
 
 async def follow(
     kube: Kube,
@@ -148,10 +148,10 @@ async def follow(
                 last[name] = read
         if failed:
             problem = failed[0]
-            if not _transient(problem):
+            if not transient(problem):
                 raise problem
             delay = min(delay * 2, POLL_MAX)
-            err.write(f"kubectl-migrate: the jobs could not be read ({_said(problem)}); "
+            err.write(f"kubectl-migrate: the jobs could not be read ({said(problem)}); "
                       f"trying again in {delay:g}s\n")  # fmt: skip
             shown = ""  # the table again, below the line
         else:
@@ -184,19 +184,6 @@ async def _read(kube: Kube, name: str, before: Object | None) -> Object:
     return gone
 
 
-def _transient(error: BaseException) -> bool:
-    """An error whose request may go through if sent again."""
-    if isinstance(error, KubeError):
-        return error.status == 429 or error.status >= 500
-    return isinstance(error, aiohttp.ClientError | TimeoutError)
-
-
-def _said(error: BaseException) -> str:
-    if isinstance(error, KubeError):
-        return f"HTTP {error.status}: {error.message}"
-    return str(error) or type(error).__name__
-
-
 def _show(jobs: list[Object], shown: str, out: TextIO) -> str:
     """Write the table if it changed (in place on a terminal); the table shown now."""
     text = table(rows(jobs))
@@ -226,6 +213,8 @@ async def _create(kube: Kube, pods: list[Object], args: argparse.Namespace) -> l
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.target == "abort":
+        return await _abort(args)
     problem = _bad_arguments(args)
     if problem:
         print(f"kubectl-migrate: {problem}", file=sys.stderr)
@@ -246,7 +235,28 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         return await _wait(kube, names, args)
     except (KubeError, aiohttp.ClientError, TimeoutError) as error:
-        print(f"kubectl-migrate: {_api_problem(error)}", file=sys.stderr)
+        print(f"kubectl-migrate: {api_problem(error)}", file=sys.stderr)
+        return 1
+    finally:
+        await kube.close()
+
+
+async def _abort(args: argparse.Namespace) -> int:
+    problem = abort.bad_arguments(args) or _bad_durations(args)
+    if problem:
+        print(f"kubectl-migrate: {problem}", file=sys.stderr)
+        return 2
+    timeout = parse_duration(args.timeout_text) if args.timeout_text else None
+    kube = await Kube.connect(args.kubeconfig)
+    try:
+        return await abort.abort(
+            kube,
+            None if args.all else frozenset(args.name),
+            wait=args.wait,
+            timeout=timeout.total_seconds() if timeout is not None else None,
+        )
+    except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+        print(f"kubectl-migrate: {api_problem(error)}", file=sys.stderr)
         return 1
     finally:
         await kube.close()
@@ -266,15 +276,6 @@ async def _wait(kube: Kube, names: list[str], args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0 if ok else 1
-
-
-def _api_problem(error: KubeError | aiohttp.ClientError | TimeoutError) -> str:
-    """What went wrong with the API server, in one line."""
-    if isinstance(error, KubeError):
-        return error.message
-    if isinstance(error, aiohttp.ClientConnectorCertificateError):
-        return f"the API server's certificate does not verify: {error}"
-    return f"the API server cannot be reached: {_said(error)}"
 
 
 async def _pods(kube: Kube, args: argparse.Namespace) -> tuple[list[Object], str | None]:
@@ -329,12 +330,9 @@ def _already_on(pods: list[Object], to: str | None) -> str | None:
     return None
 
 
-def _bad_arguments(args: argparse.Namespace) -> str | None:
-    """What in the names given cannot name a pod, node or namespace, or what in the flags
-    cannot go together (None: nothing)."""
-    if getattr(args, "to", None) and args.mode == "EvictDirectly":
-        return "--to pins the pod's Reservation to a node; --mode EvictDirectly reserves none"
-    for flag, text in (("--ttl", args.ttl), ("--timeout", args.timeout_text)):
+def _bad_durations(args: argparse.Namespace) -> str | None:
+    """What is wrong with `--ttl` or `--timeout` (None: nothing)."""
+    for flag, text in (("--ttl", getattr(args, "ttl", None)), ("--timeout", args.timeout_text)):
         if text is None:
             continue
         try:
@@ -345,6 +343,17 @@ def _bad_arguments(args: argparse.Namespace) -> str | None:
             return f"{flag}: {text!r} is negative"
     if args.timeout_text is not None and not args.wait:
         return "--timeout bounds --wait: give --wait too"
+    return None
+
+
+def _bad_arguments(args: argparse.Namespace) -> str | None:
+    """What in the names given cannot name a pod, node or namespace, or what in the flags
+    cannot go together (None: nothing)."""
+    if getattr(args, "to", None) and args.mode == "EvictDirectly":
+        return "--to pins the pod's Reservation to a node; --mode EvictDirectly reserves none"
+    problem = _bad_durations(args)
+    if problem:
+        return problem
     names = (
         (args.target, args.name),
         ("namespace", args.namespace),
@@ -412,6 +421,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             default=None,
             help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)",
         )
+    abort.add_parser(targets)
     parser.set_defaults(handler=_handle)
 
 

@@ -42,16 +42,25 @@ def install_rbac(kubectl: Kubectl) -> None:
 def write_kubeconfig(kubectl: Kubectl, *, admin: Path, component: str, path: Path) -> Path:
     """A kubeconfig at `path` for the same API server as the `admin` one, authenticated
     with a fresh token of the component's ServiceAccount."""
-    name = account(component)
+    return account_kubeconfig(
+        kubectl, admin=admin, name=account(component), namespace=NAMESPACE, path=path
+    )
+
+
+def account_kubeconfig(
+    kubectl: Kubectl, *, admin: Path, name: str, namespace: str, path: Path
+) -> Path:
+    """A kubeconfig at `path` for the same API server as the `admin` one, authenticated
+    with a fresh token of ServiceAccount `namespace/name`."""
     token = kubectl(
-        "create", "token", name, f"--namespace={NAMESPACE}", f"--duration={TOKEN_LIFETIME}"
+        "create", "token", name, f"--namespace={namespace}", f"--duration={TOKEN_LIFETIME}"
     ).stdout.strip()
     [cluster] = yaml.safe_load(admin.read_text())["clusters"]
     config = render.token_kubeconfig(
         server=cluster["cluster"]["server"],
         ca_pem=base64.b64decode(cluster["cluster"]["certificate-authority-data"]),
         token=token,
-        user_name=f"system:serviceaccount:{NAMESPACE}:{name}",
+        user_name=f"system:serviceaccount:{namespace}:{name}",
     )
     path.touch(mode=0o600)
     path.write_text(yaml.safe_dump(config))

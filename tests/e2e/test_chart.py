@@ -35,8 +35,15 @@ pytestmark = pytest.mark.e2e
 
 RELEASE = "chart-e2e"
 FULLNAME = "chart-e2e-berth"
-# No pod of a test release runs: nothing here needs the image or a certificate.
-IDLE = ["controller.replicas=0", "webhook.replicas=0", "extender.replicas=0"]
+# No pod of a test release runs: nothing here needs the image or a certificate. Nor does
+# the uninstall hook's Job, which would never end (test_kubectl_migrate runs its command
+# with its rights).
+IDLE = [
+    "controller.replicas=0",
+    "webhook.replicas=0",
+    "extender.replicas=0",
+    "uninstall.abortMigrations=false",
+]
 # Kinds whose CRDs the local control plane lacks (cert-manager, Prometheus Operator).
 ABSENT_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
 CRDS = ("podmigrationjobs.scheduling.koordinator.sh", "reservations.scheduling.koordinator.sh")
@@ -133,6 +140,7 @@ def name_of(obj: dict[str, Any]) -> str:
                 "tolerations[0].operator=Exists",
                 "networkPolicy.from.webhook[0].ipBlock.cidr=10.0.0.0/24",
                 "networkPolicy.from.extender[0].namespaceSelector.matchLabels.team=sched",
+                "uninstall.timeoutSeconds=600",
             ],
             id="non-default",
         ),

@@ -6,12 +6,17 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from devtools.accounts import account_kubeconfig
+from devtools.chart import helm_template
+from devtools.helm import helm_binary
 from tests.e2e.kube import Cluster, pods
-from tests.e2e.migrate import deployment, leftovers, ready_pods
+from tests.e2e.migrate import deployment, job_manifest, leftovers, ready_pods
 
 pytestmark = pytest.mark.e2e
 
@@ -151,3 +156,74 @@ def test_a_job_deleted_while_followed_ends_the_wait_as_not_succeeded(
     assert waiting.returncode == 1, out + err
     assert "Deleted" in out
     assert "failed or was deleted" in err
+
+
+# --- abort ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hook_kubeconfig(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig of the chart's uninstall hook: its ServiceAccount, ClusterRole and
+    binding as `helm template` renders them (for a release named after the namespace),
+    applied for the test and removed after it."""
+    objects = [
+        obj
+        for obj in helm_template(helm_binary(), release=namespace, namespace=namespace)
+        if (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "uninstall"
+        and obj["kind"] != "Job"
+    ]
+    assert {obj["kind"] for obj in objects} == {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
+    }  # fmt: skip
+    manifest = yaml.safe_dump_all(objects)
+    cluster.kubectl("apply", "-f", "-", input=manifest)
+    try:
+        [account] = [obj["metadata"]["name"] for obj in objects if obj["kind"] == "ServiceAccount"]
+        yield account_kubeconfig(
+            cluster.kubectl,
+            admin=cluster.kubeconfig,
+            name=account,
+            namespace=namespace,
+            path=tmp_path / "uninstall.kubeconfig",
+        )
+    finally:
+        cluster.kubectl("delete", "--ignore-not-found", "-f", "-", input=manifest, check=False)
+
+
+def test_abort_waits_until_berth_holds_nothing_with_the_uninstall_hooks_rights(
+    cluster: Cluster, namespace: str, hook_kubeconfig: Path
+) -> None:
+    cluster.apply(deployment("web"), namespace)
+    pod = cluster.wait(lambda: ready_pods(cluster, namespace, "web", 1), what="the pod")[0]
+    # A place no node offers: the job holds a Reservation and a Pending placeholder.
+    nowhere = {"template": {"spec": {"template": {"spec": {"nodeSelector": {"e2e": "nowhere"}}}}}}
+    name, manifest = job_manifest(pod, reservationOptions=nowhere)
+    cluster.apply(manifest)
+    cluster.wait(
+        lambda: leftovers(cluster, namespace)["placeholders"], what="the job's placeholder"
+    )
+
+    result = kubectl_migrate(
+        cluster, "abort", name, "--wait", "--timeout", "60s", f"--kubeconfig={hook_kubeconfig}"
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"podmigrationjob/{name} aborted" in result.stdout
+    assert "Berth holds nothing for these jobs" in result.stdout
+    assert cluster.get("pmj", name)["status"]["phase"] == "Aborted"
+    assert not any(leftovers(cluster, namespace).values())
+    reservations = [
+        r
+        for r in cluster.get("reservations")["items"]
+        if (r["metadata"].get("annotations") or {}).get("berth.sh/job") == name
+    ]
+    assert all(r["status"].get("phase") in ("Succeeded", "Failed") for r in reservations)
+    (still,) = ready_pods(cluster, namespace, "web", 1)
+    assert still["metadata"]["uid"] == pod["metadata"]["uid"], "nothing was evicted"
+
+    again = kubectl_migrate(cluster, "abort", name)
+    assert again.returncode == 0, again.stderr
+    assert f"podmigrationjob/{name} has already ended (Aborted)" in again.stdout
+    missing = kubectl_migrate(cluster, "abort", "no-such-job")
+    assert missing.returncode == 1
+    assert "no podmigrationjob no-such-job" in missing.stderr

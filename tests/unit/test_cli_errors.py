@@ -14,7 +14,7 @@ import yaml
 
 from berth import tls
 from berth.kube.client import KubeError, default_namespace
-from cli import migrate
+from cli import errors
 from devtools.processes import free_port
 
 COMMANDS = {
@@ -223,4 +223,4 @@ def test_a_wait_reads_the_jobs_again_after_an_answer_that_may_fare_otherwise(
 ) -> None:
     """One lost connection or throttled read while following the jobs says nothing of
     them: the wait goes on. A refusal (401, 403) ends it."""
-    assert migrate._transient(error) is again
+    assert errors.transient(error) is again

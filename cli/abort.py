@@ -1,0 +1,274 @@
+"""`kubectl migrate abort`: end jobs in flight, and wait until Berth holds nothing for them.
+
+Aborting a job is what a user may always do (`status.phase: Aborted`, README "Who may
+migrate pods"); the controller then rolls it back or lets go of what it holds: its
+Reservation is deleted or released, the placeholder deleted, any replacement gated on
+it ungated. `--wait` follows that until it is done, so that `--all --wait` is what runs
+before Berth is uninstalled (the chart's pre-delete hook): without a controller, a pod
+still gated on a Reservation would stay Pending.
+
+What Berth holds is judged on what only Berth writes: a Reservation by the job named in
+its `berth.sh/job` annotation (as the controller judges its own), a placeholder by the
+pod recorded on its Reservation (`berth.sh/placeholder`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+
+from berth import protocol
+from berth.api import TERMINAL_PHASES, ReservationPhase, keys
+from berth.exits import TIMED_OUT
+from berth.kube.client import (
+    PODMIGRATIONJOBS,
+    PODS,
+    RESERVATIONS,
+    Kube,
+    KubeError,
+    add_kubeconfig_argument,
+)
+from cli import errors
+
+Object = dict[str, Any]
+POLL = 1.0
+ABORTED = "Aborted"
+ENDED_RESERVATION = frozenset({ReservationPhase.SUCCEEDED, ReservationPhase.FAILED})
+
+
+def job_phase(job: Mapping[str, Any]) -> str:
+    return str((job.get("status") or {}).get("phase") or "Pending")
+
+
+def in_scope(job: Mapping[str, Any], names: frozenset[str] | None) -> bool:
+    """Whether the job is one of those named (every job, for `--all`)."""
+    return names is None or job["metadata"]["name"] in names
+
+
+def to_abort(jobs: Iterable[Object], names: frozenset[str] | None) -> list[Object]:
+    """The jobs in scope that have not ended."""
+    return [job for job in jobs if in_scope(job, names) and job_phase(job) not in TERMINAL_PHASES]
+
+
+def abort_patch(job: Mapping[str, Any]) -> Object:
+    """The status patch that aborts the job as it was read: the API server refuses it (409)
+    if the job changed since, so that a job that ended meanwhile keeps its ending."""
+    return {
+        "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
+        "status": {"phase": ABORTED},
+    }
+
+
+def holding(
+    jobs: Iterable[Object],
+    reservations: Iterable[Object],
+    pods: Iterable[Object] | None,
+    names: frozenset[str] | None,
+) -> list[str]:
+    """What Berth still holds for the jobs in scope, a line each (empty: nothing).
+
+    `pods` are those carrying Berth's placeholder or claim label (None: they could not
+    be read, and only jobs and Reservations are judged)."""
+    held = [
+        f"podmigrationjob/{job['metadata']['name']} is {job_phase(job)}"
+        for job in to_abort(jobs, names)
+    ]
+    ours = [
+        reservation
+        for reservation in reservations
+        if (job := protocol.annotations_of(reservation).get(keys.JOB))
+        and (names is None or job in names)
+    ]
+    held += [
+        f"reservation/{r['metadata']['name']} is {protocol.phase(r) or 'Pending'}"
+        for r in ours
+        if protocol.phase(r) not in ENDED_RESERVATION
+    ]
+    if pods is None:
+        return held
+    placeholders = {
+        record.pod_uid: r["metadata"]["name"]
+        for r in ours
+        if (record := protocol.recorded_placeholder(r)) is not None
+    }
+    reserved = {r["metadata"]["name"] for r in ours}
+    for pod in pods:
+        meta = pod["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        if meta.get("uid") in placeholders:
+            held.append(f"placeholder {where} of reservation/{placeholders[meta['uid']]}")
+        elif protocol.is_gated(pod) and (names is None or _allocated(pod) in reserved):
+            held.append(f"pod {where} is gated by Berth")
+    return held
+
+
+def _allocated(pod: Object) -> str | None:
+    """The Reservation named in the pod's `reservation-allocated` annotation."""
+    try:
+        value = json.loads(protocol.annotations_of(pod).get(keys.RESERVATION_ALLOCATED) or "{}")
+    except ValueError:
+        return None
+    return value.get("name") if isinstance(value, dict) else None
+
+
+def add_parser(targets: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub = targets.add_parser(
+        "abort",
+        help="abort jobs in flight; with --wait, until Berth holds nothing for them",
+    )
+    sub.add_argument("name", nargs="*", help="the jobs to abort")
+    sub.add_argument("--all", action="store_true", help="every job that has not ended")
+    sub.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until the jobs have ended and Berth holds nothing for them: no live "
+        "Reservation, placeholder or gated pod (with --all, jobs created meanwhile are "
+        "aborted too)",
+    )
+    sub.add_argument(
+        "--timeout",
+        dest="timeout_text",
+        metavar="DURATION",
+        default=None,
+        help=f"with --wait, stop waiting after this long, a Go duration (exit code {TIMED_OUT})",
+    )
+    add_kubeconfig_argument(sub)
+
+
+def bad_arguments(args: argparse.Namespace) -> str | None:
+    if args.all == bool(args.name):
+        return "name the jobs to abort, or give --all"
+    for name in args.name:
+        if not protocol.is_object_name(name):
+            return f"{name!r} is not a job name"
+    return None
+
+
+async def abort(
+    kube: Kube,
+    names: frozenset[str] | None,
+    *,
+    wait: bool,
+    timeout: float | None,
+    out: Any = sys.stdout,
+    err: Any = sys.stderr,
+) -> int:
+    """Abort the jobs in scope (every job that has not ended, for `names=None`); with
+    `wait`, until Berth holds nothing for them. The exit code: 0 done, 1 a job named does
+    not exist, 3 `timeout` seconds passed first (what is still held is said)."""
+    jobs = await _jobs(kube)
+    if names is not None:
+        missing = sorted(names - jobs.keys())
+        if missing:
+            err.write(f"kubectl-migrate: no podmigrationjob {', '.join(missing)}\n")
+            return 1
+        for name in sorted(names):
+            if job_phase(jobs[name]) in TERMINAL_PHASES:
+                out.write(f"podmigrationjob/{name} has already ended ({job_phase(jobs[name])})\n")
+    await _abort_round(kube, jobs, names, out)
+    if not wait:
+        return 0
+    return await _Watcher(kube, names, out, err).wait(jobs, timeout)
+
+
+async def _jobs(kube: Kube) -> dict[str, Object]:
+    return {job["metadata"]["name"]: job for job in await _items(kube, PODMIGRATIONJOBS)}
+
+
+async def _abort_round(
+    kube: Kube, jobs: dict[str, Object], names: frozenset[str] | None, out: Any
+) -> None:
+    """Abort the jobs in scope that have not ended; `jobs` takes the answers. A job that
+    is gone or changed since it was read (409) is left to the next round's read."""
+    for job in to_abort(jobs.values(), names):
+        name = job["metadata"]["name"]
+        try:
+            jobs[name] = await kube.patch(
+                PODMIGRATIONJOBS, name, abort_patch(job), subresource="status"
+            )
+        except KubeError as error:
+            if error.status in (404, 409):
+                continue
+            raise
+        out.write(f"podmigrationjob/{name} aborted\n")
+
+
+class _Watcher:
+    """Follows what Berth holds for the jobs in scope, aborting (with `--all`) jobs made
+    meanwhile. Pods are read while the user may list them; a user who may not
+    (`berth-operator` grants no pod reads) is told once, and jobs and Reservations are
+    judged alone. A read that may fare otherwise next time (429, a 5xx, a connection
+    lost) is said and tried again; any other refusal ends the command."""
+
+    def __init__(self, kube: Kube, names: frozenset[str] | None, out: Any, err: Any) -> None:
+        self.kube, self.names, self.out, self.err = kube, names, out, err
+        self.pods_readable = True
+
+    async def wait(self, jobs: dict[str, Object], timeout: float | None) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        shown = ""
+        while True:
+            held = await self._read(jobs)
+            if held is not None and not held:
+                done = "for these jobs" if self.names is not None else ""
+                self.out.write(f"Berth holds nothing {done}".rstrip() + "\n")
+                return 0
+            text = "\n".join(held or []) or shown
+            if text != shown:
+                self.out.write(f"waiting for the controller to let go of:\n{text}\n")
+                self.out.flush()
+                shown = text
+            if deadline is not None and loop.time() >= deadline:
+                self.err.write(f"kubectl-migrate: timed out; still held:\n{shown}\n")
+                return TIMED_OUT
+            await asyncio.sleep(POLL if deadline is None else min(POLL, deadline - loop.time()))
+            jobs = {}
+
+    async def _read(self, jobs: dict[str, Object]) -> list[str] | None:
+        """What is held (None: the API server could not say this time). Empty `jobs`
+        are read again, and those in scope that have not ended aborted."""
+        try:
+            if not jobs:
+                jobs = await _jobs(self.kube)
+                await _abort_round(self.kube, jobs, self.names, self.out)
+            reservations = await _items(self.kube, RESERVATIONS)
+            return holding(jobs.values(), reservations, await self._pods(), self.names)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+            if not errors.transient(error):
+                raise
+            self.err.write(f"kubectl-migrate: {errors.said(error)}; reading again\n")
+            return None
+
+    async def _pods(self) -> list[Object] | None:
+        if not self.pods_readable:
+            return None
+        try:
+            return await _berth_pods(self.kube)
+        except KubeError as error:
+            if error.status != 403:
+                raise
+        self.pods_readable = False
+        self.err.write("kubectl-migrate: pods cannot be listed: placeholders and gated pods "
+                       "are not checked\n")  # fmt: skip
+        return None
+
+
+async def _items(kube: Kube, resource: Any, label_selector: str | None = None) -> list[Object]:
+    listed = await kube.list(resource, label_selector=label_selector)
+    return list(listed.get("items") or [])
+
+
+async def _berth_pods(kube: Kube) -> list[Object]:
+    """Every pod carrying Berth's placeholder or claim label, once each."""
+    found: dict[str, Object] = {}
+    for label in (keys.RESERVATION_LABEL, keys.CLAIM):
+        for pod in await _items(kube, PODS, label_selector=label):
+            found[pod["metadata"]["uid"]] = pod
+    return list(found.values())
