@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from berth import protocol
 from berth.api import keys
 from berth.protocol import Object
@@ -149,7 +151,8 @@ def _soft_eviction_of(pod: Object) -> dict[str, Any]:
     """The pod's soft eviction as an object ({}: none, or not one)."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.SOFT_EVICTION)
     try:
-        found = json.loads(value) if isinstance(value, str) else None
+        # orjson: nesting however deep is a ValueError, never a RecursionError.
+        found = orjson.loads(value) if isinstance(value, str) else None
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}

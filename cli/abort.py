@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
+import orjson
 
 from berth import protocol
 from berth.api import TERMINAL_PHASES, ReservationPhase, keys
@@ -111,7 +111,7 @@ def holding(
 def _allocated(pod: Object) -> str | None:
     """The Reservation named in the pod's `reservation-allocated` annotation."""
     try:
-        value = json.loads(protocol.annotations_of(pod).get(keys.RESERVATION_ALLOCATED) or "{}")
+        value = orjson.loads(protocol.annotations_of(pod).get(keys.RESERVATION_ALLOCATED) or "{}")
     except ValueError:
         return None
     return value.get("name") if isinstance(value, dict) else None

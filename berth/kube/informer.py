@@ -331,11 +331,14 @@ class Informer(Store):
 
     def _reindex(self, key: str, old: Object | None, new: Object | None) -> None:
         """Move `key` from the index entries of `old` to those of `new` (either None).
-        An entry that changes is replaced, never changed in place, so that a `frozen`
-        copy of an index keeps its sets as they were; most updates change no entry."""
-        for name, func in self.index_funcs.items():
-            before = list(func(old)) if old is not None else []
-            after = list(func(new)) if new is not None else []
+        Every index's values are computed before any entry changes, so that no index is
+        left half moved. An entry that changes is replaced, never changed in place, so
+        that a `frozen` copy of an index keeps its sets as they were; most updates change
+        no entry."""
+        moves = [
+            (name, self._values(name, old), self._values(name, new)) for name in self.index_funcs
+        ]
+        for name, before, after in moves:
             if before == after:
                 continue
             index = self.indexes[name]
@@ -349,6 +352,23 @@ class Informer(Store):
             for value in after:
                 if value not in before:
                     index[value] = index.get(value, frozenset()) | {key}
+
+    def _values(self, name: str, obj: Object | None) -> list[str]:
+        """What index `name` files `obj` under. An object its function cannot read (what
+        its author wrote is malformed) is in no entry of that index, the same each time
+        it is met, so that taking it in and out again stays consistent."""
+        if obj is None:
+            return []
+        try:
+            return list(self.index_funcs[name](obj))
+        except Exception:
+            log.exception(
+                "%s %s: left out of the %r index, which cannot read it",
+                self.resource.plural,
+                _name_of(obj),
+                name,
+            )
+            return []
 
 
 def _name_of(obj: Object) -> str:

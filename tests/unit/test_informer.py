@@ -10,6 +10,9 @@ from typing import Any, cast
 
 import pytest
 
+from berth.api.keys import SOFT_EVICTION
+from berth.eviction import soft_evicted as soft_evicted_pod
+from berth.eviction import soft_eviction_job
 from berth.kube.client import PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.informer import (
     YIELD_EVERY,
@@ -143,6 +146,34 @@ async def test_an_update_that_moves_no_index_entry_leaves_the_index_as_it_was() 
     await informer._apply("MODIFIED", on_node("a", "node-1", rv="2"))
     assert informer.indexes["node"]["node-1"] is entry
     assert informer.get("ns/a") == on_node("a", "node-1", rv="2")
+
+
+async def test_an_object_an_index_cannot_read_leaves_every_index_whole(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pod's author writes what an index function cannot read: that index leaves the
+    pod out, every other index takes it, and its deletion leaves no entry behind (an
+    entry naming a key the store lost would fail every later read of it)."""
+
+    def soft_evicted(pod: Any) -> list[str]:
+        return ["yes"] if soft_eviction_job(pod) or soft_evicted_pod(pod) else []
+
+    informer = Informer(
+        cast(Kube, None),
+        PODS,
+        indexes={"soft": soft_evicted, "broken": lambda pod: [pod["spec"]["missing"]],
+                 "node": pod_node},
+    )  # fmt: skip
+    poisoned = on_node("a", "node-1")
+    poisoned["metadata"]["annotations"] = {SOFT_EVICTION: "[" * 5000}
+    await informer._apply("ADDED", poisoned)
+    assert [p["metadata"]["name"] for p in informer.by_index("node", "node-1")] == ["a"]
+    assert informer.by_index("soft", "yes") == [informer.get("ns/a")]
+    assert "pods ns/a: left out of the 'broken' index" in caplog.text
+    await informer._apply("MODIFIED", on_node("a", "node-2", rv="2"))
+    await informer._apply("DELETED", on_node("a", "node-2", rv="3"))
+    assert informer.indexes == {"soft": {}, "broken": {}, "node": {}}
+    assert soft_eviction_job(poisoned) is None
 
 
 def test_an_event_the_handler_cannot_take_is_logged_by_name_and_skipped(
