@@ -227,11 +227,14 @@ def _collect(view: JobView, marks: dict[str, str | None]) -> Plan:
         marks[keys.FINISHED_AT] = micro_timestamp(view.now)
         return Plan().again_in(keep.total_seconds())
     # Not before the webhook stops reading it to answer a retried eviction of the
-    # replacement (`webhook.evictions.already_migrated`).
-    read_until = created_at(view.job) + view.args.default_job_ttl + REPLACEMENT_GRACE
+    # replacement (`webhook.evictions.already_migrated`, which goes by the job's own ttl:
+    # `defaultJobTTL` may have been lowered since the job was made).
+    created = created_at(view.job)
     try:
+        ttl_end = max(job_deadline(view.job) or created, created + view.args.default_job_ttl)
+        read_until = ttl_end + REPLACEMENT_GRACE
         left = (max(finished + keep, read_until) - view.now).total_seconds()
-    except OverflowError:  # kept past year 9999
+    except (OverflowError, ValueError):  # kept past year 9999, or a ttl no Go duration holds
         return Plan()
     if left > 0:
         return Plan().again_in(left)

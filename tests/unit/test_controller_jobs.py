@@ -361,6 +361,14 @@ def test_a_finished_job_made_from_an_eviction_is_deleted_once_kept_long_enough()
     )
     pending["metadata"]["annotations"][keys.FINISHED_AT] = micro_timestamp(later(10))
     assert jobs.decide(brief).requeue_after == 1.0
+    # Nor before its own ttl has run out, when defaultJobTTL was lowered since.
+    lowered = dataclasses.replace(
+        brief,
+        args=MigrationControllerArgs.model_validate(
+            {"defaultJobTTL": "1m", "evictionInterception": {"keepFinished": "1s"}}
+        ),
+    )
+    assert jobs.decide(lowered).requeue_after == 1.0
     mine = job(phase="Failed")
     assert "Delete:podmigrationjobs" not in kinds(view_plan(job_obj=mine, now=later(86400)))
     forever = dataclasses.replace(
