@@ -251,17 +251,44 @@ def replaced_in(pod: Object, reservations: Mapping[str, Object]) -> str | None:
     return None
 
 
+def waited_for(own: Object | None, job: Object, eviction: Eviction) -> bool:
+    """Whether `own`, the job the webhook made for this requester's eviction of the pod
+    `job` migrated (`job_name` of that pod), ended because `job` was migrating the pod:
+    the requester was told to retry until `job` moved it (`verdict`,
+    MigratedByAnotherJob). Jobs are written by whoever may create them; this only ever
+    answers a retry 404, never evicts anything."""
+    if own is None:
+        return False
+    mine = (own.get("metadata", {}).get("annotations") or {}).get(keys.REQUESTER)
+    moved = (job.get("spec", {}).get("podRef") or {}).get("uid")
+    status = own.get("status") or {}
+    return (
+        mine == eviction.user
+        and bool(moved)
+        and (own.get("spec", {}).get("podRef") or {}).get("uid") == moved
+        and status.get("reason") == PodMigrationJobReason.FORBIDDEN_MIGRATE_POD
+        and ALREADY_MIGRATING in str(status.get("message") or "")
+    )
+
+
 def already_migrated(
-    job: Object, pod: Object, *, eviction: Eviction, now: datetime, draining: bool
+    job: Object,
+    pod: Object,
+    *,
+    eviction: Eviction,
+    now: datetime,
+    draining: bool,
+    waited: bool = False,
 ) -> Gone | None:
     """404 when this eviction is the requester retrying, on the replacement, the eviction
-    `job` was made from: the job is that requester's, its TTL (with `REPLACEMENT_GRACE`)
-    has not run out, and `pod` took the name of the pod the job migrated (a retry by name
-    reaches a replacement no other way) without being that pod. Not when the eviction
-    names a UID (it means this pod), nor when the replacement's node is being drained
-    (`draining`: a drain of that node is evicting it)."""
+    `job` carried out: the job is that requester's (or the requester was told to wait
+    for it: `waited`, see `waited_for`), its TTL (with `REPLACEMENT_GRACE`) has not run
+    out, and `pod` took the name of the pod the job migrated (a retry by name reaches a
+    replacement no other way) without being that pod. Not when the eviction names a UID
+    (it means this pod), nor when the replacement's node is being drained (`draining`: a
+    drain of that node is evicting it)."""
     metadata = job["metadata"]
-    if (metadata.get("annotations") or {}).get(keys.REQUESTER) != eviction.user:
+    if (metadata.get("annotations") or {}).get(keys.REQUESTER) != eviction.user and not waited:
         return None
     ref = job.get("spec", {}).get("podRef") or {}
     if (

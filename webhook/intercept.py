@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 import aiohttp
 
 from berth import metrics, web
+from berth.api import keys
 from berth.kube.client import NAMESPACES, NODES, PODMIGRATIONJOBS, PODS, Kube, KubeError
 from berth.kube.events import Recorder
 from berth.protocol import Object
@@ -231,14 +232,31 @@ class Interceptor:
         body = evictions.job_for(pod, eviction=eviction, settings=self.settings, attempt=attempt)
         if made is not None:
             made[:] = [body["metadata"]["name"]]
+        name = body["metadata"]["name"]
         try:
             return await self.kube.create(PODMIGRATIONJOBS, body), True
         except KubeError as error:
             if refused_outright(error):
                 raise CreateRefused(error) from error
             if error.status != 409:  # AlreadyExists: another replica, or an earlier retry
+                if error.status >= 500 and made is not None and await self._absent(name):
+                    # The create failed and made nothing (a webhook on jobs down, say):
+                    # failing open as for any failure of the API server, rather than
+                    # holding the eviction back, on every retry, for a job never made.
+                    # A throttled create (429) is retried.
+                    made.clear()
                 raise
-        return await self.kube.get(PODMIGRATIONJOBS, body["metadata"]["name"]), False
+        return await self.kube.get(PODMIGRATIONJOBS, name), False
+
+    async def _absent(self, name: str) -> bool:
+        """Whether the API server says job `name` does not exist (not when it cannot say)."""
+        try:
+            await self.kube.get(PODMIGRATIONJOBS, name)
+        except KubeError as error:
+            return error.not_found
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+        return False
 
     async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
         """`Gone` when the pod is the replacement of a pod this requester's eviction had
@@ -253,8 +271,9 @@ class Interceptor:
             if error.not_found:
                 return None
             raise
+        waited = await self._waited_for(job, eviction)
         gone = evictions.already_migrated(
-            job, pod, eviction=eviction, now=datetime.now(UTC), draining=False
+            job, pod, eviction=eviction, now=datetime.now(UTC), draining=False, waited=waited
         )
         if gone is None:
             return None
@@ -263,6 +282,23 @@ class Interceptor:
         if isinstance(node, str) and node and await self.draining(node, pod):
             return None
         return gone
+
+    async def _waited_for(self, job: Object, eviction: Eviction) -> bool:
+        """Whether this requester's eviction of the pod `job` migrated was told to wait
+        for `job` (`evictions.waited_for`): `kubectl migrate node`, then a drain of the
+        node. One GET of the requester's first job for that pod, and only for a job not
+        made from this requester's eviction."""
+        requester = (job["metadata"].get("annotations") or {}).get(keys.REQUESTER)
+        moved = (job.get("spec", {}).get("podRef") or {}).get("uid")
+        if requester == eviction.user or not isinstance(moved, str) or not moved:
+            return False
+        try:
+            own = await self.kube.get(PODMIGRATIONJOBS, f"{evictions.JOB_PREFIX}{moved}")
+        except KubeError as error:
+            if error.not_found:
+                return False
+            raise
+        return evictions.waited_for(own, job, eviction)
 
     async def draining(self, node: str, pod: Object) -> bool:
         """Whether `node`, as the API server has it now, is being drained

@@ -35,6 +35,7 @@ from webhook.evictions import (
     screen_pod,
     stale,
     verdict,
+    waited_for,
 )
 from webhook.intercept import Interception, Interceptor
 
@@ -334,6 +335,40 @@ def test_a_retry_on_the_replacement_is_answered_gone(
     assert isinstance(answer, Gone) == gone
 
 
+def told_to_wait(user: str, *, reason: str = "ForbiddenMigratePod") -> dict[str, Any]:
+    """The job the webhook made for `user`'s eviction of web-1, which arbitration failed
+    because another job was migrating the pod."""
+    own = the_job("Failed")
+    own["metadata"]["annotations"][keys.REQUESTER] = user
+    own["status"]["reason"] = reason
+    own["status"]["message"] = f"pod default/web-1 {ALREADY_MIGRATING} (job-by-hand)"
+    return own
+
+
+def test_a_retry_on_the_replacement_of_a_job_the_requester_waited_for_is_answered_gone() -> None:
+    """`kubectl migrate node`, then a drain of that node: the drain was told to wait for
+    the job made by hand, which has no requester; its retry by name reaches the
+    replacement, which is not migrated again."""
+    by_hand = the_job("Succeed")
+    by_hand["metadata"]["annotations"].pop(keys.REQUESTER, None)
+    now = T0 + timedelta(seconds=10)
+    assert waited_for(told_to_wait(ADMIN), by_hand, EVICTION)
+    answer = already_migrated(
+        by_hand, REPLACEMENT, eviction=EVICTION, now=now, draining=False, waited=True
+    )
+    assert isinstance(answer, Gone)
+    assert (
+        already_migrated(by_hand, REPLACEMENT, eviction=EVICTION, now=now, draining=False) is None
+    )
+    # Another requester's job, one that ended otherwise, or none: no wait for this job.
+    assert not waited_for(told_to_wait("someone-else"), by_hand, EVICTION)
+    assert not waited_for(told_to_wait(ADMIN, reason="Timeout"), by_hand, EVICTION)
+    assert not waited_for(None, by_hand, EVICTION)
+    other_pod = the_job("Succeed")
+    other_pod["spec"]["podRef"]["uid"] = "uid-web-9"
+    assert not waited_for(told_to_wait(ADMIN), other_pod, EVICTION)
+
+
 @pytest.mark.parametrize("ttl", [300, ["5m"], "5 minutes"])
 def test_a_job_whose_ttl_cannot_be_read_answers_no_retry_as_gone(ttl: Any) -> None:
     """Whatever its spec holds (the webhook reads jobs as the API server stores them, and
@@ -558,15 +593,22 @@ async def test_an_eviction_whose_job_may_exist_is_not_let_through() -> None:
 
 class _RefusingCreates(_SlowCreates):
     """An API server that refuses every job create with `status` (an admission policy,
-    a quota, a validation rule), or throttles it."""
+    a quota, a validation rule), throttles it, or fails it (a webhook on jobs down);
+    the job exists only if `exists` (a failure after it was stored)."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, *, exists: bool = False) -> None:
         super().__init__()
         self.status = status
+        self.exists = exists
 
     async def create(self, _resource: Any, body: dict[str, Any], **_: Any) -> Any:
         self.created.append(body["metadata"]["name"])
         raise KubeError(self.status, {"reason": "Forbidden", "message": "denied by policy"})
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        if resource == PODMIGRATIONJOBS and not self.exists:
+            raise KubeError(404, {"reason": "NotFound", "message": f"{name} not found"})
+        return await super().get(resource, name, namespace)
 
 
 class _ExistsThenUnreadable(_SlowCreates):
@@ -630,6 +672,21 @@ async def test_a_job_create_refused_outright_lets_the_eviction_through(
         assert "refused to create its PodMigrationJob" in message
         assert f"HTTP {status}" in message
     else:
+        assert result["status"]["code"] == 429
+
+
+@pytest.mark.parametrize(("exists", "let_through"), [(False, True), (True, False)])
+async def test_a_create_that_failed_lets_the_eviction_through_only_if_no_job_was_made(
+    exists: bool, let_through: bool
+) -> None:
+    """A create that failed (500: a webhook on jobs is down) may still have stored the
+    job: the requester waits only while the API server has it. Otherwise every retry
+    would fail the same way and be told to wait for a job that never was."""
+    kube = _RefusingCreates(500, exists=exists)
+    result = await reviewed(interceptor_on(kube))
+    assert kube.created == ["eviction-uid-web-1"]
+    assert result["allowed"] is let_through
+    if not let_through:
         assert result["status"]["code"] == 429
 
 
