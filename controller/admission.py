@@ -147,7 +147,12 @@ class Admission:
         gated = {
             pod["metadata"].get("uid"): pod for pod in self.caches.pods.by_index("gated", "yes")
         }
-        for uid, pod in (gated | tied | stranded).items():
+        for uid, listed in (gated | tied | stranded).items():
+            # As the cache holds it now: the plans of the pods before it were awaited,
+            # and meanwhile the scheduler may have bound it, or its gate come off.
+            pod = self.caches.pods.get(object_key(listed))
+            if pod is None or pod["metadata"].get("uid") != uid:
+                continue
             token = protocol.pod_claim(pod)
             try:
                 plan = reservations.stray(

@@ -276,15 +276,27 @@ def _delete_stranded(view: ReservationView) -> list[Action]:
             f"it took Reservation {_name(view)!r}, which tied it to node "
             f"{protocol.tied_node(pod)}, and that node was deleted; its workload creates one "
             "that can be scheduled",
+            as_read=True,
         )
     ]
 
 
-def _delete_pod(pod: Object, reason: Reason, why: str) -> list[Action]:
-    """Delete `pod` if it is still that pod (UID precondition), saying why on it."""
+def _delete_pod(pod: Object, reason: Reason, why: str, *, as_read: bool = False) -> list[Action]:
+    """Delete `pod` if it is still that pod (UID precondition), saying why on it. With
+    `as_read`, only if it has not changed since it was read (resourceVersion
+    precondition): a pod deleted because it could not be scheduled may have been bound
+    since, and runs then."""
     metadata = pod["metadata"]
+    version = metadata.get("resourceVersion")
+    options = {"preconditions": {"resourceVersion": version}} if as_read and version else None
     return [
-        Delete(PODS, metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"]),
+        Delete(
+            PODS,
+            metadata["name"],
+            namespace=metadata["namespace"],
+            uid=metadata["uid"],
+            options=options,
+        ),
         Event(pod, reason, f"Deleted pod {_pod_name(pod)}: {why}", type="Warning"),
     ]
 
@@ -821,6 +833,7 @@ def stray(pod: Object, *, holders: Sequence[Object], node_gone: bool, now: datet
                 f"has found no room for it since {timestamp(since)}, and no live Reservation "
                 f"holds its claim {shown} any more; its workload creates one that can be "
                 "scheduled anywhere",
+                as_read=True,
             )
         )
     if stranded:
@@ -831,6 +844,7 @@ def stray(pod: Object, *, holders: Sequence[Object], node_gone: bool, now: datet
                 f"its affinity ties it to node {protocol.tied_node(pod)}, which was deleted, "
                 f"and no Reservation holds its claim {shown} any more; its workload creates "
                 "one that can be scheduled",
+                as_read=True,
             )
         )
     return Plan().then(

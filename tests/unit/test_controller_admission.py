@@ -235,6 +235,57 @@ async def test_a_claimer_its_node_keeps_refusing_is_deleted_once_no_reservation_
     assert [kinds(p) for p in executor.plans] == [["Delete:pods", "Event:PinnedPodDeleted"]]
 
 
+class BindingMeanwhile(Recording):
+    """While the first plan runs, the scheduler binds the other pod (the cache sees it)."""
+
+    def __init__(self, caches: Caches, bound: dict[str, dict[str, Any]]) -> None:
+        super().__init__()
+        self.caches, self.bound = caches, bound
+
+    async def run(self, plan: Plan) -> Outcome:
+        if not self.plans:
+            [first] = [a.name for a in plan.actions if isinstance(a, Delete)]
+            [other] = [name for name in self.bound if name != first]
+            await watch(self.caches, "pods", self.bound[other], kind="MODIFIED")
+        return await super().run(plan)
+
+
+async def test_a_pinned_claimer_bound_meanwhile_is_not_deleted() -> None:
+    """Each pod is judged as the cache holds it when its turn comes, and deleted only
+    as it was read (resourceVersion precondition): one the scheduler bound meanwhile
+    runs, and stays."""
+    args = MigrationControllerArgs()
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-9"]}]}
+    refused = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "lastTransitionTime": "2020-01-01T00:00:01Z",
+    }
+    bound = {}
+    for name in ("web-8", "web-9"):
+        tied = pod(name, node=None, annotations={keys.CLAIM: "x"})
+        tied["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+        tied["metadata"]["resourceVersion"] = "5"
+        tied["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+        tied["status"]["conditions"] = [refused]
+        await watch(caches, "pods", tied)
+        bound[name] = pod(name, node="node-9", annotations={keys.CLAIM: "x"})
+        bound[name]["metadata"]["resourceVersion"] = "6"
+        bound[name]["spec"]["affinity"] = tied["spec"]["affinity"]
+    executor = BindingMeanwhile(caches, bound)
+    admission = Admission(caches, executor, args, admitted=lambda _key: None)
+    await watch(caches, "nodes", node("node-9"))
+    await admission.release_strays()
+    [delete] = [a for p in executor.plans for a in p.actions if isinstance(a, Delete)]
+    assert delete.options == {"preconditions": {"resourceVersion": "5"}}
+
+
 async def test_a_claimer_tied_to_a_node_not_seen_yet_waits_out_the_grace() -> None:
     """The node watch may lag the pods': a node never seen counts as gone only once it has
     been missing `NODE_GRACE`, and not at all if it shows up meanwhile."""
