@@ -27,8 +27,12 @@ from berth.protocol import controlled_key
 from berth.resources import Resources, parse_quantity, pod_requests
 from berth.settings import MigrationControllerArgs
 from controller.arbitration import Snapshot, arbitrate
+from controller.jobs import marker
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+ADMISSION_KEY = b"bench"
+"""The key the synthetic jobs in flight are marked with, as the controller admits them
+(`controller.jobs.marker`): a Running job without a valid mark is not counted in flight."""
 SIZES = [1, 1, 2, 2, 3, 3, 3, 5, 5, 8, 10, 10, 12, 20, 30, 50, 100]
 Object = dict[str, Any]
 
@@ -148,11 +152,21 @@ def job(
     name: str, target: Object, *, phase: str, created: datetime, workload_uid: str | None = None
 ) -> Object:
     metadata = target["metadata"]
+    mode = "ReservationFirst" if int(name[4:]) % 10 else "EvictDirectly"
     annotations = {}
     if phase != "Pending":
         annotations = {keys.SOURCE_NODE: target["spec"]["nodeName"], keys.POD_UID: metadata["uid"]}
         if workload_uid:
             annotations[keys.WORKLOAD] = workload_uid
+    if phase == "Running":
+        annotations[keys.ADMISSION] = marker.sign(
+            ADMISSION_KEY,
+            job_uid=f"uid-{name}",
+            pod_uid=metadata["uid"],
+            mode=mode,
+            source_node=target["spec"]["nodeName"],
+            workload=workload_uid or "",
+        )
     return {
         "apiVersion": "scheduling.koordinator.sh/v1alpha1",
         "kind": "PodMigrationJob",
@@ -164,7 +178,7 @@ def job(
         },
         "spec": {
             "podRef": {"namespace": metadata["namespace"], "name": metadata["name"]},
-            "mode": "ReservationFirst" if int(name[4:]) % 10 else "EvictDirectly",
+            "mode": mode,
             "ttl": "5m",
         },
         "status": {"phase": phase},

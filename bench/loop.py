@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from bench.arbitration import build
+from bench.arbitration import ADMISSION_KEY, build
 from berth.kube.client import PODMIGRATIONJOBS, Kube, Resource
 from berth.kube.events import Recorder
 from berth.settings import MigrationControllerArgs
@@ -325,6 +325,7 @@ async def rounds(
     admission thread as the controller runs them, or `inline` on the event loop."""
     sys.setswitchinterval(SWITCH_INTERVAL)  # as the controller sets it
     caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    caches.admission_key = ADMISSION_KEY  # the key the jobs in flight are marked with
     caches, keys = await filled(caches, jobs=jobs, nodes=nodes, pods=pods)
     executor = Answering(caches)
     admission = (Inline if inline else Admission)(

@@ -44,6 +44,7 @@ from controller import arbitration, jobs, reservations
 from controller.actions import Patch, Plan
 from controller.caches import Caches, Frozen
 from controller.executor import Executor
+from controller.jobs import marker
 from controller.queue import job_key
 from controller.reconcile import record_job_writes
 
@@ -265,7 +266,14 @@ def decide(
         return None
     snapshot = arbitration.Snapshot(
         pending=pending,
-        in_flight=by_phase.get(PodMigrationJobPhase.RUNNING, []),
+        # Running as Berth admitted it: a job's status is written by whoever may abort
+        # it, and one set Running by hand would take up the limits' room (its mark is
+        # checked by the state machine, which sets it back to Pending).
+        in_flight=[
+            job
+            for job in by_phase.get(PodMigrationJobPhase.RUNNING, [])
+            if marker.admitted(frozen.admission_key, job)
+        ],
         history=[job for phase in TERMINAL_PHASES for job in by_phase.get(phase, [])],
         pods=frozen.pods.store,
         workload_of=frozen.workload_of(),

@@ -360,6 +360,29 @@ async def test_a_round_decides_on_the_caches_as_they_were_frozen() -> None:
     }
 
 
+@pytest.mark.parametrize(("marked", "verdict"), [(True, "wait"), (False, "admit")])
+async def test_only_a_job_berth_admitted_counts_in_flight(marked: bool, verdict: str) -> None:
+    """A job's status is written by whoever may abort it: one set Running by hand, with
+    no admission mark, takes up no room of the limits (here: one job per node)."""
+    args = MigrationControllerArgs.model_validate({"evictQPS": 0, "maxMigratingPerNode": 1})
+    caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
+    caches.admission_key = ADMISSION_KEY
+    for name in ("web-1", "web-2"):
+        await watch(caches, "pods", pod(name, node="node-0"))
+    running = job("job-1", phase="Running", pod_name="web-1", pod_uid="uid-web-1")
+    running["metadata"]["annotations"][keys.SOURCE_NODE] = "node-0"
+    running["metadata"]["annotations"][keys.ADMISSION] = marker.sign(
+        ADMISSION_KEY if marked else b"not the controller's",
+        job_uid="uid-job-1",
+        pod_uid="uid-web-1",
+        mode="ReservationFirst",
+        source_node="node-0",
+    )
+    await watch(caches, "podmigrationjobs", running)
+    await watch(caches, "podmigrationjobs", job("job-2", phase="Pending", pod_name="web-2"))
+    assert verdicts(caches, args)["job-2"][0] == verdict
+
+
 async def test_no_pending_job_no_round() -> None:
     args = MigrationControllerArgs()
     caches = Caches(cast(Kube, None), args, enqueue=lambda _key: None)
