@@ -38,8 +38,12 @@ class Controller:
     def __init__(self, kube: Kube, args: MigrationControllerArgs, *, identity: str) -> None:
         self.args = args
         self.queue = WorkQueue()
+        self.leading = False
+        """Whether this replica leads: a standby's handlers queue nothing (no worker would
+        take it, and the queue would keep every name met for months); `lead` adopts
+        everything at once."""
         metrics.WORKQUEUE_DEPTH.set_function(lambda: len(self.queue))
-        self.caches = Caches(kube, args, enqueue=self.queue.add, enqueue_after=self.queue.add_after)
+        self.caches = Caches(kube, args, enqueue=self._enqueue, enqueue_after=self._enqueue_after)
         self.executor = Executor(
             kube,
             Recorder(kube, component=COMPONENT, instance=identity),
@@ -47,6 +51,30 @@ class Controller:
         )
         self.reconciler = Reconciler(self.caches, self.executor)
         self.admission = Admission(self.caches, self.executor, args, admitted=self.queue.add)
+
+    def _enqueue(self, key: str) -> None:
+        if self.leading:
+            self.queue.add(key)
+
+    def _enqueue_after(self, key: str, seconds: float) -> None:
+        if self.leading:
+            self.queue.add_after(key, seconds)
+
+    def lead(self) -> None:
+        """From now on events are queued; and every job, Reservation and namespace the
+        caches hold is, once: a new leader adopts whatever is in flight."""
+        self.leading = True
+        for job in self.caches.jobs.values():
+            self.queue.add(job_key(job["metadata"]["name"]))
+        for reservation in self.caches.reservations.values():
+            self.queue.add(reservation_key(reservation["metadata"]["name"]))
+        # Which namespaces must carry berth.sh/migrating, from what the API server holds:
+        # those with Reservations, and those labelled (by an earlier leader).
+        for name in {
+            *self.caches.reservations.indexes["namespace"],
+            *self.caches.labelled_namespaces(),
+        }:
+            self.queue.add(namespace_key(name))
 
     async def run(self, elector: LeaderElector) -> None:
         # Each action first asks whether this replica still holds the lease: a loop that
@@ -58,17 +86,7 @@ class Controller:
             await asyncio.gather(*(informer.synced.wait() for informer in informers))
             log.info("caches synced; waiting for leadership")
             await elector.leading.wait()
-            for job in self.caches.jobs.values():  # adopt every job in flight
-                self.queue.add(job_key(job["metadata"]["name"]))
-            for reservation in self.caches.reservations.values():
-                self.queue.add(reservation_key(reservation["metadata"]["name"]))
-            # Which namespaces must carry berth.sh/migrating, from what the API server
-            # holds: those with Reservations, and those labelled (by an earlier leader).
-            for name in {
-                *self.caches.reservations.indexes["namespace"],
-                *self.caches.labelled_namespaces(),
-            }:
-                self.queue.add(namespace_key(name))
+            self.lead()
             tasks += [
                 asyncio.create_task(work(self.queue, self.reconciler.reconcile))
                 for _ in range(self.args.max_concurrent_reconciles)
