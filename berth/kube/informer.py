@@ -133,6 +133,10 @@ class Informer(Store):
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
+        self._unannounced: set[str] = set()
+        """Keys of objects taken from this process's own writes (`assume`) whose version
+        no handler has been given yet: a relist hands them over even when it lists the
+        same version (the watch that would have brought it expired)."""
         self.failures = 0
         """Lists and watches that failed in a row (`retry_delay`)."""
 
@@ -165,6 +169,8 @@ class Informer(Store):
         kept = obj if self.keep is None else self.keep(obj)
         self.store[key] = kept
         self._reindex(key, old, kept)
+        if self.handler is not None:
+            self._unannounced.add(key)
 
     # ----- reading --------------------------------------------------------------------
 
@@ -215,11 +221,16 @@ class Informer(Store):
         # reader (the ledger's free capacity) meanwhile sees a pod bound since counted,
         # and one deleted since still counted: less room than there is, never more.
         for n, item in enumerate(items.values(), 1):
-            old = self.store.get(object_key(item))
-            fresh = old is None or (
-                not _after(old, snapshot)
-                and old["metadata"].get("resourceVersion")
-                != item["metadata"].get("resourceVersion")
+            key = object_key(item)
+            old = self.store.get(key)
+            fresh = (
+                old is None
+                or (
+                    not _after(old, snapshot)
+                    and old["metadata"].get("resourceVersion")
+                    != item["metadata"].get("resourceVersion")
+                )
+                or (key in self._unannounced and not _after(old, snapshot))
             )
             if fresh:
                 await self._apply("MODIFIED" if old else "ADDED", item)
@@ -324,6 +335,7 @@ class Informer(Store):
             kept = obj if self.keep is None else self.keep(obj)
             self.store[key] = kept
             self._reindex(key, old, kept)
+        self._unannounced.discard(key)
         if self.handler is not None:
             result = self.handler(kind, obj)
             if result is not None:

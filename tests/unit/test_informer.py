@@ -332,6 +332,28 @@ async def test_a_relist_leaves_what_is_newer_than_its_snapshot_to_the_watch() ->
     assert informer.resource_version == "20"
 
 
+async def test_an_own_write_the_expired_watch_never_brought_reaches_the_handler_by_the_relist() -> (
+    None
+):
+    """A write taken at once (`assume`), then the watch expired before its event came: the
+    relist lists that same version, and hands it to the handler, which never saw it (a
+    Reservation turning Available, for the ledger)."""
+    seen: list[tuple[str, str]] = []
+    informer = Informer(
+        cast(Kube, _Lister([on_node("mine", "node-2", rv="12")], version="20")),
+        PODS,
+        handler=lambda kind, obj: seen.append((kind, obj["metadata"]["resourceVersion"])),
+    )
+    await informer._apply("ADDED", on_node("mine", "node-1", rv="10"))
+    informer.resource_version = "10"
+    informer.assume(on_node("mine", "node-2", rv="12"))
+    await informer._relist()
+    assert seen == [("ADDED", "10"), ("MODIFIED", "12")]
+    # Handed over once: the next relist of the same version is quiet.
+    await informer._relist()
+    assert seen == [("ADDED", "10"), ("MODIFIED", "12")]
+
+
 def meta(name: str, rv: str) -> dict[str, str]:
     return {"name": name, "uid": "u2", "resourceVersion": rv}
 
