@@ -466,11 +466,16 @@ class Caches:
         return False
 
     def _enqueue_reservation(self, reservation: Object) -> None:
-        """The Reservation's key, and its job's: a job follows its Reservation."""
-        self.enqueue(reservation_key(reservation["metadata"]["name"]))
+        """The Reservation's key, and its jobs': a job follows its Reservation, the one
+        made for it (`berth.sh/job`) or one made by hand that it names."""
+        name = reservation["metadata"]["name"]
+        self.enqueue(reservation_key(name))
         job = protocol.annotations_of(reservation).get(keys.JOB)
         if job:
             self.enqueue(job_key(job))
+        for naming in self.jobs.by_index("reservation", name):
+            if naming["metadata"]["name"] != job:
+                self.enqueue(job_key(naming["metadata"]["name"]))
 
     # ----- views ----------------------------------------------------------------------
 

@@ -56,6 +56,16 @@ async def test_a_deleted_claimer_leaves_a_live_reservation_in_the_ledger() -> No
     assert cache.frozen().free["node-1"]["cpu"] == held
 
 
+async def test_a_reservations_events_bring_in_every_job_naming_it() -> None:
+    """A job that names a Reservation made by hand follows it as closely as a job follows
+    the one made for it (which names the job in `berth.sh/job`)."""
+    cache, added = caches()
+    await watch(cache.jobs, "ADDED", job("job-2", phase="Running", reservation_ref="by-hand"))
+    added.clear()
+    await watch(cache.reservations, "MODIFIED", reservation("by-hand", phase="Available"))
+    assert {reservation_key("by-hand"), job_key("job-2")} <= set(added)
+
+
 async def test_a_claimers_events_bring_in_its_reservation_and_the_reservations_job() -> None:
     cache, added = caches()
     rsv, claimer = in_handover()
