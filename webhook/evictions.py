@@ -77,6 +77,9 @@ class Eviction:
     """Asked by the request or by the Eviction's deleteOptions."""
     uid_precondition: str | None = None
     """The UID the eviction's deleteOptions require the pod to have."""
+    grace_period_seconds: int | None = None
+    """The grace period the eviction's deleteOptions ask for (`kubectl drain
+    --grace-period`): the job evicts the pod with it."""
 
 
 @dataclass(frozen=True)
@@ -214,8 +217,19 @@ def job_for(
     pod: Object, *, eviction: Eviction, settings: MigrationControllerArgs, attempt: int = 1
 ) -> dict[str, Any]:
     """The PodMigrationJob that carries out the eviction: the configuration's
-    `defaultJobMode` and `defaultJobTTL`, labelled with the requester."""
+    `defaultJobMode` and `defaultJobTTL`, labelled with the requester, and the grace
+    period the eviction asked for, if any."""
     metadata = pod["metadata"]
+    options = (
+        {
+            "deleteOptions": {
+                **(settings.default_delete_options or {}),
+                "gracePeriodSeconds": eviction.grace_period_seconds,
+            }
+        }
+        if eviction.grace_period_seconds is not None
+        else {}
+    )
     return {
         "apiVersion": "scheduling.koordinator.sh/v1alpha1",
         "kind": "PodMigrationJob",
@@ -232,6 +246,7 @@ def job_for(
                 "name": metadata["name"],
                 "uid": metadata["uid"],
             },
+            **options,
         },
     }
 

@@ -168,6 +168,7 @@ class Preconditions(_Read):
 class DeleteOptions(_Read):
     dryRun: list[str] | None = None
     preconditions: Preconditions | None = None
+    gracePeriodSeconds: int | None = None
 
 
 class EvictionObject(_Read):
@@ -211,7 +212,14 @@ def parse_eviction(body: bytes) -> Eviction:
         groups=tuple(read.userInfo.groups or ()),
         dry_run=bool(read.dryRun) or bool(options and options.dryRun),
         uid_precondition=options.preconditions.uid if options and options.preconditions else None,
+        grace_period_seconds=_grace(options.gracePeriodSeconds if options else None),
     )
+
+
+def _grace(seconds: int | None) -> int | None:
+    """The eviction's grace period, as the API server would take it (None: the pod's own;
+    a negative one, which the API server refuses, is left to it)."""
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def _first(error: ValidationError) -> str:

@@ -493,6 +493,29 @@ def test_an_eviction_review_is_read() -> None:
     assert review.parse_eviction(eviction_review(dryRun=True)).dry_run
 
 
+@pytest.mark.parametrize(("asked", "read"), [(600, 600), (0, 0), (-1, None), (None, None)])
+def test_the_grace_period_an_eviction_asks_for_is_the_jobs(
+    asked: int | None, read: int | None
+) -> None:
+    """`kubectl drain --grace-period=600`: the job evicts the pod with it (the controller
+    never makes it shorter than the pod's own), beside the configuration's other delete
+    options."""
+    options = {} if asked is None else {"deleteOptions": {"gracePeriodSeconds": asked}}
+    body = {"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": "web-1", "namespace": "default"}, **options}  # fmt: skip
+    eviction = review.parse_eviction(eviction_review(object=body))
+    assert eviction.grace_period_seconds == read
+    config = settings(defaultDeleteOptions={"propagationPolicy": "Background"})
+    spec = job_for(pod(), eviction=eviction, settings=config)["spec"]
+    if read is None:
+        assert "deleteOptions" not in spec
+    else:
+        assert spec["deleteOptions"] == {
+            "propagationPolicy": "Background",
+            "gracePeriodSeconds": read,
+        }
+
+
 def test_a_dry_run_asked_in_the_evictions_delete_options_is_a_dry_run() -> None:
     """kubectl drain --dry-run=server asks in the Eviction's deleteOptions; the review's
     own dryRun stays false."""
