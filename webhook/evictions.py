@@ -42,7 +42,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from berth import eviction as evictability
 from berth.api import (
@@ -52,6 +52,7 @@ from berth.api import (
     format_duration,
     is_zero,
     keys,
+    migrating_job,
     parse_duration,
 )
 from berth.protocol import Object, claim_of, owner_uids, pod_claim
@@ -325,14 +326,39 @@ def already_migrated(
     )
 
 
-def verdict(job: Object, pod: Object, *, now: datetime, default_ttl: timedelta) -> Pass | Deny:
+class Other(NamedTuple):
+    """The job another job of the pod was failed for (`migrating_job`): its name, and the
+    job as the API server has it (None: gone)."""
+
+    name: str
+    job: Object | None
+
+
+def behind(job: Object) -> str | None:
+    """The job arbitration failed `job` for, as migrating its pod already (None: it was
+    not, or an earlier version wrote the message without naming it)."""
+    status = job.get("status") or {}
+    if status.get("reason") != PodMigrationJobReason.FORBIDDEN_MIGRATE_POD:
+        return None
+    return migrating_job(str(status.get("message") or ""))
+
+
+def verdict(
+    job: Object,
+    pod: Object,
+    *,
+    now: datetime,
+    default_ttl: timedelta,
+    other: Other | None = None,
+) -> Pass | Deny:
     """The answer once the pod's job exists: 429 while it runs; through once it ended
     and the pod is still there. A job of that name for another pod (made by hand to
     hold the pod's evictions off), a paused one (it waits for a person), and one not
     ended `REPLACEMENT_GRACE` after its TTL (no more than `default_ttl`, what the webhook
     gives its jobs: the controller is down, or the job was written to hold drains off)
     never block the eviction. A job arbitration failed because another job migrates the
-    pod keeps the requester waiting, as long: that job moves the pod."""
+    pod keeps the requester waiting while that job (`other`, `behind`) would be waited
+    for on its own account: it moves the pod."""
     name = job["metadata"]["name"]
     ref = job.get("spec", {}).get("podRef") or {}
     metadata = pod["metadata"]
@@ -358,11 +384,7 @@ def verdict(job: Object, pod: Object, *, now: datetime, default_ttl: timedelta) 
         if status.get("reason") == PodMigrationJobReason.FORBIDDEN_MIGRATE_POD and (
             ALREADY_MIGRATING in message
         ):
-            return Deny(
-                "MigratedByAnotherJob",
-                name,
-                f"{where} {ALREADY_MIGRATING}, which moves it; retry the eviction later",
-            )
+            return _behind(other, name, where, now=now, default_ttl=default_ttl)
         why = status.get("reason") or message or "no reason given"
         return Pass(
             "JobEnded",
@@ -381,6 +403,53 @@ def verdict(job: Object, pod: Object, *, now: datetime, default_ttl: timedelta) 
         name,
         f"{where} is being migrated by PodMigrationJob {name} (phase {phase}{waiting}); "
         "retry the eviction later",
+    )
+
+
+def _behind(
+    other: Other | None, name: str, where: str, *, now: datetime, default_ttl: timedelta
+) -> Pass | Deny:
+    """The answer while the pod's job waits behind `other`, the job migrating the pod:
+    429 as long as that job would hold the eviction back itself (running, not paused,
+    not overdue), through otherwise. Unnamed (a message of an earlier version): 429,
+    until the pod's own job is overdue."""
+    if other is None:
+        return Deny(
+            "MigratedByAnotherJob", name, f"{where} {ALREADY_MIGRATING}; retry the eviction later"
+        )
+    if other.job is None:
+        return Pass(
+            "MigratingJobGone",
+            f"PodMigrationJob {other.name}, which was migrating {where}, is gone and the pod "
+            "is still here: letting the eviction through",
+        )
+    status = other.job.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase in TERMINAL_PHASES:
+        return Pass(
+            "MigratingJobEnded",
+            f"PodMigrationJob {other.name}, which was migrating {where}, ended {phase} and "
+            "the pod is still here: letting the eviction through",
+        )
+    if other.job.get("spec", {}).get("paused"):
+        return Pass(
+            "MigratingJobPaused",
+            f"PodMigrationJob {other.name}, which migrates {where}, is paused (it waits for "
+            "a person): letting the eviction through",
+        )
+    overdue = _overdue(other.job, now=now, default_ttl=default_ttl)
+    if overdue:
+        return Pass(
+            "MigratingJobOverdue",
+            f"PodMigrationJob {other.name}, which migrates {where}, is still {phase} "
+            f"{int(overdue.total_seconds())}s past its TTL (no longer than defaultJobTTL) and "
+            "a minute's grace: letting the eviction through",
+        )
+    return Deny(
+        "MigratedByAnotherJob",
+        name,
+        f"{where} is being migrated by PodMigrationJob {other.name} (phase {phase}); retry "
+        "the eviction later",
     )
 
 

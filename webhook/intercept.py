@@ -159,7 +159,8 @@ class Interceptor:
         except CreateRefused as refusal:
             return self.refused(pod, refusal.error, made=made)
         name = job["metadata"]["name"]
-        answer = evictions.verdict(job, pod, now=now, default_ttl=default_ttl)
+        other = await self._other(job)
+        answer = evictions.verdict(job, pod, now=now, default_ttl=default_ttl, other=other)
         if isinstance(answer, Deny) and created:
             self.event(
                 pod,
@@ -171,6 +172,19 @@ class Interceptor:
         if isinstance(answer, Pass):
             self.event(pod, "EvictionAllowed", answer.message, event_type="Warning")
         return answer
+
+    async def _other(self, job: Object) -> evictions.Other | None:
+        """The job arbitration failed `job` for, as migrating its pod already, as the API
+        server has it now (`evictions.behind`): one GET, only for such a job."""
+        name = evictions.behind(job)
+        if name is None:
+            return None
+        try:
+            return evictions.Other(name, await self.kube.get(PODMIGRATIONJOBS, name))
+        except KubeError as error:
+            if error.not_found:
+                return evictions.Other(name, None)
+            raise
 
     async def _screen(self, eviction: Eviction, *, labelled: bool) -> Pass | None:
         """Why the eviction goes ahead as asked, before its pod is read (None: it may

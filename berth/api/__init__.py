@@ -33,6 +33,8 @@ from berth.api.podmigrationjob import (
     PodMigrationJobReason,
     PodMigrationJobSpec,
     PodMigrationJobStatus,
+    already_migrating,
+    migrating_job,
 )
 from berth.api.reservation import (
     ControllerReference,
@@ -81,8 +83,10 @@ __all__ = [
     "ReservationSpec",
     "ReservationStatus",
     "ReservationTemplateSpec",
+    "already_migrating",
     "format_duration",
     "go_form",
     "is_zero",
+    "migrating_job",
     "parse_duration",
 ]

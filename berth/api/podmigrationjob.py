@@ -13,6 +13,7 @@ controller's `defaultJobMode`, which the controller then records on the job.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -88,6 +89,21 @@ class PodMigrationJobConditionType(StrEnum):
 ALREADY_MIGRATING = "is already being migrated by another job"
 """In the message of a job arbitration failed (ForbiddenMigratePod) because another job
 not finished migrates its pod: the eviction webhook reads it to keep answering 429."""
+
+
+def already_migrating(pod_key: str, job: str) -> str:
+    """The message of a job arbitration failed because job `job` migrates its pod."""
+    return f"pod {pod_key} {ALREADY_MIGRATING} (PodMigrationJob {job})"
+
+
+_MIGRATING_JOB = re.compile(re.escape(ALREADY_MIGRATING) + r" \(PodMigrationJob ([a-z0-9.-]+)\)$")
+
+
+def migrating_job(message: str) -> str | None:
+    """The job `already_migrating` names in `message` (None: none named; a message of an
+    earlier version names none)."""
+    found = _MIGRATING_JOB.search(message)
+    return found.group(1) if found else None
 
 
 class PodMigrationJobReason(StrEnum):

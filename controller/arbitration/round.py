@@ -16,7 +16,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Literal, NamedTuple
 
-from berth.api import ALREADY_MIGRATING, PodMigrationJobReason, keys
+from berth.api import PodMigrationJobReason, already_migrating, keys
 from berth.protocol import annotations_of, controlled_key
 from berth.resources import Resources
 from berth.settings import MigrationControllerArgs
@@ -154,8 +154,9 @@ class Round:
         self.known: dict[int, Candidate] = {}
         self.facts: dict[str, tuple[Object, PodFacts]] = {}
         """What this round read, for the next."""
-        self.migrating: set[str] = set()
-        """Pods (namespace/name) of Running jobs and of jobs admitted this round."""
+        self.migrating: dict[str, str] = {}
+        """Pods (namespace/name) of Running jobs and of jobs admitted this round, and the
+        name of the job that migrates each."""
         self.total = 0
         """Running jobs and jobs admitted this round."""
         self.per_node: defaultdict[str, int] = defaultdict(int)
@@ -195,7 +196,7 @@ class Round:
             self.workload_uid(facts.controller, namespace) if facts else None
         )
         workload = controlled_key(namespace, uid) if uid else None
-        self.migrating.add(key)
+        self.migrating[key] = job["metadata"]["name"]
         self.total += 1
         if node:
             self.per_node[node] += 1
@@ -296,7 +297,7 @@ class Round:
                         c.job,
                         "fail",
                         PodMigrationJobReason.FORBIDDEN_MIGRATE_POD,
-                        f"pod {c.key} {ALREADY_MIGRATING}",
+                        already_migrating(c.key, migrating[c.key]),
                         c.pod,
                     )
                 )
@@ -312,7 +313,7 @@ class Round:
 
     def _count(self, c: Candidate) -> None:
         """An admitted job counts at once against every limit for the rest of the round."""
-        self.migrating.add(c.key)
+        self.migrating[c.key] = c.job["metadata"]["name"]
         self.total += 1
         self.per_node[c.node] += 1
         self.per_namespace[c.namespace] += 1

@@ -9,7 +9,7 @@ are available, what the limits come to for its size, and whether it is rolling o
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -54,7 +54,7 @@ class Workloads:
         snapshot: Snapshot,
         *,
         last: Mapping[str, tuple[Object, Workload]],
-        migrating: set[str],
+        migrating: Container[str],
     ) -> None:
         self.snapshot, self.last, self.migrating = snapshot, last, migrating
         self.healthy_in_flight: defaultdict[str, int] = defaultdict(int)

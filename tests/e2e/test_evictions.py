@@ -335,7 +335,8 @@ def test_a_drain_waits_for_the_job_already_migrating_the_pod(
     """kubectl migrate, then kubectl drain of the same node: arbitration fails the
     eviction's job (another job migrates the pod), and the drain keeps being told to
     retry instead of evicting the pod plainly. The first job's Reservation cannot be
-    placed here (its template asks for a node label none has), so it stays Running."""
+    placed here (its template asks for a node label none has), so it stays Running.
+    Once that job is paused (it waits for a person), the drain waits for it no more."""
     opt_in(cluster, namespace)
     source = own_node
     on_source = {"nodeName": source, **tolerating(source)}
@@ -365,12 +366,24 @@ def test_a_drain_waits_for_the_job_already_migrating_the_pod(
         )
         code, out = finished(drain(cluster, source, "--timeout=30s"), timeout=180)
         assert code != 0, out  # the drain gave up at its own timeout, the pod still there
-        assert "is already being migrated by another job" in out
+        assert f"is being migrated by PodMigrationJob {name} (phase Running)" in out
         [job] = intercepted(cluster, namespace)
         assert job["status"]["reason"] == "ForbiddenMigratePod"
+        assert job["status"]["message"].endswith(f"(PodMigrationJob {name})")
         [still] = pods(cluster, namespace, "app=taken")
         assert still["metadata"]["uid"] == pod["metadata"]["uid"]
         assert not still["metadata"].get("deletionTimestamp")
+
+        cluster.kubectl("patch", "pmj", name, "--type=merge", "-p", '{"spec":{"paused":true}}')
+        code, out = finished(drain(cluster, source, "--timeout=60s"), timeout=180)
+        assert code == 0, out
+        left = [
+            p
+            for p in pods(cluster, namespace, "app=taken")
+            if p["metadata"]["uid"] == pod["metadata"]["uid"]
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        assert not left, "the drain evicted the pod"
     finally:
         cluster.kubectl("delete", "pmj", name, "--ignore-not-found")
 

@@ -12,20 +12,22 @@ import orjson
 import pytest
 
 from berth import web
-from berth.api import ALREADY_MIGRATING, keys
+from berth.api import ALREADY_MIGRATING, already_migrating, keys
 from berth.kube.client import NAMESPACES, PODMIGRATIONJOBS, Kube, KubeError
 from berth.scheduling import being_drained
 from berth.settings import MigrationControllerArgs
 from tests.served import served
-from tests.unit.builders import T0, job, later, pod, reservation, with_status
+from tests.unit.builders import T0, job, later, pod, reservation, ts, with_status
 from webhook import review
 from webhook.evictions import (
     ATTEMPTS,
     Deny,
     Eviction,
     Gone,
+    Other,
     Pass,
     already_migrated,
+    behind,
     job_for,
     job_name,
     not_opted_in,
@@ -290,6 +292,53 @@ def test_a_pod_another_job_migrates_keeps_the_drain_waiting() -> None:
     assert answer.reason == "MigratedByAnotherJob"
     late = verdict(found, pod(), now=later(7 * 60), default_ttl=FIVE_MINUTES)
     assert isinstance(late, Pass)
+
+
+def other_job(phase: str | None, *, paused: bool = False, ttl: str | None = "5m") -> dict[str, Any]:
+    """The job made by hand (kubectl migrate node) that migrates web-1, two minutes
+    before the eviction's."""
+    other = job("by-hand", phase=phase)
+    other["metadata"]["creationTimestamp"] = ts(later(-120))
+    other["spec"]["paused"] = paused
+    if ttl is None:
+        other["spec"].pop("ttl", None)
+    else:
+        other["spec"]["ttl"] = ttl
+    return other
+
+
+@pytest.mark.parametrize(
+    ("other", "at", "reason"),
+    [
+        (other_job("Running"), 60, "MigratedByAnotherJob"),
+        (other_job(None), 60, "MigratedByAnotherJob"),
+        (None, 60, "MigratingJobGone"),
+        (other_job("Succeed"), 60, "MigratingJobEnded"),
+        (other_job("Failed"), 60, "MigratingJobEnded"),
+        (other_job("Running", paused=True), 60, "MigratingJobPaused"),
+        # No TTL (kubectl migrate node): waited for no longer than defaultJobTTL.
+        (other_job("Pending", ttl=None), 3 * 60, "MigratedByAnotherJob"),
+        (other_job("Pending", ttl=None), 4 * 60 + 1, "MigratingJobOverdue"),
+    ],
+)
+def test_the_drain_waits_behind_the_job_migrating_the_pod_only_while_it_would_wait_for_it(
+    other: dict[str, Any] | None, at: int, reason: str
+) -> None:
+    """The eviction's job was failed for the job named in its message: the drain waits
+    as long as that job would hold it back on its own account, not for a paused,
+    ended, vanished or overdue one."""
+    found = the_job(
+        "Failed",
+        reason="ForbiddenMigratePod",
+        message=already_migrating("default/web-1", "by-hand"),
+    )
+    assert behind(found) == "by-hand"
+    answer = verdict(
+        found, pod(), now=later(at), default_ttl=FIVE_MINUTES, other=Other("by-hand", other)
+    )
+    assert answer.reason == reason
+    assert isinstance(answer, Deny) == (reason == "MigratedByAnotherJob")
+    assert "by-hand" in answer.message
 
 
 def migrated_by(user: str) -> dict[str, Any]:

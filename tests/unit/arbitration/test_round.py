@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-from berth.api import keys
+from berth.api import keys, migrating_job
 from berth.settings import MigrationControllerArgs
 from controller.arbitration import (
     Arbitration,
@@ -67,9 +67,14 @@ def test_a_pod_already_migrating_fails_the_second_job() -> None:
         **LOOSE,
     )
     assert verdicts(result) == {"job-1": "fail", "job-2": "fail", "job-3": "admit"}
-    assert (
-        of(result, "job-2").message == "pod default/web-1 is already being migrated by another job"
+    # The job each waits behind is named, whether running or admitted in the same round:
+    # the eviction webhook reads it.
+    message = of(result, "job-2").message
+    assert message == (
+        "pod default/web-1 is already being migrated by another job (PodMigrationJob job-3)"
     )
+    assert migrating_job(message) == "job-3"
+    assert migrating_job(of(result, "job-1").message) == "job-0"
 
 
 def test_paused_jobs_get_no_decision() -> None:
