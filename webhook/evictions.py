@@ -55,7 +55,7 @@ from berth.api import (
     migrating_job,
     parse_duration,
 )
-from berth.protocol import Object, claim_of, owner_uids, pod_claim
+from berth.protocol import Object, claim_of, controller_of, owner_uids, pod_claim
 from berth.settings import REPLACEMENT_GRACE, EvictionPolicy, MigrationControllerArgs
 
 JOB_PREFIX = "eviction-"
@@ -214,6 +214,13 @@ def requester_label(user: str) -> str:
     return value or "unknown"
 
 
+def pod_label(namespace: str, name: str) -> str:
+    """The value of a job's `berth.sh/eviction-of` label for the pod `namespace/name`.
+    Two pods may share one (a dot in a name, a long name's hash): a job found by it is
+    checked against its podRef all the same."""
+    return requester_label(f"{namespace}.{name}")
+
+
 def job_for(
     pod: Object, *, eviction: Eviction, settings: MigrationControllerArgs, attempt: int = 1
 ) -> dict[str, Any]:
@@ -236,7 +243,10 @@ def job_for(
         "kind": "PodMigrationJob",
         "metadata": {
             "name": job_name(pod, attempt),
-            "labels": {keys.REQUESTER: requester_label(eviction.user)},
+            "labels": {
+                keys.REQUESTER: requester_label(eviction.user),
+                keys.EVICTION_OF: pod_label(metadata["namespace"], metadata["name"]),
+            },
             "annotations": {keys.REQUESTER: eviction.user},
         },
         "spec": {
@@ -250,6 +260,14 @@ def job_for(
             **options,
         },
     }
+
+
+def replaces_by_name(pod: Object, eviction: Eviction) -> bool:
+    """Whether `pod` may be the replacement of a pod its workload's controller made again
+    under the same name (a StatefulSet's), reached by a retry by name: only then are the
+    requester's jobs for that name looked up (`already_migrated` decides)."""
+    controller = controller_of(pod) or {}
+    return eviction.uid_precondition is None and controller.get("kind") == "StatefulSet"
 
 
 def replaced_in(pod: Object, reservations: Mapping[str, Object]) -> str | None:

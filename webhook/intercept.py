@@ -274,8 +274,21 @@ class Interceptor:
 
     async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
         """`Gone` when the pod is the replacement of a pod this requester's eviction had
-        migrated (`evictions.already_migrated`). Rare: one GET of the job, and, when the
-        job says so, one of the replacement's node to see it is not being drained."""
+        migrated (`evictions.already_migrated`). The job is found by the Reservation the
+        pod took (one GET), or, for a StatefulSet's pod that took none (an EvictDirectly
+        job), among the requester's jobs for the pod's name (one list, by label); then,
+        when the job says so, the replacement's node is read to see it is not being
+        drained."""
+        gone = await self._by_reservation(pod, eviction) or await self._by_name(pod, eviction)
+        if gone is None:
+            return None
+        # The node is read only for an eviction that would be answered 404 otherwise.
+        node = (pod.get("spec") or {}).get("nodeName")
+        if isinstance(node, str) and node and await self.draining(node, pod):
+            return None
+        return gone
+
+    async def _by_reservation(self, pod: Object, eviction: Eviction) -> Gone | None:
         name = evictions.replaced_in(pod, self.reservations)
         if name is None:
             return None
@@ -286,16 +299,25 @@ class Interceptor:
                 return None
             raise
         waited = await self._waited_for(job, eviction)
-        gone = evictions.already_migrated(
+        return evictions.already_migrated(
             job, pod, eviction=eviction, now=datetime.now(UTC), draining=False, waited=waited
         )
-        if gone is None:
+
+    async def _by_name(self, pod: Object, eviction: Eviction) -> Gone | None:
+        if not evictions.replaces_by_name(pod, eviction):
             return None
-        # The node is read only for an eviction that would be answered 404 otherwise.
-        node = (pod.get("spec") or {}).get("nodeName")
-        if isinstance(node, str) and node and await self.draining(node, pod):
-            return None
-        return gone
+        metadata = pod["metadata"]
+        selector = (
+            f"{keys.EVICTION_OF}={evictions.pod_label(metadata['namespace'], metadata['name'])},"
+            f"{keys.REQUESTER}={evictions.requester_label(eviction.user)}"
+        )
+        listed = await self.kube.list(PODMIGRATIONJOBS, label_selector=selector)
+        now = datetime.now(UTC)
+        for job in listed.get("items") or []:
+            gone = evictions.already_migrated(job, pod, eviction=eviction, now=now, draining=False)
+            if gone is not None:
+                return gone
+        return None
 
     async def _waited_for(self, job: Object, eviction: Eviction) -> bool:
         """Whether this requester's eviction of the pod `job` migrated was told to wait

@@ -111,6 +111,12 @@ INTERCEPT_EVICTIONS: Final = "berth.sh/intercept-evictions"
 a pod there (kubectl drain, the descheduler) becomes a PodMigrationJob, and the evicting
 tool is told to retry (429) until the job has moved the pod."""
 
+EVICTION_OF: Final = "berth.sh/eviction-of"
+"""PodMigrationJob label on a job made from an intercepted eviction: the namespace and
+name of its pod, in a label's form (`webhook.evictions.pod_label`). A retry by name that
+reaches a StatefulSet's replacement finds with it the job that moved the pod, where no
+Reservation ties the two (EvictDirectly)."""
+
 REQUESTER: Final = "berth.sh/requester"
 """PodMigrationJob label and annotation on a job made from an intercepted eviction: who
 asked for the eviction (the label a label-safe form of the user name, the annotation the

@@ -540,6 +540,47 @@ def test_evictions_elsewhere_pass_unless_all_namespaces_and_requesters_say_so(
     assert (job["spec"]["mode"], job["spec"]["ttl"]) == ("EvictDirectly", "1m0s")
 
 
+def test_a_retry_by_name_after_an_evict_directly_job_never_evicts_the_replacement(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """With `defaultJobMode: EvictDirectly` the eviction's job reserves nothing, so no
+    Reservation ties a StatefulSet's replacement to it. The retry by name that reaches
+    the replacement finds the job by its `berth.sh/eviction-of` label and is answered
+    404: the drain counts the pod gone instead of evicting each new db-0 in turn. (Two
+    replicas: arbitration keeps an EvictDirectly job of a one-replica workload waiting.)"""
+    opt_in(cluster, namespace)
+    cluster.apply(statefulset("db", replicas=2, cpu="100m"), namespace)
+
+    def db_0() -> list[dict[str, Any]]:
+        return [p for p in pods(cluster, namespace, "app=db") if p["metadata"]["name"] == "db-0"]
+
+    cluster.wait(lambda: ready_pods(cluster, namespace, "db", 2), what="db-0 and db-1")
+    [original] = db_0()
+    with webhook_config(cluster, tmp_path / "direct.yaml", "defaultJobMode: EvictDirectly\n"):
+        first = evict(cluster, namespace, "db-0")
+        assert first.returncode != 0
+        assert "is being migrated by PodMigrationJob eviction-" in first.stderr
+        [job] = cluster.wait(lambda: ended(intercepted(cluster, namespace)), what="the job")
+        assert job["spec"]["mode"] == "EvictDirectly"
+        assert job["status"]["phase"] == "Succeed", job["status"]
+        [new] = cluster.wait(
+            lambda: [
+                p
+                for p in db_0()
+                if p["metadata"]["uid"] != original["metadata"]["uid"]
+                and p["status"].get("phase") == "Running"
+            ],
+            what="the replacement db-0",
+        )
+        retry = evict(cluster, namespace, "db-0")
+    assert "NotFound" in retry.stderr, retry.stderr
+    assert f"is the replacement PodMigrationJob {job['metadata']['name']}" in retry.stderr
+    [still] = db_0()
+    assert still["metadata"]["uid"] == new["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp")
+    assert len(intercepted(cluster, namespace)) == 1
+
+
 @pytest.mark.parametrize("drained_by", ["cordon", "taint"])
 def test_a_retry_by_name_never_evicts_a_statefulset_replacement(
     cluster: Cluster, namespace: str, own_node: str, drained_by: str

@@ -66,10 +66,11 @@ CLUSTER_WIDE: dict[str, Grants] = {
         (f"reservations.{KOORD}", ""): READ | {"patch"},
         # The top-level workload of a ReplicaSet's pod.
         ("replicasets.apps", ""): {"get"},
-        # Eviction interception: the job for the pod (create; on AlreadyExists, get),
-        # the pod an eviction names (the review carries only its name), an Event on it;
-        # the pods carrying a claim (list, by its label) before it is taken over.
-        (f"podmigrationjobs.{KOORD}", ""): {"create", "get"},
+        # Eviction interception: the job for the pod (create; on AlreadyExists, get; the
+        # requester's jobs for a StatefulSet pod's name, list by label), the pod an
+        # eviction names (the review carries only its name), an Event on it; the pods
+        # carrying a claim (list, by its label) before it is taken over.
+        (f"podmigrationjobs.{KOORD}", ""): {"create", "get", "list"},
         ("pods", ""): {"get", "list"},
         # Whether the node of a replacement evicted again refuses it (being drained).
         ("nodes", ""): {"get"},

@@ -31,7 +31,9 @@ from webhook.evictions import (
     job_for,
     job_name,
     not_opted_in,
+    pod_label,
     replaced_in,
+    replaces_by_name,
     requester_label,
     screen,
     screen_pod,
@@ -148,7 +150,10 @@ def test_the_job_takes_mode_and_ttl_from_the_configuration_and_names_the_request
     config = settings(defaultJobMode="EvictDirectly", defaultJobTTL="90s")
     body = job_for(pod(uid="1234"), eviction=EVICTION, settings=config)
     assert body["metadata"]["name"] == "eviction-1234"
-    assert body["metadata"]["labels"] == {keys.REQUESTER: ADMIN}
+    assert body["metadata"]["labels"] == {
+        keys.REQUESTER: ADMIN,
+        keys.EVICTION_OF: "default.web-1",
+    }
     assert body["metadata"]["annotations"] == {keys.REQUESTER: ADMIN}
     assert body["spec"] == {
         "mode": "EvictDirectly",
@@ -171,6 +176,26 @@ def test_the_job_takes_mode_and_ttl_from_the_configuration_and_names_the_request
 )
 def test_requester_label(user: str, label: str) -> None:
     assert requester_label(user) == label
+
+
+def test_only_a_statefulset_pod_retried_by_name_is_looked_up_by_name() -> None:
+    """A StatefulSet makes its replacement under the same name; a Deployment's has a name
+    of its own, and an eviction naming a UID means that pod."""
+    stateful = pod()
+    stateful["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "name": "db",
+            "uid": "u",
+            "controller": True,
+        }
+    ]
+    assert replaces_by_name(stateful, EVICTION)
+    assert not replaces_by_name(stateful, replace(EVICTION, uid_precondition="uid-web-1"))
+    assert not replaces_by_name(pod(), EVICTION)
+    assert pod_label("shop", "db-0") == "shop.db-0"
+    assert len(pod_label("shop", "x" * 253)) <= 63
 
 
 def test_a_long_requester_keeps_its_start_and_a_hash() -> None:
