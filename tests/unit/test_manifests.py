@@ -122,13 +122,14 @@ PERMISSIONS: dict[str, dict[tuple[str, str], set[str]]] = {
     "webhook": {
         (KOORD, "reservations"): READ | {"patch"},
         ("apps", "replicasets"): {"get"},
-        # Eviction interception: the pod an eviction names, its job, an Event on the pod;
-        # the pods carrying a claim (list, by its label) before it is taken over.
+        # Eviction interception: the pod an eviction names, its job (and the requester's
+        # jobs for a StatefulSet pod's name, by label), an Event on the pod; the pods
+        # carrying a claim (list, by its label) before it is taken over.
         ("", "pods"): {"get", "list"},
         ("", "nodes"): {"get"},
         # The label of an eviction's namespace, read again on the labelled path.
         ("", "namespaces"): {"get"},
-        (KOORD, "podmigrationjobs"): {"create", "get"},
+        (KOORD, "podmigrationjobs"): {"create", "get", "list"},
         ("", "events"): {"create", "patch"},
     },
     "extender": {
