@@ -42,7 +42,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from berth.api import API_VERSION, ReservationPhase, keys
+import orjson
+
+from berth.api import API_VERSION, ReservationPhase, is_zero, keys, parse_duration
 from berth.api.times import read_time
 from berth.resources import format_quantity, held_requests
 from berth.scheduling import selector_matches
@@ -84,6 +86,41 @@ def phase(reservation: Object) -> str:
 def node_of(reservation: Object) -> str | None:
     node = reservation.get("status", {}).get("nodeName")
     return str(node) if node else None
+
+
+NEVER = datetime.max.replace(tzinfo=UTC)
+"""When a Reservation with `ttl: 0` expires."""
+
+DEFAULT_TTL = timedelta(hours=24)
+"""A Reservation's life when it has neither ttl nor expires (made by hand), as
+Koordinator's API defaults it; a job's Reservation always has the job's ttl."""
+
+
+def expires_at(reservation: Mapping[str, Any]) -> datetime:
+    """When the Reservation expires: its `expires`, else its creation plus its `ttl` (or
+    `DEFAULT_TTL`); a `ttl` of 0 never (Koordinator's "0 disables expiration"). An
+    `expires` that is no time (`read_time`: year 0000, say, which the schema lets in)
+    counts as absent. A `ttl` that is no Go duration raises ValueError."""
+    spec = reservation.get("spec") or {}
+    expires = read_time(spec.get("expires"))
+    if expires is not None:
+        return expires
+    ttl = spec.get("ttl")
+    if ttl and is_zero(ttl):
+        return NEVER
+    created = datetime.fromisoformat(
+        str(reservation["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
+    )
+    return created + (parse_duration(ttl) if ttl else DEFAULT_TTL)
+
+
+def has_expired(reservation: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the Reservation's time is up (`expires_at`); not when that cannot be read
+    (the controller, which ends Reservations, says why)."""
+    try:
+        return now >= expires_at(reservation)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return False
 
 
 def claim_of(reservation: Object) -> str | None:
@@ -448,7 +485,8 @@ def recorded_placeholder(reservation: Object) -> Placeholder | None:
     written from its create response), or None before one is recorded."""
     metadata = reservation.get("metadata", {})
     try:
-        record = json.loads(annotations_of(reservation).get(keys.PLACEHOLDER) or "null")
+        # orjson: nesting however deep is a ValueError, never a RecursionError.
+        record = orjson.loads(annotations_of(reservation).get(keys.PLACEHOLDER) or "null")
     except ValueError:
         return None
     if not isinstance(record, dict) or not record.get("uid") or not metadata.get("uid"):

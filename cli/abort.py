@@ -25,6 +25,7 @@ import orjson
 
 from berth import protocol
 from berth.api import TERMINAL_PHASES, ReservationPhase, keys
+from berth.eviction import soft_eviction_job
 from berth.exits import TIMED_OUT
 from berth.kube.client import (
     PODMIGRATIONJOBS,
@@ -75,9 +76,20 @@ def holding(
 
     `pods` are those carrying Berth's placeholder or claim label (None: they could not
     be read, and only jobs and Reservations are judged)."""
+    jobs = list(jobs)
     held = [
         f"podmigrationjob/{job['metadata']['name']} is {job_phase(job)}"
         for job in to_abort(jobs, names)
+    ]
+    # Ended, but the controller has not acted on it yet: the first thing it does for a
+    # finished job is take its admission mark off (`controller.jobs.machine`).
+    held += [
+        f"podmigrationjob/{job['metadata']['name']} is {job_phase(job)}, not yet let go of "
+        "by the controller"
+        for job in jobs
+        if in_scope(job, names)
+        and job_phase(job) in TERMINAL_PHASES
+        and keys.ADMISSION in protocol.annotations_of(job)
     ]
     ours = [
         reservation
@@ -160,8 +172,10 @@ async def abort(
     err: Any = sys.stderr,
 ) -> int:
     """Abort the jobs in scope (every job that has not ended, for `names=None`); with
-    `wait`, until Berth holds nothing for them. The exit code: 0 done, 1 a job named does
-    not exist, 3 `timeout` seconds passed first (what is still held is said)."""
+    `wait`, until Berth holds nothing for them. The exit code: 0 done; 1 a job named does
+    not exist, or one could not be aborted (each said); 3 `timeout` seconds passed first
+    (what is still held is said)."""
+    run = _Abort(kube, names, out, err)
     jobs = await _jobs(kube)
     if names is not None:
         missing = sorted(names - jobs.keys())
@@ -171,44 +185,82 @@ async def abort(
         for name in sorted(names):
             if job_phase(jobs[name]) in TERMINAL_PHASES:
                 out.write(f"podmigrationjob/{name} has already ended ({job_phase(jobs[name])})\n")
-    await _abort_round(kube, jobs, names, out)
+    if not await run.abort(jobs):
+        return 1
     if not wait:
         return 0
-    return await _Watcher(kube, names, out, err).wait(jobs, timeout)
+    return await run.wait(jobs, timeout)
 
 
 async def _jobs(kube: Kube) -> dict[str, Object]:
     return {job["metadata"]["name"]: job for job in await _items(kube, PODMIGRATIONJOBS)}
 
 
-async def _abort_round(
-    kube: Kube, jobs: dict[str, Object], names: frozenset[str] | None, out: Any
-) -> None:
-    """Abort the jobs in scope that have not ended; `jobs` takes the answers. A job that
-    is gone or changed since it was read (409) is left to the next round's read."""
-    for job in to_abort(jobs.values(), names):
-        name = job["metadata"]["name"]
-        try:
-            jobs[name] = await kube.patch(
-                PODMIGRATIONJOBS, name, abort_patch(job), subresource="status"
-            )
-        except KubeError as error:
-            if error.status in (404, 409):
-                continue
-            raise
-        out.write(f"podmigrationjob/{name} aborted\n")
+TRIES = 3
+"""Patches of one job, each after reading it again, while it changes under them (409)."""
 
 
-class _Watcher:
-    """Follows what Berth holds for the jobs in scope, aborting (with `--all`) jobs made
-    meanwhile. Pods are read while the user may list them; a user who may not
-    (`berth-operator` grants no pod reads) is told once, and jobs and Reservations are
-    judged alone. A read that may fare otherwise next time (429, a 5xx, a connection
-    lost) is said and tried again; any other refusal ends the command."""
+class _Abort:
+    """Aborts the jobs in scope, and follows what Berth holds for them, aborting (with
+    `--all`) jobs made meanwhile. Pods are read while the user may read them; a user who
+    may not (`berth-operator` grants no pod reads) is told once, and jobs and
+    Reservations are judged alone. A read that may fare otherwise next time (429, a 5xx,
+    a connection lost) is said and tried again; any other refusal ends the command."""
 
     def __init__(self, kube: Kube, names: frozenset[str] | None, out: Any, err: Any) -> None:
         self.kube, self.names, self.out, self.err = kube, names, out, err
+        self.aborted: dict[str, Object] = {}
+        """The jobs this command aborted, as it aborted them."""
+        self.refused: set[str] = set()
+        """The jobs the API server would not let this command abort (said once each)."""
         self.pods_readable = True
+
+    async def abort(self, jobs: dict[str, Object]) -> bool:
+        """Abort the jobs in scope that have not ended; `jobs` takes the answers. False
+        when one could not be aborted (said)."""
+        ok = True
+        for job in to_abort(jobs.values(), self.names):
+            name = job["metadata"]["name"]
+            if name in self.refused:
+                continue
+            try:
+                done = await self._abort_one(job)
+            except KubeError as error:
+                if errors.transient(error):
+                    raise
+                self.err.write(f"kubectl-migrate: podmigrationjob/{name} not aborted: "
+                               f"{errors.said(error)}\n")  # fmt: skip
+                self.refused.add(name)
+                ok = False
+                continue
+            if done is not None:
+                jobs[name] = self.aborted[name] = done
+                self.out.write(f"podmigrationjob/{name} aborted\n")
+        return ok
+
+    async def _abort_one(self, job: Object) -> Object | None:
+        """The job as aborted; None when it is gone or has ended meanwhile. A job changed
+        since it was read (409) is read again and aborted as it is then."""
+        name = job["metadata"]["name"]
+        for attempt in range(TRIES):
+            try:
+                return await self.kube.patch(
+                    PODMIGRATIONJOBS, name, abort_patch(job), subresource="status"
+                )
+            except KubeError as error:
+                if error.not_found:
+                    return None
+                if not error.conflict or attempt == TRIES - 1:
+                    raise
+            try:
+                job = await self.kube.get(PODMIGRATIONJOBS, name)
+            except KubeError as error:
+                if error.not_found:
+                    return None
+                raise
+            if job_phase(job) in TERMINAL_PHASES:
+                return None
+        return None
 
     async def wait(self, jobs: dict[str, Object], timeout: float | None) -> int:
         loop = asyncio.get_running_loop()
@@ -237,9 +289,10 @@ class _Watcher:
         try:
             if not jobs:
                 jobs = await _jobs(self.kube)
-                await _abort_round(self.kube, jobs, self.names, self.out)
+                await self.abort(jobs)  # one refused stays listed as held
             reservations = await _items(self.kube, RESERVATIONS)
-            return holding(jobs.values(), reservations, await self._pods(), self.names)
+            held = holding(jobs.values(), reservations, await self._pods(), self.names)
+            return held + await self._soft_evictions()
         except (KubeError, aiohttp.ClientError, TimeoutError) as error:
             if not errors.transient(error):
                 raise
@@ -254,10 +307,36 @@ class _Watcher:
         except KubeError as error:
             if error.status != 403:
                 raise
-        self.pods_readable = False
-        self.err.write("kubectl-migrate: pods cannot be listed: placeholders and gated pods "
-                       "are not checked\n")  # fmt: skip
+        self._unreadable()
         return None
+
+    async def _soft_evictions(self) -> list[str]:
+        """The pods of the jobs this command aborted that still carry their soft eviction
+        (`evictionPolicy: SoftEviction`): whatever acts on it would evict the pod with no
+        place held once the controller, which takes it off, is gone."""
+        found = []
+        for name, job in self.aborted.items():
+            ref = job.get("spec", {}).get("podRef") or {}
+            if not self.pods_readable or not ref.get("name") or not ref.get("namespace"):
+                continue
+            try:
+                pod = await self.kube.get(PODS, ref["name"], ref["namespace"])
+            except KubeError as error:
+                if error.not_found:
+                    continue
+                if error.status != 403:
+                    raise
+                self._unreadable()
+                continue
+            if soft_eviction_job(pod) == name:
+                found.append(f"pod {ref['namespace']}/{ref['name']} carries the soft eviction "
+                             f"of podmigrationjob/{name}")  # fmt: skip
+        return found
+
+    def _unreadable(self) -> None:
+        self.pods_readable = False
+        self.err.write("kubectl-migrate: pods cannot be read: placeholders, gated pods and "
+                       "soft evictions are not checked\n")  # fmt: skip
 
 
 async def _items(kube: Kube, resource: Any, label_selector: str | None = None) -> list[Object]:

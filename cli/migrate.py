@@ -431,10 +431,12 @@ def _handle(args: argparse.Namespace) -> int:
     except CONFIG_ERRORS as error:
         return bad_config("kubectl-migrate", error)
     except KeyboardInterrupt:
-        print(
-            "kubectl-migrate: interrupted; any job created goes on (`kubectl get pmj`)",
-            file=sys.stderr,
+        said = (
+            "the jobs aborted so far stay aborted"
+            if args.target == "abort"
+            else "any job created goes on (`kubectl get pmj`)"
         )
+        print(f"kubectl-migrate: interrupted; {said}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # its output piped into `head`, say, which has had enough
         # What is left in stdout's buffer would fail again at exit: it goes nowhere.

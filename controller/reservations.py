@@ -40,17 +40,16 @@ from berth.api import (
     ReservationConditionType,
     ReservationPhase,
     ReservationReason,
-    is_zero,
     keys,
 )
 from berth.api.times import read_time
 from berth.kube.client import PODS, PRIORITYCLASSES, RESERVATIONS
+from berth.protocol import expires_at
 from controller import build
 from controller.actions import Action, Create, Delete, Event, Patch, Plan, Record, UpdateStatus
 from controller.build import allocatable_of, placeholder_for, placeholder_prefix
 from controller.status import (
     UNREADABLE,
-    deadline,
     parse_time,
     reference,
     same_condition,
@@ -69,13 +68,8 @@ HANDOVER_POLL = 1.0
 CLAIM_POLL = 1.0
 CLASS_SETTLES = 1.0
 """Seconds between creating a placeholder's PriorityClass and creating the placeholder."""
-NEVER = datetime.max.replace(tzinfo=UTC)
-"""When a Reservation with `ttl: 0` expires."""
 LOOK_AGAIN = 3600.0
 """Seconds at most before a Reservation waiting for its expiry is looked at again."""
-DEFAULT_TTL = timedelta(hours=24)
-"""A Reservation's life when it has neither ttl nor expires (made by hand), as
-Koordinator's API defaults it; a job's Reservation always has the job's ttl."""
 
 
 @dataclass(frozen=True)
@@ -114,21 +108,6 @@ class ReservationView:
     """The PriorityClass of `priority_class`'s name as the caches hold it (None: none
     yet, so it is created first); used only if it is what `priority_class` says
     (`build.unusable_class`)."""
-
-
-def expires_at(reservation: Mapping[str, Any]) -> datetime:
-    """When the Reservation expires: its `expires`, else its creation plus its `ttl` (or
-    `DEFAULT_TTL`); a `ttl` of 0 never (Koordinator's "0 disables expiration"). An
-    `expires` that is no time (`read_time`: year 0000, say, which the schema lets in)
-    counts as absent."""
-    spec = reservation.get("spec") or {}
-    expires = read_time(spec.get("expires"))
-    if expires is not None:
-        return expires
-    ttl = spec.get("ttl")
-    if ttl and is_zero(ttl):
-        return NEVER
-    return deadline(reservation, ttl, DEFAULT_TTL)
 
 
 def delete_placeholder(placeholder: Mapping[str, Any]) -> Delete:

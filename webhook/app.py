@@ -44,6 +44,7 @@ from berth.protocol import (
     controller_of,
     created_by_controller,
     fingerprint,
+    has_expired,
     is_consumable,
     is_replicaset,
     matches_owner,
@@ -291,8 +292,14 @@ class Webhook:
     def live(self, namespace: str) -> dict[str, Object]:
         """The Reservations by name that a pod of `namespace` could take, in this cache:
         those not yet ended whose replacement is made there. Terminal ones, and those of
-        other namespaces, are never read per review."""
-        return {r["metadata"]["name"]: r for r in self.reservations.by_index(LIVE, namespace)}
+        other namespaces, are never read per review. Nor one whose time is up
+        (`protocol.has_expired`): the controller ends it, and while no controller leads
+        (it is down, or being replaced), a pod bound to it would stay gated."""
+        found = self.reservations.by_index(LIVE, namespace)
+        if not found:  # almost every review
+            return {}
+        now = datetime.now(UTC)
+        return {r["metadata"]["name"]: r for r in found if not has_expired(r, now)}
 
     async def refresh(self, names: list[str]) -> dict[str, Object]:
         """Fresh copies of the Reservations `names`, keeping those the API server says are

@@ -47,7 +47,9 @@ from typing import Any, NamedTuple
 from berth import eviction as evictability
 from berth.api import (
     ALREADY_MIGRATING,
+    SUCCEEDED_PHASES,
     TERMINAL_PHASES,
+    PodMigrationJobConditionType,
     PodMigrationJobReason,
     format_duration,
     is_zero,
@@ -350,6 +352,27 @@ class Other(NamedTuple):
 
     name: str
     job: Object | None
+
+
+def moved_on(other: Other | None) -> bool:
+    """Whether the job a job waited behind (`behind`) has ended, or is gone: that wait is
+    over, and the pod, still here, gets a new attempt, which migrates it."""
+    if other is None:
+        return False
+    return other.job is None or (other.job.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def moved(job: Object) -> bool:
+    """Whether the job took its pod away: it succeeded, or its eviction completed."""
+    status = job.get("status") or {}
+    if status.get("phase") in SUCCEEDED_PHASES:
+        return True
+    return any(
+        isinstance(c, dict)
+        and c.get("type") == PodMigrationJobConditionType.EVICTION
+        and c.get("reason") == PodMigrationJobReason.EVICT_COMPLETE
+        for c in status.get("conditions") or []
+    )
 
 
 def behind(job: Object) -> str | None:

@@ -155,11 +155,10 @@ class Interceptor:
             return passed
         now, default_ttl = datetime.now(UTC), self.settings.default_job_ttl
         try:
-            job, created = await self._current_job(pod, eviction, now=now, made=made)
+            job, created, other = await self._current_job(pod, eviction, now=now, made=made)
         except CreateRefused as refusal:
             return self.refused(pod, refusal.error, made=made)
         name = job["metadata"]["name"]
-        other = await self._other(job)
         answer = evictions.verdict(job, pod, now=now, default_ttl=default_ttl, other=other)
         if isinstance(answer, Deny) and created:
             self.event(
@@ -175,7 +174,8 @@ class Interceptor:
 
     async def _other(self, job: Object) -> evictions.Other | None:
         """The job arbitration failed `job` for, as migrating its pod already, as the API
-        server has it now (`evictions.behind`): one GET, only for such a job."""
+        server has it now (`evictions.behind`): one GET, only for such a job. None when
+        it cannot be read: the requester then waits as for a job not named."""
         name = evictions.behind(job)
         if name is None:
             return None
@@ -184,7 +184,10 @@ class Interceptor:
         except KubeError as error:
             if error.not_found:
                 return evictions.Other(name, None)
-            raise
+            log.warning("PodMigrationJob %s could not be read: %s", name, error)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            log.warning("PodMigrationJob %s could not be read: %s", name, error)
+        return None
 
     async def _screen(self, eviction: Eviction, *, labelled: bool) -> Pass | None:
         """Why the eviction goes ahead as asked, before its pod is read (None: it may
@@ -228,15 +231,23 @@ class Interceptor:
 
     async def _current_job(
         self, pod: Object, eviction: Eviction, *, now: datetime, made: list[str] | None
-    ) -> tuple[Object, bool]:
+    ) -> tuple[Object, bool, evictions.Other | None]:
         """The pod's job for this eviction, made now (True) or found: the first of its
-        `evictions.ATTEMPTS` names not taken by a stale job."""
+        `evictions.ATTEMPTS` names not taken by a stale job, nor by one that waited
+        behind another job that has ended since (that attempt is over: the next one
+        migrates the pod). With it, the job it waits behind, if any (`_other`)."""
         default_ttl = self.settings.default_job_ttl
+        other = None
         for attempt in range(1, evictions.ATTEMPTS + 1):
             job, created = await self._job(pod, eviction, attempt, made=made)
-            if created or not evictions.stale(job, now=now, default_ttl=default_ttl):
+            if created:
+                return job, created, None
+            if evictions.stale(job, now=now, default_ttl=default_ttl):
+                continue
+            other = await self._other(job)
+            if not evictions.moved_on(other):
                 break
-        return job, created
+        return job, created, other
 
     async def _job(
         self, pod: Object, eviction: Eviction, attempt: int, *, made: list[str] | None
@@ -304,6 +315,9 @@ class Interceptor:
         )
 
     async def _by_name(self, pod: Object, eviction: Eviction) -> Gone | None:
+        """Among the requester's jobs for a StatefulSet pod's name, one that moved the pod
+        this one replaces. A list that fails finds none: the eviction is then judged as
+        any (a job, the requester told to retry), never let through for it."""
         if not evictions.replaces_by_name(pod, eviction):
             return None
         metadata = pod["metadata"]
@@ -311,9 +325,20 @@ class Interceptor:
             f"{keys.EVICTION_OF}={evictions.pod_label(metadata['namespace'], metadata['name'])},"
             f"{keys.REQUESTER}={evictions.requester_label(eviction.user)}"
         )
-        listed = await self.kube.list(PODMIGRATIONJOBS, label_selector=selector)
+        try:
+            listed = await self.kube.list(PODMIGRATIONJOBS, label_selector=selector)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+            log.warning(
+                "the jobs of %s/%s could not be listed: %s",
+                metadata["namespace"],
+                metadata["name"],
+                error,
+            )
+            return None
         now = datetime.now(UTC)
         for job in listed.get("items") or []:
+            if not evictions.moved(job):
+                continue
             gone = evictions.already_migrated(job, pod, eviction=eviction, now=now, draining=False)
             if gone is not None:
                 return gone
@@ -328,12 +353,16 @@ class Interceptor:
         moved = (job.get("spec", {}).get("podRef") or {}).get("uid")
         if requester == eviction.user or not isinstance(moved, str) or not moved:
             return False
+        name = f"{evictions.JOB_PREFIX}{moved}"
         try:
-            own = await self.kube.get(PODMIGRATIONJOBS, f"{evictions.JOB_PREFIX}{moved}")
+            own = await self.kube.get(PODMIGRATIONJOBS, name)
         except KubeError as error:
-            if error.not_found:
-                return False
-            raise
+            if not error.not_found:
+                log.warning("PodMigrationJob %s could not be read: %s", name, error)
+            return False
+        except (aiohttp.ClientError, TimeoutError) as error:
+            log.warning("PodMigrationJob %s could not be read: %s", name, error)
+            return False
         return evictions.waited_for(own, job, eviction)
 
     async def draining(self, node: str, pod: Object) -> bool:

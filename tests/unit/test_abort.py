@@ -104,6 +104,19 @@ def test_what_is_held_is_named() -> None:
     ]
 
 
+def test_an_ended_job_the_controller_has_not_acted_on_yet_is_held() -> None:
+    """The abort is the command's own write: until the controller takes the job's
+    admission mark off (the first thing it does for a finished job), it has not let go
+    of anything yet (a soft eviction, a Reservation being made)."""
+    aborted = job("a", "Aborted")
+    aborted["metadata"]["annotations"] = {"berth.sh/admission": "v2:mark"}
+    assert holding([aborted], [], [], None) == [
+        "podmigrationjob/a is Aborted, not yet let go of by the controller"
+    ]
+    del aborted["metadata"]["annotations"]["berth.sh/admission"]
+    assert holding([aborted], [], [], None) == []
+
+
 def test_pods_that_could_not_be_read_leave_jobs_and_reservations_judged() -> None:
     jobs = [job("a", "Aborted")]
     reservations = [reservation("r", job="a", phase="Pending")]

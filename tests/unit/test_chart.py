@@ -682,6 +682,9 @@ def test_the_uninstall_hook_aborts_every_migration_and_waits(helm: Path) -> None
     for hook in hooks:
         annotations = hook["metadata"]["annotations"]
         assert annotations["helm.sh/hook"] == "pre-delete"
+        # A failed Job's log is printed by helm uninstall.
+        if hook["kind"] == "Job":
+            assert annotations["helm.sh/hook-output-log-policy"] == "hook-failed"
         # The rights exist before the Job that uses them, and go once it succeeded.
         assert annotations["helm.sh/hook-weight"] == ("0" if hook["kind"] == "Job" else "-1")
         assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
@@ -700,6 +703,7 @@ def test_the_uninstall_hook_aborts_every_migration_and_waits(helm: Path) -> None
         ("podmigrationjobs/status", "patch"),
         ("reservations", "list"),
         ("pods", "list"),
+        ("pods", "get"),
     }
     off = helm_template(helm, values=["uninstall.abortMigrations=false"])
     assert not [o for o in off if o["metadata"]["name"] == "berth-uninstall"]

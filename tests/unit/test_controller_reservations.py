@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from berth import protocol
 from berth.api import keys
 from berth.kube.client import PODMIGRATIONJOBS, PODS, RESERVATIONS
 from controller import build, reservations
@@ -334,8 +335,8 @@ def test_a_ttl_of_zero_never_expires(ttl: str, expected: int | None) -> None:
     """Koordinator's Reservation API: "Set 0 to disable expiration". A ttl under a
     microsecond is not zero: it has run out (as in Go), it does not hold for ever."""
     rsv = reservation(phase="Available", node="node-1", ttl=ttl)
-    found = reservations.expires_at(rsv)
-    assert found == (reservations.NEVER if expected is None else later(expected))
+    found = protocol.expires_at(rsv)
+    assert found == (protocol.NEVER if expected is None else later(expected))
     plan = rsv_plan(rsv, ph=placeholder(), now=later(365 * DAY))
     assert expected is not None or plan.requeue_after == reservations.LOOK_AGAIN
 
@@ -359,7 +360,7 @@ def test_an_expiry_is_read_as_the_schema_lets_it_in_or_else_the_default_ttl(
     rsv = reservation(phase="Available", node="node-1")
     rsv["spec"].pop("ttl", None)
     rsv["spec"]["expires"] = expires
-    assert reservations.expires_at(rsv) == expected
+    assert protocol.expires_at(rsv) == expected
     plan = rsv_plan(rsv, ph=placeholder(), now=later(61))
     if expected == later(30):
         assert status_of(plan)["phase"] == "Failed"

@@ -30,6 +30,8 @@ from webhook.evictions import (
     behind,
     job_for,
     job_name,
+    moved,
+    moved_on,
     not_opted_in,
     pod_label,
     replaced_in,
@@ -364,6 +366,20 @@ def test_the_drain_waits_behind_the_job_migrating_the_pod_only_while_it_would_wa
     assert answer.reason == reason
     assert isinstance(answer, Deny) == (reason == "MigratedByAnotherJob")
     assert "by-hand" in answer.message
+
+
+def test_a_wait_behind_a_job_that_ended_is_over_and_only_a_job_that_evicted_moved_its_pod() -> None:
+    assert moved_on(Other("by-hand", None))
+    assert moved_on(Other("by-hand", other_job("Aborted")))
+    assert not moved_on(Other("by-hand", other_job("Running")))
+    assert not moved_on(None)
+    assert moved(the_job("Succeed"))
+    evicted = the_job("Running", conditions=[
+        {"type": "Eviction", "status": "True", "reason": "EvictComplete"}])  # fmt: skip
+    assert moved(evicted)
+    assert not moved(the_job("Failed", reason="MissingPod"))
+    assert not moved(the_job("Running", conditions=[
+        {"type": "Eviction", "status": "False", "reason": "Evicting"}]))  # fmt: skip
 
 
 def migrated_by(user: str) -> dict[str, Any]:

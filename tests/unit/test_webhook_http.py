@@ -143,6 +143,9 @@ async def test_api_server_failure_lets_the_pod_through(
         pytest.param(reservation("r1", consumable=False, namespace="elsewhere"), id="opening"),
         pytest.param(reservation("r1", phase="Succeeded"), id="ended"),
         pytest.param(reservation("r1", phase="Failed", consumable=False), id="failed"),
+        # Its time is up: no controller has ended it (it is down, or being replaced), and
+        # a pod bound to it now would stay gated until one does.
+        pytest.param(reservation("r1", ttl="5m"), id="expired"),
     ],
 )
 async def test_a_reservation_no_pod_here_can_take_costs_no_api_call(

@@ -52,7 +52,10 @@ def reservation(
     namespace: str = NAMESPACE,
     created: str = "2026-11-21T23:50:00Z",
     opened: str | None = None,
+    ttl: str = "0s",
 ) -> dict[str, Any]:
+    """A Reservation made for the pods of `REPLICASET_NAME`; it never expires unless a
+    `ttl` says so (its creation time is fixed, the webhook's clock is not)."""
     annotations = {keys.CONSUMABLE: "true"} if consumable else {}
     if opened:
         annotations[keys.OPENED_AT] = opened
@@ -71,6 +74,7 @@ def reservation(
             "annotations": annotations,
         },
         "spec": {
+            "ttl": ttl,
             "template": {"metadata": {"namespace": namespace}, "spec": {}},
             "owners": [
                 {
