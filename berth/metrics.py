@@ -134,6 +134,24 @@ WORKQUEUE_DEPTH = Gauge(
     "berth_workqueue_depth", "Jobs and Reservations waiting in the controller's work queue."
 )
 
+LEADER = Gauge(
+    "berth_leader",
+    "1 while this controller replica leads (acts on jobs), 0 while it stands by. A sum of "
+    "0 over the replicas means no controller acts: gated pods wait.",
+)
+
+GATED_PODS = Gauge(
+    "berth_gated_pods",
+    "Pods held by Berth's scheduling gate, as the controller's cache shows them: "
+    "replacements waiting for their Reservation's handover, which takes moments.",
+)
+
+OLDEST_GATE = Gauge(
+    "berth_gated_pod_oldest_seconds",
+    "Age of the oldest pod held by Berth's scheduling gate (0: none). Minutes mean a "
+    "handover that does not happen: worth an alert.",
+)
+
 ARBITRATION_ROUND_DURATION = Histogram(
     "berth_arbitration_round_duration_seconds",
     "Time of one admission round: arbitrating the pending jobs and writing the decisions.",
@@ -209,3 +227,10 @@ SERVING_CERTIFICATE_LOADED = Gauge(
     "When the serving certificate in use was loaded from its files (Unix time): at start, "
     "and again each time the files change (a renewal).",
 )
+
+
+def oldest_age(pods: Iterable[Object], now: datetime) -> float:
+    """Seconds since the oldest of `pods` was created (0 for none)."""
+    created = [read_time(pod["metadata"].get("creationTimestamp")) for pod in pods]
+    ages = [(now - when).total_seconds() for when in created if when is not None]
+    return max(ages, default=0.0)

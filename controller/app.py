@@ -14,12 +14,15 @@ import os
 import socket
 import sys
 import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from berth import metrics, web
 from berth.kube.client import Kube
 from berth.kube.events import Recorder
 from berth.kube.lease import LeaderElector
+from berth.protocol import Object
 from berth.server import Tls, add_health, add_metrics, cancel_on_signals, serve
 from berth.settings import MigrationControllerArgs
 from controller.admission import SWITCH_INTERVAL, Admission
@@ -43,7 +46,12 @@ class Controller:
         take it, and the queue would keep every name met for months); `lead` adopts
         everything at once."""
         metrics.WORKQUEUE_DEPTH.set_function(lambda: len(self.queue))
+        metrics.LEADER.set(0)
         self.caches = Caches(kube, args, enqueue=self._enqueue, enqueue_after=self._enqueue_after)
+        metrics.GATED_PODS.set_function(lambda: len(self._gated()))
+        metrics.OLDEST_GATE.set_function(
+            lambda: metrics.oldest_age(self._gated(), datetime.now(UTC))
+        )
         self.executor = Executor(
             kube,
             Recorder(kube, component=COMPONENT, instance=identity),
@@ -51,6 +59,9 @@ class Controller:
         )
         self.reconciler = Reconciler(self.caches, self.executor)
         self.admission = Admission(self.caches, self.executor, args, admitted=self.queue.add)
+
+    def _gated(self) -> Sequence[Object]:
+        return self.caches.pods.by_index("gated", "yes")
 
     def _enqueue(self, key: str) -> None:
         if self.leading:
@@ -64,6 +75,7 @@ class Controller:
         """From now on events are queued; and every job, Reservation and namespace the
         caches hold is, once: a new leader adopts whatever is in flight."""
         self.leading = True
+        metrics.LEADER.set(1)
         for job in self.caches.jobs.values():
             self.queue.add(job_key(job["metadata"]["name"]))
         for reservation in self.caches.reservations.values():
