@@ -35,6 +35,7 @@ Objects are the API server's dicts; these functions are pure.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -102,16 +103,21 @@ def expires_at(reservation: Mapping[str, Any]) -> datetime:
     `expires` that is no time (`read_time`: year 0000, say, which the schema lets in)
     counts as absent. A `ttl` that is no Go duration raises ValueError."""
     spec = reservation.get("spec") or {}
-    expires = read_time(spec.get("expires"))
-    if expires is not None:
-        return expires
-    ttl = spec.get("ttl")
+    fields = (spec.get("expires"), spec.get("ttl"), reservation["metadata"]["creationTimestamp"])
+    if all(field is None or isinstance(field, str) for field in fields):
+        return _expiry(*fields)  # the webhook asks on every review in the namespace
+    return _expiry.__wrapped__(*fields)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expiry(expires: Any, ttl: Any, created: Any) -> datetime:
+    found = read_time(expires)
+    if found is not None:
+        return found
     if ttl and is_zero(ttl):
         return NEVER
-    created = datetime.fromisoformat(
-        str(reservation["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
-    )
-    return created + (parse_duration(ttl) if ttl else DEFAULT_TTL)
+    start = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    return start + (parse_duration(ttl) if ttl else DEFAULT_TTL)
 
 
 def has_expired(reservation: Mapping[str, Any], now: datetime) -> bool:

@@ -213,6 +213,9 @@ class _Abort:
         """The jobs this command aborted, as it aborted them."""
         self.refused: set[str] = set()
         """The jobs the API server would not let this command abort (said once each)."""
+        self.let_go: set[str] = set()
+        """Aborted jobs whose pod is known free of their soft eviction, for good: the
+        controller took the job's mark off, and the pod carries none of it (or is gone)."""
         self.pods_readable = True
 
     async def abort(self, jobs: dict[str, Object]) -> bool:
@@ -239,8 +242,9 @@ class _Abort:
         return ok
 
     async def _abort_one(self, job: Object) -> Object | None:
-        """The job as aborted; None when it is gone or has ended meanwhile. A job changed
-        since it was read (409) is read again and aborted as it is then."""
+        """The job as aborted; None when it is gone or has ended meanwhile, or kept
+        changing under the patch (409, `TRIES` times: the next round reads it again). A
+        job changed since it was read is read again and aborted as it is then."""
         name = job["metadata"]["name"]
         for attempt in range(TRIES):
             try:
@@ -248,9 +252,9 @@ class _Abort:
                     PODMIGRATIONJOBS, name, abort_patch(job), subresource="status"
                 )
             except KubeError as error:
-                if error.not_found:
+                if error.not_found or (error.conflict and attempt == TRIES - 1):
                     return None
-                if not error.conflict or attempt == TRIES - 1:
+                if not error.conflict:
                     raise
             try:
                 job = await self.kube.get(PODMIGRATIONJOBS, name)
@@ -268,6 +272,8 @@ class _Abort:
         shown = ""
         while True:
             held = await self._read(jobs)
+            if self.refused:
+                return 1  # said as it happened
             if held is not None and not held:
                 done = "for these jobs" if self.names is not None else ""
                 self.out.write(f"Berth holds nothing {done}".rstrip() + "\n")
@@ -289,10 +295,11 @@ class _Abort:
         try:
             if not jobs:
                 jobs = await _jobs(self.kube)
-                await self.abort(jobs)  # one refused stays listed as held
+                if not await self.abort(jobs):
+                    return None
             reservations = await _items(self.kube, RESERVATIONS)
             held = holding(jobs.values(), reservations, await self._pods(), self.names)
-            return held + await self._soft_evictions()
+            return held + await self._soft_evictions(jobs)
         except (KubeError, aiohttp.ClientError, TimeoutError) as error:
             if not errors.transient(error):
                 raise
@@ -310,27 +317,30 @@ class _Abort:
         self._unreadable()
         return None
 
-    async def _soft_evictions(self) -> list[str]:
+    async def _soft_evictions(self, jobs: dict[str, Object]) -> list[str]:
         """The pods of the jobs this command aborted that still carry their soft eviction
         (`evictionPolicy: SoftEviction`): whatever acts on it would evict the pod with no
-        place held once the controller, which takes it off, is gone."""
+        place held once the controller, which takes it off, is gone. A pod is read until
+        it is known free of it for good (`let_go`)."""
         found = []
         for name, job in self.aborted.items():
             ref = job.get("spec", {}).get("podRef") or {}
-            if not self.pods_readable or not ref.get("name") or not ref.get("namespace"):
+            if name in self.let_go or not self.pods_readable or not ref.get("name"):
                 continue
             try:
-                pod = await self.kube.get(PODS, ref["name"], ref["namespace"])
+                pod: Object | None = await self.kube.get(PODS, ref["name"], ref.get("namespace"))
             except KubeError as error:
-                if error.not_found:
+                if error.status == 403:
+                    self._unreadable()
                     continue
-                if error.status != 403:
+                if not error.not_found:
                     raise
-                self._unreadable()
-                continue
-            if soft_eviction_job(pod) == name:
+                pod = None
+            if pod is not None and soft_eviction_job(pod) == name:
                 found.append(f"pod {ref['namespace']}/{ref['name']} carries the soft eviction "
                              f"of podmigrationjob/{name}")  # fmt: skip
+            elif keys.ADMISSION not in protocol.annotations_of(jobs.get(name) or {}):
+                self.let_go.add(name)
         return found
 
     def _unreadable(self) -> None:

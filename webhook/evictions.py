@@ -363,14 +363,14 @@ def moved_on(other: Other | None) -> bool:
 
 
 def moved(job: Object) -> bool:
-    """Whether the job took its pod away: it succeeded, or its eviction completed."""
+    """Whether the job went for its pod: it succeeded, or it recorded an eviction (a
+    StatefulSet makes the replacement as soon as the pod is gone, before the job records
+    the eviction complete). Not a job that ended before evicting (MissingPod, say)."""
     status = job.get("status") or {}
     if status.get("phase") in SUCCEEDED_PHASES:
         return True
     return any(
-        isinstance(c, dict)
-        and c.get("type") == PodMigrationJobConditionType.EVICTION
-        and c.get("reason") == PodMigrationJobReason.EVICT_COMPLETE
+        isinstance(c, dict) and c.get("type") == PodMigrationJobConditionType.EVICTION
         for c in status.get("conditions") or []
     )
 

@@ -699,6 +699,7 @@ def test_the_uninstall_hook_aborts_every_migration_and_waits(helm: Path) -> None
     rules = one(objects, "ClusterRole", "berth-uninstall")["rules"]
     rights = {(r, v) for rule in rules for r in rule["resources"] for v in rule["verbs"]}
     assert rights == {
+        ("podmigrationjobs", "get"),
         ("podmigrationjobs", "list"),
         ("podmigrationjobs/status", "patch"),
         ("reservations", "list"),
