@@ -256,14 +256,10 @@ class _Abort:
                     return None
                 if not error.conflict:
                     raise
-            try:
-                job = await self.kube.get(PODMIGRATIONJOBS, name)
-            except KubeError as error:
-                if error.not_found:
-                    return None
-                raise
-            if job_phase(job) in TERMINAL_PHASES:
+            found = await self.kube.find(PODMIGRATIONJOBS, name)
+            if found is None or job_phase(found) in TERMINAL_PHASES:
                 return None
+            job = found
         return None
 
     async def wait(self, jobs: dict[str, Object], timeout: float | None) -> int:

@@ -208,12 +208,7 @@ class Interceptor:
 
     async def _namespace(self, eviction: Eviction) -> Object | None:
         """The eviction's namespace as the API server has it now (None: not found)."""
-        try:
-            return await self.kube.get(NAMESPACES, eviction.namespace)
-        except KubeError as error:
-            if error.not_found:
-                return None
-            raise
+        return await self.kube.find(NAMESPACES, eviction.namespace)
 
     def refused(self, pod: Object, error: KubeError, *, made: list[str] | None) -> Pass:
         """The job's create was refused outright: no job was made, and a retry would be
@@ -303,12 +298,9 @@ class Interceptor:
         name = evictions.replaced_in(pod, self.reservations)
         if name is None:
             return None
-        try:
-            job = await self.kube.get(PODMIGRATIONJOBS, name)
-        except KubeError as error:
-            if error.not_found:
-                return None
-            raise
+        job = await self.kube.find(PODMIGRATIONJOBS, name)
+        if job is None:
+            return None
         waited = await self._waited_for(job, eviction)
         return evictions.already_migrated(
             job, pod, eviction=eviction, now=datetime.now(UTC), draining=False, waited=waited
@@ -368,13 +360,8 @@ class Interceptor:
     async def draining(self, node: str, pod: Object) -> bool:
         """Whether `node`, as the API server has it now, is being drained
         (`scheduling.being_drained`); not when it is gone."""
-        try:
-            found = await self.kube.get(NODES, node)
-        except KubeError as error:
-            if error.not_found:
-                return False
-            raise
-        return being_drained(found, pod.get("spec") or {})
+        found = await self.kube.find(NODES, node)
+        return found is not None and being_drained(found, pod.get("spec") or {})
 
     def event(self, pod: Object, reason: str, message: str, event_type: str = "Normal") -> None:
         """Record an event on the pod without holding the answer up for it."""

@@ -252,6 +252,17 @@ class Kube:
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object:
         return await self.request("GET", resource.path(namespace=namespace, name=name))
 
+    async def find(
+        self, resource: Resource, name: str, namespace: str | None = None
+    ) -> Object | None:
+        """`get`, but None when the API server says there is no such object."""
+        try:
+            return await self.get(resource, name, namespace)
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
     async def list(
         self,
         resource: Resource,

@@ -680,6 +680,8 @@ class _SlowCreates:
     """An API server that has the pod and takes every create in without answering in
     time: the job may exist once the webhook's deadline ends its wait."""
 
+    find = Kube.find  # on this `get`
+
     def __init__(self) -> None:
         self.created: list[str] = []
 
