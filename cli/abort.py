@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 
 from berth import protocol
-from berth.api import TERMINAL_PHASES, ReservationPhase, keys
+from berth.api import TERMINAL_PHASES, PodMigrationJobPhase, ReservationPhase, keys
 from berth.eviction import soft_eviction_job
 from berth.exits import TIMED_OUT
 from berth.kube.client import (
@@ -39,7 +39,7 @@ from cli import errors
 
 Object = dict[str, Any]
 POLL = 1.0
-ABORTED = "Aborted"
+
 ENDED_RESERVATION = frozenset({ReservationPhase.SUCCEEDED, ReservationPhase.FAILED})
 
 
@@ -62,7 +62,7 @@ def abort_patch(job: Mapping[str, Any]) -> Object:
     if the job changed since, so that a job that ended meanwhile keeps its ending."""
     return {
         "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
-        "status": {"phase": ABORTED},
+        "status": {"phase": PodMigrationJobPhase.ABORTED},
     }
 
 
@@ -188,7 +188,7 @@ async def abort(
     if not await run.abort(jobs):
         return 1
     if not wait:
-        return 0
+        return 1 if run.unsettled else 0
     return await run.wait(jobs, timeout)
 
 
@@ -198,6 +198,9 @@ async def _jobs(kube: Kube) -> dict[str, Object]:
 
 TRIES = 3
 """Patches of one job, each after reading it again, while it changes under them (409)."""
+
+_CHANGING: Object = {}
+"""What `_Abort._abort_one` answers for a job that changed under each of its patches."""
 
 
 class _Abort:
@@ -213,6 +216,9 @@ class _Abort:
         """The jobs this command aborted, as it aborted them."""
         self.refused: set[str] = set()
         """The jobs the API server would not let this command abort (said once each)."""
+        self.unsettled: set[str] = set()
+        """The jobs that changed under every patch of the last round (said): the next
+        round, if any, tries again."""
         self.let_go: set[str] = set()
         """Aborted jobs whose pod is known free of their soft eviction, for good: the
         controller took the job's mark off, and the pod carries none of it (or is gone)."""
@@ -236,15 +242,20 @@ class _Abort:
                 self.refused.add(name)
                 ok = False
                 continue
-            if done is not None:
+            if done is _CHANGING:
+                self.unsettled.add(name)
+                self.err.write(f"kubectl-migrate: podmigrationjob/{name} changed under each of "
+                               f"{TRIES} patches; not aborted yet\n")  # fmt: skip
+            elif done is not None:
+                self.unsettled.discard(name)
                 jobs[name] = self.aborted[name] = done
                 self.out.write(f"podmigrationjob/{name} aborted\n")
         return ok
 
     async def _abort_one(self, job: Object) -> Object | None:
-        """The job as aborted; None when it is gone or has ended meanwhile, or kept
-        changing under the patch (409, `TRIES` times: the next round reads it again). A
-        job changed since it was read is read again and aborted as it is then."""
+        """The job as aborted; None when it is gone or has ended meanwhile; `_CHANGING`
+        when it changed under each of `TRIES` patches (409). A job changed since it was
+        read is read again and aborted as it is then."""
         name = job["metadata"]["name"]
         for attempt in range(TRIES):
             try:
@@ -252,8 +263,10 @@ class _Abort:
                     PODMIGRATIONJOBS, name, abort_patch(job), subresource="status"
                 )
             except KubeError as error:
-                if error.not_found or (error.conflict and attempt == TRIES - 1):
+                if error.not_found:
                     return None
+                if error.conflict and attempt == TRIES - 1:
+                    return _CHANGING
                 if not error.conflict:
                     raise
             found = await self.kube.find(PODMIGRATIONJOBS, name)
