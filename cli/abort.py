@@ -337,14 +337,12 @@ class _Abort:
             if name in self.let_go or not self.pods_readable or not ref.get("name"):
                 continue
             try:
-                pod: Object | None = await self.kube.get(PODS, ref["name"], ref.get("namespace"))
+                pod = await self.kube.find(PODS, ref["name"], ref.get("namespace"))
             except KubeError as error:
-                if error.status == 403:
-                    self._unreadable()
-                    continue
-                if not error.not_found:
+                if error.status != 403:
                     raise
-                pod = None
+                self._unreadable()
+                continue
             if pod is not None and soft_eviction_job(pod) == name:
                 found.append(f"pod {ref['namespace']}/{ref['name']} carries the soft eviction "
                              f"of podmigrationjob/{name}")  # fmt: skip

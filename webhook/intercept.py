@@ -180,14 +180,10 @@ class Interceptor:
         if name is None:
             return None
         try:
-            return evictions.Other(name, await self.kube.get(PODMIGRATIONJOBS, name))
-        except KubeError as error:
-            if error.not_found:
-                return evictions.Other(name, None)
+            return evictions.Other(name, await self.kube.find(PODMIGRATIONJOBS, name))
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
             log.warning("PodMigrationJob %s could not be read: %s", name, error)
-        except (aiohttp.ClientError, TimeoutError) as error:
-            log.warning("PodMigrationJob %s could not be read: %s", name, error)
-        return None
+            return None
 
     async def _screen(self, eviction: Eviction, *, labelled: bool) -> Pass | None:
         """Why the eviction goes ahead as asked, before its pod is read (None: it may
@@ -232,11 +228,11 @@ class Interceptor:
         behind another job that has ended since (that attempt is over: the next one
         migrates the pod). With it, the job it waits behind, if any (`_other`)."""
         default_ttl = self.settings.default_job_ttl
-        other = None
         for attempt in range(1, evictions.ATTEMPTS + 1):
             job, created = await self._job(pod, eviction, attempt, made=made)
+            other = None
             if created:
-                return job, created, None
+                break
             if evictions.stale(job, now=now, default_ttl=default_ttl):
                 continue
             other = await self._other(job)
@@ -271,12 +267,9 @@ class Interceptor:
     async def _absent(self, name: str) -> bool:
         """Whether the API server says job `name` does not exist (not when it cannot say)."""
         try:
-            await self.kube.get(PODMIGRATIONJOBS, name)
-        except KubeError as error:
-            return error.not_found
-        except (aiohttp.ClientError, TimeoutError):
+            return await self.kube.find(PODMIGRATIONJOBS, name) is None
+        except (KubeError, aiohttp.ClientError, TimeoutError):
             return False
-        return False
 
     async def replaced(self, pod: Object, eviction: Eviction) -> Gone | None:
         """`Gone` when the pod is the replacement of a pod this requester's eviction had
@@ -347,12 +340,8 @@ class Interceptor:
             return False
         name = f"{evictions.JOB_PREFIX}{moved}"
         try:
-            own = await self.kube.get(PODMIGRATIONJOBS, name)
-        except KubeError as error:
-            if not error.not_found:
-                log.warning("PodMigrationJob %s could not be read: %s", name, error)
-            return False
-        except (aiohttp.ClientError, TimeoutError) as error:
+            own = await self.kube.find(PODMIGRATIONJOBS, name)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
             log.warning("PodMigrationJob %s could not be read: %s", name, error)
             return False
         return evictions.waited_for(own, job, eviction)
