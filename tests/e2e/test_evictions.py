@@ -33,6 +33,7 @@ from tests.e2e.capacity import pod as bare_pod
 from tests.e2e.kube import Cluster, pods, refusing_policy
 from tests.e2e.migrate import deployment, events, job_manifest, ready_pods, statefulset
 from tests.e2e.scrape import scrape, total
+from webhook.evictions import pod_label
 
 pytestmark = pytest.mark.e2e
 
@@ -703,6 +704,78 @@ def test_an_eviction_whose_job_the_api_server_refuses_goes_ahead(
             "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name,
             "--ignore-not-found",
         )  # fmt: skip
+
+
+def test_an_eviction_whose_job_create_fails_and_makes_nothing_goes_ahead(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A webhook on PodMigrationJob creates that cannot be reached (failurePolicy Fail):
+    the API server answers the job's create 500 and makes nothing. The webhook reads the
+    job, finds none, and lets the eviction through rather than answer 429 at every retry
+    for a job that never was."""
+    opt_in(cluster, namespace)
+    cluster.apply(deployment("unmade", cpu="50m"), namespace)
+    [pod] = cluster.wait(lambda: ready_pods(cluster, namespace, "unmade", 1), what="the pod")
+    name = f"down-{namespace}"[:63]
+    label = pod_label(namespace, pod["metadata"]["name"])
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "down.e2e.berth.sh",
+                "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+                "rules": [
+                    {
+                        "apiGroups": ["scheduling.koordinator.sh"],
+                        "apiVersions": ["v1alpha1"],
+                        "resources": ["podmigrationjobs"],
+                        "operations": ["CREATE"],
+                    }
+                ],
+                "objectSelector": {"matchLabels": {keys.EVICTION_OF: label}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 1,
+            }
+        ],
+    }
+    cluster.apply(json.dumps(config))
+    try:
+        # In force once the API server has loaded it: a server dry run of such a job fails.
+        job = {
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "PodMigrationJob",
+            "metadata": {"generateName": "probe-", "labels": {keys.EVICTION_OF: label}},
+            "spec": {"podRef": {"namespace": namespace, "name": pod["metadata"]["name"]}},
+        }
+
+        def in_force() -> bool:
+            tried = cluster.kubectl(
+                "create", "--dry-run=server", "-f", "-", input=json.dumps(job), check=False
+            )
+            return "down.e2e.berth.sh" in tried.stderr
+
+        cluster.wait(in_force, what="the webhook configuration to be in force")
+        result = evict(cluster, namespace, pod["metadata"]["name"])
+        assert result.returncode == 0, result.stderr
+        assert intercepted(cluster, namespace) == []
+        gone = cluster.wait(
+            lambda: (
+                not [
+                    p
+                    for p in pods(cluster, namespace, "app=unmade")
+                    if p["metadata"]["uid"] == pod["metadata"]["uid"]
+                    and not p["metadata"].get("deletionTimestamp")
+                ]
+            ),
+            what="the pod evicted",
+        )
+        assert gone
+    finally:
+        cluster.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
 
 
 def test_a_pod_berth_never_migrates_is_evicted_as_asked(cluster: Cluster, namespace: str) -> None:
